@@ -1,0 +1,80 @@
+// Package gpu is the one seam through which caravan touches GPUs. The device
+// plugin and the task driver both talk to a Backend; nvml talks to real
+// NVIDIA GPUs and sim to a fleet described in a file.
+package gpu
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrUnknownDevice is returned for a UUID the backend does not know.
+var ErrUnknownDevice = errors.New("unknown GPU")
+
+// Device is the static description of one GPU or MIG instance.
+type Device struct {
+	UUID              string
+	Model             string // marketing name, e.g. "NVIDIA H100 80GB HBM3"
+	Architecture      string // e.g. "hopper"
+	ComputeCapability string // e.g. "9.0"
+	MemoryMiB         uint64
+	SMCount           int
+	PCIBusID          string
+	PCIBandwidthMBps  uint64
+	// MIGEnabled is true on a parent GPU whose memory is carved into MIG
+	// instances; such a parent is never offered itself.
+	MIGEnabled bool
+	// ParentUUID is set on a MIG instance and names its physical GPU.
+	ParentUUID string
+	// MIGProfile is the instance profile, e.g. "1g.10gb".
+	MIGProfile string
+}
+
+// IsMIG reports whether d is a MIG instance rather than a physical GPU.
+func (d Device) IsMIG() bool { return d.ParentUUID != "" }
+
+// Health is a device's health as the backend last saw it.
+type Health struct {
+	Healthy bool
+	// Reason says what is wrong in words an operator can act on.
+	Reason string
+}
+
+// Stats is a point-in-time sample of one device.
+type Stats struct {
+	UsedMemoryMiB  uint64
+	TotalMemoryMiB uint64
+	GPUUtilPercent uint32
+	MemUtilPercent uint32
+	PowerWatts     uint32
+	TemperatureC   uint32
+	ECCErrorsL1    uint64
+	ECCErrorsL2    uint64
+	ECCErrorsDev   uint64
+	Timestamp      time.Time
+}
+
+// Process is one process holding memory on a device.
+type Process struct {
+	PID           int
+	UsedMemoryMiB uint64
+}
+
+// Backend is implemented by every GPU source. Implementations must be safe for
+// concurrent use.
+type Backend interface {
+	// Name is the backend's config name ("nvml", "sim").
+	Name() string
+	// Versions returns the driver and CUDA versions.
+	Versions() (driver, cuda string, err error)
+	// Devices lists physical GPUs and MIG instances.
+	Devices() ([]Device, error)
+	// Health reports one device's health.
+	Health(uuid string) (Health, error)
+	// Stats samples one device.
+	Stats(uuid string) (Stats, error)
+	// Processes lists the processes using memory on one device.
+	Processes(uuid string) ([]Process, error)
+	// Close releases the backend.
+	Close() error
+}

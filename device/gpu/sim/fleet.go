@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+)
+
+// Fleet is the file that describes a simulated GPU fleet.
+type Fleet struct {
+	DriverVersion string     `json:"driver_version"`
+	CUDAVersion   string     `json:"cuda_version"`
+	GPUs          []FleetGPU `json:"gpus"`
+}
+
+// FleetGPU describes one GPU, or Count identical GPUs.
+type FleetGPU struct {
+	// UUID is used as is when Count <= 1, and as a prefix otherwise.
+	UUID              string     `json:"uuid"`
+	Count             int        `json:"count"`
+	Model             string     `json:"model"`
+	Architecture      string     `json:"architecture"`
+	ComputeCapability string     `json:"compute_capability"`
+	MemoryMiB         uint64     `json:"memory_mib"`
+	SMCount           int        `json:"sm_count"`
+	PCIBusID          string     `json:"pci_bus_id"`
+	PCIBandwidthMBps  uint64     `json:"pci_bandwidth_mbps"`
+	Unhealthy         string     `json:"unhealthy"`
+	MIG               []FleetMIG `json:"mig"`
+}
+
+// FleetMIG describes one MIG instance of a GPU.
+type FleetMIG struct {
+	Profile   string `json:"profile"`
+	MemoryMiB uint64 `json:"memory_mib"`
+	SMCount   int    `json:"sm_count"`
+}
+
+// LoadFleet reads and validates a fleet file.
+func LoadFleet(path string) (*Fleet, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sim fleet: %w", err)
+	}
+	f, err := ParseFleet(data)
+	if err != nil {
+		return nil, fmt.Errorf("sim fleet %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ParseFleet decodes and validates a fleet description.
+func ParseFleet(data []byte) (*Fleet, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var f Fleet
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	if len(f.GPUs) == 0 {
+		return nil, fmt.Errorf("gpus: at least one GPU is required")
+	}
+	seen := map[string]bool{}
+	for i, g := range f.GPUs {
+		field := func(name string) string { return fmt.Sprintf("gpus[%d].%s", i, name) }
+		switch {
+		case g.Model == "":
+			return nil, fmt.Errorf("%s: is required", field("model"))
+		case g.MemoryMiB == 0:
+			return nil, fmt.Errorf("%s: must be > 0", field("memory_mib"))
+		case g.Count < 0 || g.Count > 1024:
+			return nil, fmt.Errorf("%s: must be between 0 and 1024, got %d", field("count"), g.Count)
+		case g.SMCount < 0:
+			return nil, fmt.Errorf("%s: must be >= 0", field("sm_count"))
+		}
+		var migTotal uint64
+		for j, m := range g.MIG {
+			if m.MemoryMiB == 0 {
+				return nil, fmt.Errorf("%s: must be > 0", field(fmt.Sprintf("mig[%d].memory_mib", j)))
+			}
+			migTotal += m.MemoryMiB
+		}
+		if migTotal > g.MemoryMiB {
+			return nil, fmt.Errorf("%s: MIG instances need %d MiB but the GPU has %d MiB", field("mig"), migTotal, g.MemoryMiB)
+		}
+		for _, d := range g.expand(i) {
+			if seen[d.UUID] {
+				return nil, fmt.Errorf("%s: duplicate UUID %q", field("uuid"), d.UUID)
+			}
+			seen[d.UUID] = true
+		}
+	}
+	return &f, nil
+}
+
+// expand returns the physical GPUs and MIG instances this entry stands for.
+func (g FleetGPU) expand(index int) []gpu.Device {
+	n := g.Count
+	if n == 0 {
+		n = 1
+	}
+	var out []gpu.Device
+	for k := 0; k < n; k++ {
+		uuid := g.UUID
+		if uuid == "" {
+			uuid = fmt.Sprintf("GPU-sim-%02d", index)
+		}
+		if n > 1 || g.UUID == "" {
+			uuid = fmt.Sprintf("%s-%02d", uuid, k)
+		}
+		bus := g.PCIBusID
+		if bus == "" || n > 1 {
+			bus = fmt.Sprintf("00000000:%02X:%02X.0", 0x10+index, k)
+		}
+		dev := gpu.Device{
+			UUID: uuid, Model: g.Model, Architecture: g.Architecture,
+			ComputeCapability: g.ComputeCapability, MemoryMiB: g.MemoryMiB,
+			SMCount: g.SMCount, PCIBusID: bus, PCIBandwidthMBps: g.PCIBandwidthMBps,
+			MIGEnabled: len(g.MIG) > 0,
+		}
+		out = append(out, dev)
+		for j, m := range g.MIG {
+			out = append(out, gpu.Device{
+				UUID:  fmt.Sprintf("MIG-%s-%d", strings.TrimPrefix(uuid, "GPU-"), j),
+				Model: g.Model + " MIG " + m.Profile, Architecture: g.Architecture,
+				ComputeCapability: g.ComputeCapability, MemoryMiB: m.MemoryMiB,
+				SMCount: m.SMCount, PCIBusID: bus, PCIBandwidthMBps: g.PCIBandwidthMBps,
+				ParentUUID: uuid, MIGProfile: m.Profile,
+			})
+		}
+	}
+	return out
+}
+
+// Devices expands the fleet into devices.
+func (f *Fleet) Devices() []gpu.Device {
+	var out []gpu.Device
+	for i, g := range f.GPUs {
+		out = append(out, g.expand(i)...)
+	}
+	return out
+}
+
+// unhealthy maps device UUIDs (physical and MIG) to their fleet-file fault.
+func (f *Fleet) unhealthy() map[string]string {
+	m := map[string]string{}
+	for i, g := range f.GPUs {
+		if g.Unhealthy == "" {
+			continue
+		}
+		for _, d := range g.expand(i) {
+			m[d.UUID] = g.Unhealthy
+		}
+	}
+	return m
+}

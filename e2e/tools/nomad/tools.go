@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the Nomad version that e2e and the demo run.
+package tools
+
+import _ "github.com/hashicorp/nomad"
