@@ -1,0 +1,568 @@
+// Package harness starts a real Consul dev agent and a real Nomad agent
+// (server and client) on 127.0.0.1 with caravan's freshly built plugins and a
+// simulated GPU fleet. The e2e tests and `make demo` both use it.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// DefaultFleet is a small heterogeneous simulated fleet.
+const DefaultFleet = `{
+  "driver_version": "550.54.15",
+  "cuda_version": "12.4",
+  "gpus": [
+    {"uuid": "GPU-h100", "count": 2, "model": "NVIDIA H100 80GB HBM3", "architecture": "hopper",
+     "compute_capability": "9.0", "memory_mib": 81559, "sm_count": 132, "pci_bandwidth_mbps": 63015},
+    {"uuid": "GPU-a100", "count": 2, "model": "NVIDIA A100-SXM4-40GB", "architecture": "ampere",
+     "compute_capability": "8.0", "memory_mib": 40960, "sm_count": 108, "pci_bandwidth_mbps": 31507},
+    {"uuid": "GPU-t4", "count": 4, "model": "Tesla T4", "architecture": "turing",
+     "compute_capability": "7.5", "memory_mib": 15360, "sm_count": 40, "pci_bandwidth_mbps": 15753}
+  ]
+}`
+
+// Options shape the cluster.
+type Options struct {
+	// Fleet is the sim fleet JSON; DefaultFleet when empty.
+	Fleet string
+	// DeviceConfig is extra HCL inside caravan-device's config block
+	// (partition rules, mps, ...).
+	DeviceConfig string
+	// DriverConfig is extra HCL inside caravan-driver's config block.
+	DriverConfig string
+	// ClientConfig is extra HCL inside the Nomad client block.
+	ClientConfig string
+	// RepoRoot is found from the working directory when empty.
+	RepoRoot string
+	// Dir holds all state; a new temporary directory when empty.
+	Dir string
+	// Logf receives progress lines; silent when nil.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running Consul and Nomad pair.
+type Cluster struct {
+	Nomad      *api.Client
+	NomadAddr  string
+	ConsulAddr string
+	// Dir is the cluster's private directory; StateDir and FleetPath are the
+	// sim GPU backend's state directory and fleet file inside it.
+	Dir       string
+	StateDir  string
+	FleetPath string
+	BinDir    string
+	RepoRoot  string
+	NomadBin  string
+	ConsulBin string
+
+	opts        Options
+	nomadConfig string
+	ownDir      bool
+
+	mu     sync.Mutex
+	nomad  *exec.Cmd
+	consul *exec.Cmd
+	exited map[*exec.Cmd]chan struct{}
+}
+
+// RepoRoot walks up from the working directory to caravan's go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(data, []byte("module github.com/caravan-gpu/caravan\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find caravan's go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start brings up Consul and Nomad and waits until both are healthy and
+// caravan's driver and devices are fingerprinted. Call Stop when done.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	root := opts.RepoRoot
+	if root == "" {
+		var err error
+		if root, err = RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{
+		RepoRoot:  root,
+		BinDir:    filepath.Join(root, "bin"),
+		NomadBin:  envOr("CARAVAN_NOMAD_BIN", filepath.Join(root, ".tools", "bin", "nomad")),
+		ConsulBin: envOr("CARAVAN_CONSUL_BIN", filepath.Join(root, ".tools", "bin", "consul")),
+		opts:      opts,
+		exited:    map[*exec.Cmd]chan struct{}{},
+	}
+	for _, bin := range []string{c.NomadBin, c.ConsulBin,
+		filepath.Join(c.BinDir, "caravan-device"), filepath.Join(c.BinDir, "caravan-driver")} {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("%s is missing: run `make tools build` first (%w)", bin, err)
+		}
+	}
+	c.Dir = opts.Dir
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "caravan-e2e-")
+		if err != nil {
+			return nil, err
+		}
+		c.Dir, c.ownDir = dir, true
+	}
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	c.StateDir = filepath.Join(c.Dir, "gpu-state")
+	c.FleetPath = filepath.Join(c.Dir, "fleet.json")
+	fleet := c.opts.Fleet
+	if fleet == "" {
+		fleet = DefaultFleet
+	}
+	pluginDir := filepath.Join(c.Dir, "plugins")
+	for _, d := range []string{c.StateDir, pluginDir, filepath.Join(c.Dir, "nomad-data"), filepath.Join(c.Dir, "consul-data")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(c.FleetPath, []byte(fleet), 0o644); err != nil {
+		return err
+	}
+	// Copies, not links: Nomad runs the plugin_dir's files, and a rebuild of
+	// bin/ during a run must not change them underneath the agent.
+	for _, name := range []string{"caravan-device", "caravan-driver"} {
+		if err := copyFile(filepath.Join(c.BinDir, name), filepath.Join(pluginDir, name)); err != nil {
+			return err
+		}
+	}
+
+	ports, err := freePorts(9)
+	if err != nil {
+		return err
+	}
+	c.ConsulAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	consulHCL := fmt.Sprintf(`
+data_dir   = %q
+bind_addr  = "127.0.0.1"
+client_addr = "127.0.0.1"
+log_level  = "INFO"
+ports {
+  http     = %d
+  grpc     = %d
+  dns      = -1
+  serf_lan = %d
+  serf_wan = %d
+  server   = %d
+}
+`, filepath.Join(c.Dir, "consul-data"), ports[0], ports[1], ports[2], ports[3], ports[4])
+	consulConfig := filepath.Join(c.Dir, "consul.hcl")
+	if err := os.WriteFile(consulConfig, []byte(consulHCL), 0o644); err != nil {
+		return err
+	}
+	c.opts.Logf("starting consul on %s", c.ConsulAddr)
+	if c.consul, err = c.spawn("consul", c.ConsulBin, "agent", "-dev", "-config-file", consulConfig); err != nil {
+		return err
+	}
+	if err := c.waitHTTP(ctx, "consul", "http://"+c.ConsulAddr+"/v1/status/leader", func(body string) bool {
+		return strings.Trim(strings.TrimSpace(body), `"`) != ""
+	}); err != nil {
+		return err
+	}
+
+	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[5])
+	c.nomadConfig = filepath.Join(c.Dir, "nomad.hcl")
+	nomadHCL := fmt.Sprintf(`
+data_dir   = %q
+plugin_dir = %q
+bind_addr  = "127.0.0.1"
+log_level  = "DEBUG"
+datacenter = "dc1"
+name       = "caravan-e2e"
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+
+client {
+  enabled = true
+  options {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+    "driver.allowlist"     = "caravan,raw_exec"
+  }
+%s
+}
+
+consul {
+  address = %q
+}
+
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+
+plugin "caravan-device" {
+  config {
+    backend            = "sim"
+    fingerprint_period = "1s"
+    sim {
+      fleet_file = %q
+      state_dir  = %q
+    }
+%s
+  }
+}
+
+plugin "caravan-driver" {
+  config {
+    allow_root  = true
+    gpu_backend = "sim"
+    sim {
+      fleet_file = %q
+      state_dir  = %q
+    }
+%s
+  }
+}
+`, filepath.Join(c.Dir, "nomad-data"), pluginDir, ports[5], ports[6], ports[7], c.opts.ClientConfig,
+		c.ConsulAddr, c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
+	if err := os.WriteFile(c.nomadConfig, []byte(nomadHCL), 0o644); err != nil {
+		return err
+	}
+	cfg := api.DefaultConfig()
+	cfg.Address = c.NomadAddr
+	if c.Nomad, err = api.NewClient(cfg); err != nil {
+		return err
+	}
+	return c.startNomad(ctx)
+}
+
+func (c *Cluster) startNomad(ctx context.Context) error {
+	c.opts.Logf("starting nomad on %s", c.NomadAddr)
+	cmd, err := c.spawn("nomad", c.NomadBin, "agent", "-config", c.nomadConfig)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nomad = cmd
+	c.mu.Unlock()
+	if err := c.waitHTTP(ctx, "nomad", c.NomadAddr+"/v1/agent/health", nil); err != nil {
+		return err
+	}
+	_, err = c.WaitNodeReady(ctx)
+	return err
+}
+
+// WaitNodeReady waits until the Nomad client node is ready, the caravan driver
+// is healthy and at least one caravan GPU is fingerprinted.
+func (c *Cluster) WaitNodeReady(ctx context.Context) (*api.Node, error) {
+	var last string
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := c.agentExited(); err != nil {
+			return nil, err
+		}
+		node, err := c.node()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case node.Status != "ready":
+			last = "node status " + node.Status
+		case node.Drivers["caravan"] == nil || !node.Drivers["caravan"].Healthy:
+			last = "caravan driver not healthy yet"
+		case !hasCaravanGPU(node):
+			last = "no caravan GPU fingerprinted yet"
+		default:
+			return node, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("nomad node not ready after 90s: %s", last)
+}
+
+func hasCaravanGPU(n *api.Node) bool {
+	if n.NodeResources == nil {
+		return false
+	}
+	for _, d := range n.NodeResources.Devices {
+		if d.Vendor == "nvidia" && d.Type == "gpu" && len(d.Instances) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cluster) node() (*api.Node, error) {
+	stubs, _, err := c.Nomad.Nodes().List(nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(stubs) == 0 {
+		return nil, errors.New("no Nomad node registered yet")
+	}
+	node, _, err := c.Nomad.Nodes().Info(stubs[0].ID, nil)
+	return node, err
+}
+
+// Node returns the single client node.
+func (c *Cluster) Node() (*api.Node, error) { return c.node() }
+
+// RestartNomad stops the Nomad agent gracefully and starts it again on the same
+// data directory. Tasks keep running across the restart, as they do when an
+// operator restarts a client.
+func (c *Cluster) RestartNomad(ctx context.Context) error {
+	c.mu.Lock()
+	cmd := c.nomad
+	c.mu.Unlock()
+	if cmd != nil {
+		c.stopProcess(cmd, syscall.SIGINT, 30*time.Second)
+	}
+	return c.startNomad(ctx)
+}
+
+// Stop purges every job, stops both agents and kills anything they left
+// behind, so that no process outlives the cluster.
+func (c *Cluster) Stop() {
+	if c.Nomad != nil && c.nomadRunning() {
+		if jobs, _, err := c.Nomad.Jobs().List(nil); err == nil {
+			for _, j := range jobs {
+				_, _, _ = c.Nomad.Jobs().Deregister(j.ID, true, nil)
+			}
+			c.waitAllocsTerminal(20 * time.Second)
+		}
+	}
+	c.mu.Lock()
+	nomad, consul := c.nomad, c.consul
+	c.mu.Unlock()
+	if nomad != nil {
+		c.stopProcess(nomad, syscall.SIGINT, 20*time.Second)
+	}
+	if consul != nil {
+		c.stopProcess(consul, syscall.SIGINT, 10*time.Second)
+	}
+	if c.Dir != "" {
+		killLeftovers(c.Dir)
+	}
+	if c.ownDir && os.Getenv("CARAVAN_E2E_KEEP") == "" {
+		_ = os.RemoveAll(c.Dir)
+	}
+}
+
+func (c *Cluster) nomadRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nomad == nil {
+		return false
+	}
+	select {
+	case <-c.exited[c.nomad]:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *Cluster) waitAllocsTerminal(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		allocs, _, err := c.Nomad.Allocations().List(nil)
+		if err != nil {
+			return
+		}
+		running := 0
+		for _, a := range allocs {
+			if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// LogPaths returns the agents' log files.
+func (c *Cluster) LogPaths() []string {
+	return []string{filepath.Join(c.Dir, "consul.log"), filepath.Join(c.Dir, "nomad.log")}
+}
+
+func (c *Cluster) spawn(name, bin string, args ...string) (*exec.Cmd, error) {
+	logFile, err := os.OpenFile(filepath.Join(c.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = c.Dir
+	// Its own process group, so that teardown reaches the plugins it starts.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = agentEnv()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.exited[cmd] = done
+	c.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(done)
+	}()
+	return cmd, nil
+}
+
+// agentEnv keeps the agents away from any real cluster the caller's
+// environment points at.
+func agentEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "NOMAD_") || strings.HasPrefix(kv, "CONSUL_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func (c *Cluster) agentExited() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cmd, done := range c.exited {
+		if cmd != c.nomad && cmd != c.consul {
+			continue
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited early: %v; see %s", filepath.Base(cmd.Path), cmd.ProcessState, c.Dir)
+		default:
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) stopProcess(cmd *exec.Cmd, sig syscall.Signal, grace time.Duration) {
+	c.mu.Lock()
+	done := c.exited[cmd]
+	c.mu.Unlock()
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	// The group may still hold plugin processes whose parent is gone.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string) bool) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		if err := c.agentExited(); err != nil {
+			return err
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			var buf bytes.Buffer
+			_, _ = buf.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && (ok == nil || ok(buf.String())) {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(buf.String()))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not healthy after 60s: %s", name, last)
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

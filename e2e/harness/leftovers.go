@@ -1,0 +1,52 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// killLeftovers kills every process whose command line or working directory
+// lies under dir: plugins, executors and tasks that outlived their agent
+// because they run in process groups of their own.
+func killLeftovers(dir string) {
+	for round := 0; round < 5; round++ {
+		pids := processesUnder(dir)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT) // a suspended task ignores SIGKILL until woken on some kernels
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func processesUnder(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if strings.Contains(string(cmdline), dir) || strings.HasPrefix(cwd, dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ProcessesUnder lists live processes tied to dir; tests use it to prove that
+// teardown left nothing behind.
+func ProcessesUnder(dir string) []int { return processesUnder(dir) }
