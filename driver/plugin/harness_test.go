@@ -1,0 +1,120 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/client/lib/cgroupslib"
+	"github.com/hashicorp/nomad/helper/uuid"
+	"github.com/hashicorp/nomad/nomad/structs"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/drivers"
+	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
+	"github.com/shoenig/test/must"
+)
+
+// newHarness starts a driver behind Nomad's gRPC plugin harness, configured
+// with conf (defaults filled in).
+func newHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *Driver) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	d := New(ctx, hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: os.Stderr}))
+	h := dtestutil.NewDriverHarness(t, d)
+	t.Cleanup(h.Kill)
+	if conf.DefaultUser == "" {
+		conf.DefaultUser = "root"
+		conf.AllowRoot = true
+	}
+	var data []byte
+	must.NoError(t, base.MsgPackEncode(&data, conf.withDefaults()))
+	must.NoError(t, h.SetConfig(&base.Config{PluginConfig: data}))
+	return h, d
+}
+
+// newTask returns a task config for command with its alloc dir, cgroup and
+// log fifos ready.
+func newTask(t *testing.T, h *dtestutil.DriverHarness, name string, tc TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
+	t.Helper()
+	allocID := uuid.Generate()
+	cfg := &drivers.TaskConfig{
+		ID:        uuid.Generate(),
+		AllocID:   allocID,
+		Name:      name,
+		DeviceEnv: deviceEnv,
+		Env:       map[string]string{},
+		Resources: &drivers.Resources{
+			NomadResources: &structs.AllocatedTaskResources{
+				Memory: structs.AllocatedMemoryResources{MemoryMB: 128},
+				Cpu:    structs.AllocatedCpuResources{CpuShares: 100},
+			},
+			LinuxResources: &drivers.LinuxResources{
+				MemoryLimitBytes: 128 << 20,
+				CPUShares:        100,
+				CpusetCgroupPath: cgroupslib.LinuxResourcesPath(allocID, name, false),
+			},
+		},
+	}
+	for k, v := range deviceEnv {
+		cfg.Env[k] = v
+	}
+	if tc.FrameworkHints == false && tc.GPUMemoryPolicy == "" {
+		tc.FrameworkHints = true
+	}
+	must.NoError(t, cfg.EncodeConcreteDriverConfig(&tc))
+	cleanup := h.MkAllocDir(cfg, true)
+	t.Cleanup(cleanup)
+	if cgroupslib.GetMode() != cgroupslib.OFF {
+		h.MakeTaskCgroup(allocID, name)
+	}
+	return cfg
+}
+
+func waitExit(t *testing.T, h *dtestutil.DriverHarness, id string, timeout time.Duration) *drivers.ExitResult {
+	t.Helper()
+	ch, err := h.WaitTask(context.Background(), id)
+	must.NoError(t, err)
+	select {
+	case res := <-ch:
+		return res
+	case <-time.After(timeout):
+		t.Fatalf("task %s did not exit within %s", id, timeout)
+		return nil
+	}
+}
+
+func readLog(t *testing.T, cfg *drivers.TaskConfig, stream string) string {
+	t.Helper()
+	path := filepath.Join(cfg.TaskDir().LogDir, cfg.Name+"."+stream+".0")
+	var data []byte
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		data, _ = os.ReadFile(path)
+		if len(data) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return string(data)
+}
+
+func TestStartWaitRunsCommandToCompletionWithLogs(t *testing.T) {
+	h, _ := newHarness(t, Config{})
+	cfg := newTask(t, h, "hello", TaskConfig{Command: "/bin/sh", Args: []string{"-c", "echo out-line; echo err-line >&2; exit 3"}}, nil)
+	_, _, err := h.StartTask(cfg)
+	must.NoError(t, err)
+	res := waitExit(t, h, cfg.ID, 20*time.Second)
+	must.Eq(t, 3, res.ExitCode)
+	must.StrContains(t, readLog(t, cfg, "stdout"), "out-line")
+	must.StrContains(t, readLog(t, cfg, "stderr"), "err-line")
+	status, err := h.InspectTask(cfg.ID)
+	must.NoError(t, err)
+	must.Eq(t, drivers.TaskStateExited, status.State)
+	must.NoError(t, h.DestroyTask(cfg.ID, false))
+	_, err = h.InspectTask(cfg.ID)
+	must.ErrorContains(t, err, drivers.ErrTaskNotFound.Error())
+}

@@ -1,0 +1,140 @@
+// Package task keeps the driver's per-task state: the handle of a running
+// task, the state stored with Nomad for recovery, and the store of handles.
+package task
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad/drivers/shared/executor"
+	"github.com/hashicorp/nomad/plugins/drivers"
+)
+
+// Handle is one running (or finished) task.
+type Handle struct {
+	Exec         executor.Executor
+	PluginClient *plugin.Client
+	Pid          int
+	Config       *drivers.TaskConfig
+	Spec         Spec
+	Logger       hclog.Logger
+
+	// Done is closed when the process has exited and ExitResult is final.
+	Done chan struct{}
+
+	mu          sync.RWMutex
+	state       drivers.TaskState
+	startedAt   time.Time
+	completedAt time.Time
+	exitResult  *drivers.ExitResult
+	// killReason, when set, replaces the executor's view of why the task
+	// ended: the driver killed it on purpose (budget breach, failed resume).
+	killReason string
+	attrs      map[string]string
+}
+
+// NewHandle returns a handle for a process that is running now.
+func NewHandle(exec executor.Executor, client *plugin.Client, pid int, cfg *drivers.TaskConfig, spec Spec, startedAt time.Time, logger hclog.Logger) *Handle {
+	return &Handle{
+		Exec: exec, PluginClient: client, Pid: pid, Config: cfg, Spec: spec, Logger: logger,
+		Done:      make(chan struct{}),
+		state:     drivers.TaskStateRunning,
+		startedAt: startedAt,
+		attrs:     map[string]string{},
+	}
+}
+
+// Run waits for the process to exit and records the result. It returns when
+// the task has exited.
+func (h *Handle) Run() {
+	defer close(h.Done)
+	ps, err := h.Exec.Wait(context.Background())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.completedAt = time.Now()
+	if err != nil {
+		h.state = drivers.TaskStateUnknown
+		h.exitResult = &drivers.ExitResult{ExitCode: -1, Err: err}
+		return
+	}
+	h.state = drivers.TaskStateExited
+	h.exitResult = &drivers.ExitResult{ExitCode: ps.ExitCode, Signal: ps.Signal, OOMKilled: ps.OOMKilled}
+	if !ps.Time.IsZero() {
+		h.completedAt = ps.Time
+	}
+	if h.killReason != "" {
+		h.exitResult.Err = killError(h.killReason)
+	}
+}
+
+type killError string
+
+func (e killError) Error() string { return string(e) }
+
+// MarkKilled records why the driver is about to kill the task, so that the
+// exit result Nomad sees says so.
+func (h *Handle) MarkKilled(reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.killReason == "" {
+		h.killReason = reason
+	}
+}
+
+// KillReason is the reason recorded by MarkKilled, if any.
+func (h *Handle) KillReason() string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.killReason
+}
+
+// ExitResult returns the result once the task has exited, else nil.
+func (h *Handle) ExitResult() *drivers.ExitResult {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.exitResult == nil {
+		return nil
+	}
+	return h.exitResult.Copy()
+}
+
+// IsRunning reports whether the process still runs.
+func (h *Handle) IsRunning() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.state == drivers.TaskStateRunning
+}
+
+// SetAttr sets a driver attribute shown by InspectTask.
+func (h *Handle) SetAttr(key, value string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.attrs[key] = value
+}
+
+// Status is the task's status for InspectTask.
+func (h *Handle) Status() *drivers.TaskStatus {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	attrs := map[string]string{"pid": strconv.Itoa(h.Pid)}
+	for k, v := range h.attrs {
+		attrs[k] = v
+	}
+	var res *drivers.ExitResult
+	if h.exitResult != nil {
+		res = h.exitResult.Copy()
+	}
+	return &drivers.TaskStatus{
+		ID:               h.Config.ID,
+		Name:             h.Config.Name,
+		State:            h.state,
+		StartedAt:        h.startedAt,
+		CompletedAt:      h.completedAt,
+		ExitResult:       res,
+		DriverAttributes: attrs,
+	}
+}
