@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Inputs are Nomad's objects at one instant.
+type Inputs struct {
+	Now    time.Time
+	Nodes  []*api.NodeListStub
+	Jobs   []*api.JobListStub
+	Allocs []*api.AllocationListStub
+	// Specs holds full job specs by Key; jobs without one are built from
+	// their stub alone.
+	Specs map[string]*api.Job
+}
+
+// Selector says whether a job is managed and under which policy.
+type Selector func(namespace string, meta map[string]string) (policy string, managed bool)
+
+// Build reads the cluster state out of Nomad's objects. Only jobs that select
+// accepts are kept; stopped and dead jobs are left out.
+func Build(in Inputs, selectJob Selector) *State {
+	s := &State{Time: in.Now}
+	for _, stub := range in.Nodes {
+		s.Nodes = append(s.Nodes, NodeFrom(stub))
+	}
+	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Name < s.Nodes[j].Name })
+	instances := s.Instances()
+
+	allocsByJob := map[string][]*api.AllocationListStub{}
+	for _, a := range in.Allocs {
+		k := Key(a.Namespace, a.JobID)
+		allocsByJob[k] = append(allocsByJob[k], a)
+	}
+	for _, stub := range in.Jobs {
+		if stub.Stop || stub.Status == "dead" || stub.ParentID != "" && stub.Periodic {
+			continue
+		}
+		ns := stub.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		policy, ok := selectJob(ns, stub.Meta)
+		if !ok {
+			continue
+		}
+		j := &Job{
+			Namespace: ns, ID: stub.ID, Type: stub.Type, Status: stub.Status,
+			Policy: policy, Priority: stub.Priority, JobModifyIndex: stub.JobModifyIndex,
+			Submitted: time.Unix(0, stub.SubmitTime), Profile: stub.Meta[MetaProfile],
+		}
+		if v, err := strconv.ParseUint(stub.Meta[MetaGPUMemory], 10, 64); err == nil {
+			j.GPUMemoryMiB = v
+		}
+		if spec := in.Specs[j.Key()]; spec != nil {
+			j.Spec = spec
+			j.GPUs = RequestedGPUs(spec)
+		}
+		for _, a := range allocsByJob[j.Key()] {
+			j.Allocs = append(j.Allocs, allocFrom(a, instances, in.Now))
+		}
+		j.account(in.Now)
+		s.Jobs = append(s.Jobs, j)
+	}
+	// Holders of device instances, for `caravan lanes`.
+	for _, j := range s.Jobs {
+		for _, a := range j.Allocs {
+			if !a.Live() {
+				continue
+			}
+			for _, id := range a.DeviceIDs {
+				if g := instances[id]; g != nil {
+					for _, in := range g.Instances {
+						if in.ID == id {
+							in.AllocID = a.ID
+						}
+					}
+				}
+			}
+		}
+	}
+	sort.Slice(s.Jobs, func(i, j int) bool {
+		if !s.Jobs[i].Submitted.Equal(s.Jobs[j].Submitted) {
+			return s.Jobs[i].Submitted.Before(s.Jobs[j].Submitted)
+		}
+		return s.Jobs[i].Key() < s.Jobs[j].Key()
+	})
+	return s
+}
+
+func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now time.Time) *Alloc {
+	out := &Alloc{ID: a.ID, NodeID: a.NodeID, ClientStatus: a.ClientStatus}
+	for _, ts := range a.TaskStates {
+		if ts == nil {
+			continue
+		}
+		if !ts.StartedAt.IsZero() && (out.Started.IsZero() || ts.StartedAt.Before(out.Started)) {
+			out.Started = ts.StartedAt
+		}
+		if !ts.FinishedAt.IsZero() && ts.FinishedAt.After(out.Finished) {
+			out.Finished = ts.FinishedAt
+		}
+	}
+	if a.AllocatedResources != nil {
+		for _, task := range a.AllocatedResources.Tasks {
+			if task == nil {
+				continue
+			}
+			for _, d := range task.Devices {
+				if d == nil || d.Vendor != "nvidia" || d.Type != "gpu" {
+					continue
+				}
+				for _, id := range d.DeviceIDs {
+					out.DeviceIDs = append(out.DeviceIDs, id)
+					share := 1.0
+					if g := instances[id]; g != nil {
+						share = g.Share
+						out.Model = g.Model
+					}
+					out.GPUShare += share
+				}
+			}
+		}
+	}
+	sort.Strings(out.DeviceIDs)
+	return out
+}
+
+// account sums the job's executed time and attained GPU-seconds over its
+// allocations, and its waiting time since submission.
+func (j *Job) account(now time.Time) {
+	for _, a := range j.Allocs {
+		if a.Started.IsZero() {
+			continue
+		}
+		end := now
+		if !a.Live() && !a.Finished.IsZero() {
+			end = a.Finished
+		}
+		run := end.Sub(a.Started).Seconds()
+		if run < 0 {
+			run = 0
+		}
+		j.Executed += run
+		j.Attained += run * a.GPUShare
+	}
+	if !j.Submitted.IsZero() {
+		j.Waiting = now.Sub(j.Submitted).Seconds() - j.Executed
+		if j.Waiting < 0 {
+			j.Waiting = 0
+		}
+	}
+}

@@ -1,0 +1,323 @@
+// Package cluster reads the live cluster out of Nomad's objects: the GPU
+// inventory that caravan-device fingerprints, and the managed jobs with their
+// allocations and attained service. It decides nothing; the policies do.
+package cluster
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Meta keys a user sets on a job at submit time.
+const (
+	// MetaPolicy opts a job in and names the ordering policy it asks for.
+	MetaPolicy = "caravan.policy"
+	// MetaProfile names the job's throughput and sensitivity profile.
+	MetaProfile = "caravan.profile"
+	// MetaGPUMemory is the GPU memory the job needs, in MiB.
+	MetaGPUMemory = "caravan.gpu_memory"
+	// MetaPlacement records the constraints the planner added, so that it
+	// replaces only its own and never a user's.
+	MetaPlacement = "caravan.planner.placement"
+)
+
+// Device attribute targets that caravan-device fingerprints.
+const (
+	AttrModel       = "${device.attr.model}"
+	AttrLanesPerGPU = "${device.attr.lanes_per_gpu}"
+	AttrMemory      = "${device.attr.memory}"
+)
+
+// Instance is one device instance Nomad can hand out: a whole GPU or a lane.
+type Instance struct {
+	ID      string
+	Healthy bool
+	Health  string
+	// AllocID holds the instance now, empty when free.
+	AllocID string
+}
+
+// GPUGroup is one device group of a node: same model and lane layout.
+type GPUGroup struct {
+	Name         string // Nomad's device name
+	Model        string
+	MemoryMiB    uint64 // of one instance: the lane's for a lane
+	GPUMemoryMiB uint64 // of the physical GPU
+	LanesPerGPU  int    // 1 for whole GPUs
+	// Share is the fraction of a GPU that one instance is.
+	Share     float64
+	Slots     int
+	Instances []*Instance
+}
+
+// Lanes reports whether the group's GPUs are cut into lanes.
+func (g *GPUGroup) Lanes() bool { return g.LanesPerGPU > 1 }
+
+// Node is a Nomad client with its GPUs.
+type Node struct {
+	ID, Name, Datacenter string
+	Ready                bool
+	CPUMHz               int
+	MemoryMB             int
+	GPUs                 []*GPUGroup
+}
+
+// Alloc is one allocation of a managed job.
+type Alloc struct {
+	ID, NodeID   string
+	ClientStatus string
+	Started      time.Time
+	Finished     time.Time
+	// GPUShare is how many GPUs the allocation holds, a lane counting as its
+	// share.
+	GPUShare  float64
+	DeviceIDs []string
+	Model     string
+}
+
+// Running reports whether the allocation's tasks run.
+func (a *Alloc) Running() bool { return a.ClientStatus == "running" }
+
+// Live reports whether the allocation is placed and not yet terminal.
+func (a *Alloc) Live() bool { return a.ClientStatus == "running" || a.ClientStatus == "pending" }
+
+// Job is a managed job.
+type Job struct {
+	Namespace, ID  string
+	Type           string
+	Status         string
+	Policy         string
+	Profile        string
+	Priority       int
+	JobModifyIndex uint64
+	Submitted      time.Time
+	// GPUs is the number of device instances the job asks for in all.
+	GPUs         int
+	GPUMemoryMiB uint64
+	Allocs       []*Alloc
+	// Attained is the GPU-seconds of service the job has had so far.
+	Attained float64
+	// Executed is the wall time the job has run, in seconds.
+	Executed float64
+	// Waiting is the time since submission spent not running, in seconds.
+	Waiting float64
+	// Spec is the full job as last read; nil when only the stub is known.
+	Spec *api.Job
+}
+
+// Key is namespace/id.
+func (j *Job) Key() string { return Key(j.Namespace, j.ID) }
+
+// Key joins a namespace and a job ID.
+func Key(namespace, id string) string { return namespace + "/" + id }
+
+// Running reports whether any allocation of the job runs or is placed.
+func (j *Job) Running() bool {
+	for _, a := range j.Allocs {
+		if a.Live() {
+			return true
+		}
+	}
+	return false
+}
+
+// State is the cluster at one instant.
+type State struct {
+	Time  time.Time
+	Nodes []*Node
+	Jobs  []*Job
+}
+
+// Instances indexes every device instance by ID, with its group.
+func (s *State) Instances() map[string]*GPUGroup {
+	out := map[string]*GPUGroup{}
+	for _, n := range s.Nodes {
+		for _, g := range n.GPUs {
+			for _, in := range g.Instances {
+				out[in.ID] = g
+			}
+		}
+	}
+	return out
+}
+
+// Models lists the GPU models in the cluster, sorted.
+func (s *State) Models() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range s.Nodes {
+		for _, g := range n.GPUs {
+			if !seen[g.Model] {
+				seen[g.Model] = true
+				out = append(out, g.Model)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NodeFrom reads a node's GPUs from caravan-device's fingerprint: device
+// groups with vendor nvidia and type gpu.
+func NodeFrom(stub *api.NodeListStub) *Node {
+	n := &Node{ID: stub.ID, Name: stub.Name, Datacenter: stub.Datacenter,
+		Ready: stub.Status == "ready" && stub.SchedulingEligibility != "ineligible" && !stub.Drain}
+	res := stub.NodeResources
+	if res == nil {
+		return n
+	}
+	n.CPUMHz = int(res.Cpu.CpuShares)
+	n.MemoryMB = int(res.Memory.MemoryMB)
+	for _, d := range res.Devices {
+		if d.Vendor != "nvidia" || d.Type != "gpu" {
+			continue
+		}
+		g := &GPUGroup{Name: d.Name, Model: d.Name, LanesPerGPU: 1, Share: 1, Slots: 1}
+		if v, ok := attrString(d.Attributes, "model"); ok {
+			g.Model = v
+		}
+		g.MemoryMiB = attrMiB(d.Attributes, "memory")
+		g.GPUMemoryMiB = attrMiB(d.Attributes, "gpu_memory")
+		if g.GPUMemoryMiB == 0 {
+			g.GPUMemoryMiB = g.MemoryMiB
+		}
+		if v := attrInt(d.Attributes, "lanes_per_gpu"); v > 1 {
+			g.LanesPerGPU = int(v)
+		}
+		if v := attrFloat(d.Attributes, "lane_share"); v > 0 && v <= 100 {
+			g.Share = v / 100
+		} else if g.LanesPerGPU > 1 {
+			g.Share = 1 / float64(g.LanesPerGPU)
+		}
+		if v := attrInt(d.Attributes, "slots"); v > 1 {
+			g.Slots = int(v)
+		}
+		for _, inst := range d.Instances {
+			g.Instances = append(g.Instances, &Instance{ID: inst.ID, Healthy: inst.Healthy, Health: inst.HealthDescription})
+		}
+		sort.Slice(g.Instances, func(i, j int) bool { return g.Instances[i].ID < g.Instances[j].ID })
+		n.GPUs = append(n.GPUs, g)
+	}
+	sort.Slice(n.GPUs, func(i, j int) bool { return n.GPUs[i].Name < n.GPUs[j].Name })
+	return n
+}
+
+func attrString(attrs map[string]*api.Attribute, key string) (string, bool) {
+	a := attrs[key]
+	if a == nil {
+		return "", false
+	}
+	if a.StringVal != nil {
+		return *a.StringVal, true
+	}
+	return a.String(), true
+}
+
+func attrFloat(attrs map[string]*api.Attribute, key string) float64 {
+	a := attrs[key]
+	switch {
+	case a == nil:
+		return 0
+	case a.FloatVal != nil:
+		return *a.FloatVal
+	case a.IntVal != nil:
+		return float64(*a.IntVal)
+	case a.StringVal != nil:
+		f, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(*a.StringVal), "%"), 64)
+		return f
+	}
+	return 0
+}
+
+func attrInt(attrs map[string]*api.Attribute, key string) int64 {
+	return int64(attrFloat(attrs, key))
+}
+
+// attrMiB reads a memory attribute in MiB whatever unit it carries.
+func attrMiB(attrs map[string]*api.Attribute, key string) uint64 {
+	a := attrs[key]
+	if a == nil {
+		return 0
+	}
+	v := attrFloat(attrs, key)
+	unit := a.Unit
+	if a.StringVal != nil {
+		// "40 GiB" as a string attribute.
+		fields := strings.Fields(*a.StringVal)
+		if len(fields) == 2 {
+			v, _ = strconv.ParseFloat(fields[0], 64)
+			unit = fields[1]
+		}
+	}
+	switch strings.ToLower(unit) {
+	case "kib":
+		v /= 1024
+	case "gib":
+		v *= 1024
+	case "tib":
+		v *= 1024 * 1024
+	case "b":
+		v /= 1024 * 1024
+	case "kb":
+		v = v * 1000 / (1 << 20)
+	case "mb":
+		v = v * 1e6 / (1 << 20)
+	case "gb":
+		v = v * 1e9 / (1 << 20)
+	}
+	return uint64(v + 0.5)
+}
+
+// RequestedGPUs counts the GPU device instances a job asks for: every task
+// group's count times its tasks' nvidia/gpu requests.
+func RequestedGPUs(job *api.Job) int {
+	total := 0
+	for _, tg := range job.TaskGroups {
+		count := 1
+		if tg.Count != nil {
+			count = *tg.Count
+		}
+		per := 0
+		for _, t := range tg.Tasks {
+			for _, d := range GPURequests(t) {
+				if d.Count != nil {
+					per += int(*d.Count)
+				} else {
+					per++
+				}
+			}
+		}
+		total += count * per
+	}
+	return total
+}
+
+// GPURequests returns a task's device requests that caravan GPUs satisfy.
+func GPURequests(t *api.Task) []*api.RequestedDevice {
+	if t.Resources == nil {
+		return nil
+	}
+	var out []*api.RequestedDevice
+	for _, d := range t.Resources.Devices {
+		if IsGPURequest(d.Name) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// IsGPURequest reports whether a device request name ("gpu", "nvidia/gpu",
+// "nvidia/gpu/<model>") asks for an NVIDIA GPU.
+func IsGPURequest(name string) bool {
+	parts := strings.Split(name, "/")
+	switch len(parts) {
+	case 1:
+		return parts[0] == "gpu"
+	default:
+		return parts[0] == "nvidia" && parts[1] == "gpu"
+	}
+}

@@ -1,0 +1,212 @@
+// Package nomadx is the planner's narrow view of Nomad: only the calls the
+// planner and the operator CLI make. The real implementation wraps
+// github.com/hashicorp/nomad/api; tests use an in-process fake of Client.
+package nomadx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// ErrConflict is returned by RegisterJob when the job changed since the
+// planner read it: someone else registered a newer version first.
+var ErrConflict = errors.New("job modify index conflict")
+
+// ErrNotFound is returned by JobInfo for a job that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Client is every Nomad call the planner makes.
+type Client interface {
+	// Nodes lists client nodes with their device resources.
+	Nodes(ctx context.Context) ([]*api.NodeListStub, error)
+	// Jobs lists jobs in every namespace the token can read, with their meta.
+	Jobs(ctx context.Context) ([]*api.JobListStub, error)
+	// Job reads one job's full spec.
+	Job(ctx context.Context, namespace, id string) (*api.Job, error)
+	// Allocations lists allocations in every namespace with their allocated
+	// resources.
+	Allocations(ctx context.Context) ([]*api.AllocationListStub, error)
+	// JobAllocations lists one job's allocations.
+	JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
+	// RegisterJob writes job only if its JobModifyIndex is still
+	// modifyIndex, and returns ErrConflict otherwise.
+	RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) error
+	// SchedulerConfig reads the scheduler configuration.
+	SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration, error)
+	// SetSchedulerConfig writes cfg if its ModifyIndex is still current and
+	// reports whether it did.
+	SetSchedulerConfig(ctx context.Context, cfg *api.SchedulerConfiguration) (bool, error)
+	// Changes delivers a value whenever a job, allocation or node changes,
+	// until ctx ends. Bursts may be merged.
+	Changes(ctx context.Context) (<-chan struct{}, error)
+}
+
+// API is Client on a real Nomad agent.
+type API struct {
+	c *api.Client
+}
+
+// New returns a Client for the agent that the standard NOMAD_* environment
+// (address, token, TLS) points at, with address and token overriding it when
+// set.
+func New(address, token string) (*API, error) {
+	cfg := api.DefaultConfig()
+	if address != "" {
+		cfg.Address = address
+	}
+	if token != "" {
+		cfg.SecretID = token
+	}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	return &API{c: c}, nil
+}
+
+// Wrap returns a Client around an existing api.Client.
+func Wrap(c *api.Client) *API { return &API{c: c} }
+
+// Address is the agent's HTTP address.
+func (a *API) Address() string { return a.c.Address() }
+
+func query(ctx context.Context, params map[string]string) *api.QueryOptions {
+	q := &api.QueryOptions{Namespace: api.AllNamespacesNamespace, Params: params}
+	return q.WithContext(ctx)
+}
+
+func (a *API) Nodes(ctx context.Context) ([]*api.NodeListStub, error) {
+	nodes, _, err := a.c.Nodes().List(query(ctx, map[string]string{"resources": "true"}))
+	return nodes, err
+}
+
+func (a *API) Jobs(ctx context.Context) ([]*api.JobListStub, error) {
+	jobs, _, err := a.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, query(ctx, nil))
+	return jobs, err
+}
+
+func (a *API) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
+	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
+	job, _, err := a.c.Jobs().Info(id, q)
+	if err != nil && is404(err) {
+		return nil, fmt.Errorf("job %q in namespace %q: %w", id, namespace, ErrNotFound)
+	}
+	return job, err
+}
+
+func (a *API) Allocations(ctx context.Context) ([]*api.AllocationListStub, error) {
+	allocs, _, err := a.c.Allocations().List(query(ctx, map[string]string{"resources": "true"}))
+	return allocs, err
+}
+
+func (a *API) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
+	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
+	allocs, _, err := a.c.Jobs().Allocations(id, false, q)
+	return allocs, err
+}
+
+func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) error {
+	w := (&api.WriteOptions{Namespace: ptrValue(job.Namespace)}).WithContext(ctx)
+	_, _, err := a.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: modifyIndex}, w)
+	if err != nil && IsConflict(err) {
+		return fmt.Errorf("%w: %v", ErrConflict, err)
+	}
+	return err
+}
+
+func (a *API) SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration, error) {
+	resp, _, err := a.c.Operator().SchedulerGetConfiguration((&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if resp.SchedulerConfig == nil {
+		return nil, errors.New("nomad returned no scheduler configuration")
+	}
+	return resp.SchedulerConfig, nil
+}
+
+func (a *API) SetSchedulerConfig(ctx context.Context, cfg *api.SchedulerConfiguration) (bool, error) {
+	resp, _, err := a.c.Operator().SchedulerCASConfiguration(cfg, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, err
+	}
+	return resp.Updated, nil
+}
+
+// Changes follows Nomad's event stream. When the stream breaks it reconnects
+// after a pause and sends one change, since events may have been missed.
+func (a *API) Changes(ctx context.Context) (<-chan struct{}, error) {
+	topics := map[api.Topic][]string{api.TopicJob: {"*"}, api.TopicAllocation: {"*"}, api.TopicNode: {"*"}}
+	out := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	stream := func() (<-chan *api.Events, error) {
+		return a.c.EventStream().Stream(ctx, topics, 0, &api.QueryOptions{Namespace: api.AllNamespacesNamespace})
+	}
+	events, err := stream()
+	if err != nil {
+		return nil, fmt.Errorf("nomad event stream: %w", err)
+	}
+	go func() {
+		defer close(out)
+		for {
+			for ev := range events {
+				if ev.Err != nil {
+					break
+				}
+				if !ev.IsHeartbeat() {
+					notify()
+				}
+			}
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				if events, err = stream(); err == nil {
+					notify()
+					break
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// IsConflict reports whether err is Nomad's answer to a register whose
+// enforced modify index is out of date.
+func IsConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conflicting job modify index") || strings.Contains(msg, "Enforcing job modify index")
+}
+
+func is404(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode() == 404
+	}
+	return strings.Contains(err.Error(), "404")
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

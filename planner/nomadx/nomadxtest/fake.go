@@ -1,0 +1,231 @@
+// Package nomadxtest is an in-process fake of nomadx.Client for unit tests.
+// It keeps jobs with Nomad's index semantics, so that compare-and-set and
+// conflicts behave as they do on a real agent.
+package nomadxtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/nomadx"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Fake is an in-memory Nomad.
+type Fake struct {
+	mu      sync.Mutex
+	index   uint64
+	jobs    map[string]*api.Job
+	NodeSet []*api.NodeListStub
+	Allocs  []*api.AllocationListStub
+	Sched   api.SchedulerConfiguration
+	// BeforeRegister runs before each RegisterJob is decided, outside the
+	// lock; tests use it to slip in a concurrent edit.
+	BeforeRegister func(job *api.Job)
+	// Registers counts successful RegisterJob calls; Conflicts the refused.
+	Registers, Conflicts int
+	changes              chan struct{}
+}
+
+var _ nomadx.Client = (*Fake)(nil)
+
+// New returns an empty fake.
+func New() *Fake {
+	return &Fake{index: 10, jobs: map[string]*api.Job{}, changes: make(chan struct{}, 1)}
+}
+
+func clone(j *api.Job) *api.Job {
+	data, err := json.Marshal(j)
+	if err != nil {
+		panic(err)
+	}
+	var out api.Job
+	if err := json.Unmarshal(data, &out); err != nil {
+		panic(err)
+	}
+	return &out
+}
+
+func ns(j *api.Job) string {
+	if j.Namespace == nil || *j.Namespace == "" {
+		return "default"
+	}
+	return *j.Namespace
+}
+
+// Submit registers a job as a user would, with no index check, and returns
+// its new JobModifyIndex.
+func (f *Fake) Submit(j *api.Job) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.store(j)
+}
+
+func (f *Fake) store(j *api.Job) uint64 {
+	f.index++
+	j = clone(j)
+	n := ns(j)
+	j.Namespace = &n
+	idx := f.index
+	j.JobModifyIndex = &idx
+	j.ModifyIndex = &idx
+	if old := f.jobs[cluster.Key(n, *j.ID)]; old != nil && old.Version != nil {
+		v := *old.Version + 1
+		j.Version = &v
+	} else {
+		v := uint64(0)
+		j.Version = &v
+		j.SubmitTime = new(int64)
+	}
+	if j.Status == nil {
+		s := "pending"
+		j.Status = &s
+	}
+	if j.Priority == nil {
+		p := 50
+		j.Priority = &p
+	}
+	f.jobs[cluster.Key(n, *j.ID)] = j
+	select {
+	case f.changes <- struct{}{}:
+	default:
+	}
+	return idx
+}
+
+// Get returns a copy of a stored job, or nil.
+func (f *Fake) Get(namespace, id string) *api.Job {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j := f.jobs[cluster.Key(namespace, id)]
+	if j == nil {
+		return nil
+	}
+	return clone(j)
+}
+
+// Update changes a stored job in place without a new index, as Nomad's own
+// status changes do.
+func (f *Fake) Update(namespace, id string, fn func(*api.Job)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if j := f.jobs[cluster.Key(namespace, id)]; j != nil {
+		fn(j)
+	}
+}
+
+func (f *Fake) Nodes(context.Context) ([]*api.NodeListStub, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.NodeSet, nil
+}
+
+func (f *Fake) Jobs(context.Context) ([]*api.JobListStub, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*api.JobListStub
+	for _, j := range f.jobs {
+		stub := &api.JobListStub{ID: *j.ID, Namespace: *j.Namespace, Type: "batch", Priority: *j.Priority,
+			Status: *j.Status, JobModifyIndex: *j.JobModifyIndex, ModifyIndex: *j.ModifyIndex, Meta: j.Meta}
+		if j.Type != nil {
+			stub.Type = *j.Type
+		}
+		if j.SubmitTime != nil {
+			stub.SubmitTime = *j.SubmitTime
+		}
+		if j.Stop != nil {
+			stub.Stop = *j.Stop
+		}
+		out = append(out, stub)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out, nil
+}
+
+func (f *Fake) Job(_ context.Context, namespace, id string) (*api.Job, error) {
+	if j := f.Get(namespace, id); j != nil {
+		return j, nil
+	}
+	return nil, fmt.Errorf("job %q: %w", id, nomadx.ErrNotFound)
+}
+
+func (f *Fake) Allocations(context.Context) ([]*api.AllocationListStub, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Allocs, nil
+}
+
+func (f *Fake) JobAllocations(_ context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*api.AllocationListStub
+	for _, a := range f.Allocs {
+		if a.JobID == id && (a.Namespace == namespace || a.Namespace == "" && namespace == "default") {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (f *Fake) RegisterJob(_ context.Context, job *api.Job, modifyIndex uint64) error {
+	if f.BeforeRegister != nil {
+		f.BeforeRegister(job)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur := f.jobs[cluster.Key(ns(job), *job.ID)]
+	curIndex := uint64(0)
+	if cur != nil {
+		curIndex = *cur.JobModifyIndex
+	}
+	if curIndex != modifyIndex {
+		f.Conflicts++
+		return fmt.Errorf("%w: Enforcing job modify index %d: job exists with conflicting job modify index: %d",
+			nomadx.ErrConflict, modifyIndex, curIndex)
+	}
+	f.Registers++
+	f.store(job)
+	return nil
+}
+
+func (f *Fake) SchedulerConfig(context.Context) (*api.SchedulerConfiguration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.Sched
+	return &c, nil
+}
+
+func (f *Fake) SetSchedulerConfig(_ context.Context, cfg *api.SchedulerConfiguration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cfg.ModifyIndex != f.Sched.ModifyIndex {
+		return false, nil
+	}
+	f.index++
+	f.Sched = *cfg
+	f.Sched.ModifyIndex = f.index
+	return true, nil
+}
+
+func (f *Fake) Changes(ctx context.Context) (<-chan struct{}, error) {
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.changes:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out, nil
+}

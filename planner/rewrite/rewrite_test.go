@@ -1,0 +1,190 @@
+package rewrite
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+func gpuJob(id string) *api.Job {
+	job := api.NewBatchJob(id, id, "global", 50)
+	task := api.NewTask("train", "caravan")
+	task.Require(&api.Resources{CPU: ptr(100), MemoryMB: ptr(64),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr[uint64](1)}}})
+	job.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
+	return job
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestRewrite(t *testing.T) {
+	lane := true
+	cases := []struct {
+		name   string
+		target Target
+		live   bool
+		want   []string
+	}{
+		{"priority only", Target{Priority: 80}, false, []string{"priority 50→80"}},
+		{"same priority is no change", Target{Priority: 50}, false, nil},
+		{"placement on pending job", Target{Priority: 50, Placement: &Placement{Model: "Tesla T4", Lane: &lane, CPU: 400, MemoryMB: 2048}}, false,
+			[]string{"task train cpu 400 MHz", "task train memory 2048 MB", "constraint ${device.attr.model} = Tesla T4", "constraint ${device.attr.lanes_per_gpu} > 1"}},
+		{"placement ignored on live job", Target{Priority: 30, Placement: &Placement{Model: "Tesla T4"}}, true, []string{"priority 50→30"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := gpuJob("j")
+			got := Rewrite(job, tc.target, tc.live)
+			must.Eq(t, tc.want, []string(got))
+		})
+	}
+}
+
+func TestRewriteReplacesOnlyItsOwnConstraints(t *testing.T) {
+	job := gpuJob("j")
+	dev := job.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	dev.Constraints = []*api.Constraint{{LTarget: cluster.AttrMemory, Operand: ">=", RTarget: "10 GiB"}}
+
+	Rewrite(job, Target{Placement: &Placement{Model: "Tesla T4"}}, false)
+	must.Len(t, 2, dev.Constraints)
+	must.Eq(t, "${device.attr.model}|=|Tesla T4", job.Meta[cluster.MetaPlacement])
+
+	change := Rewrite(job, Target{Placement: &Placement{Model: "NVIDIA H100 80GB HBM3"}}, false)
+	must.Len(t, 2, dev.Constraints, must.Sprint("the old model constraint is replaced, not added to"))
+	must.Eq(t, cluster.AttrMemory, dev.Constraints[0].LTarget)
+	must.Eq(t, "NVIDIA H100 80GB HBM3", dev.Constraints[1].RTarget)
+	must.Eq(t, []string{"constraint ${device.attr.model} = NVIDIA H100 80GB HBM3"}, []string(change))
+
+	// A second identical rewrite changes nothing.
+	must.Len(t, 0, Rewrite(job, Target{Placement: &Placement{Model: "NVIDIA H100 80GB HBM3"}}, false))
+}
+
+func TestRewriteKeepsUsersModelChoice(t *testing.T) {
+	job := gpuJob("j")
+	dev := job.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	dev.Constraints = []*api.Constraint{{LTarget: cluster.AttrModel, Operand: "=", RTarget: "Tesla T4"}}
+	change := Rewrite(job, Target{Placement: &Placement{Model: "NVIDIA H100 80GB HBM3"}}, false)
+	must.Len(t, 0, change)
+	must.Len(t, 1, dev.Constraints)
+	must.Eq(t, "Tesla T4", dev.Constraints[0].RTarget)
+}
+
+// A user edit that lands between the planner's read and its write must
+// survive: the planner's write is refused and redone on the user's version.
+func TestWriterKeepsConcurrentUserEdit(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	edits := 0
+	fake.BeforeRegister = func(*api.Job) {
+		if edits < 3 {
+			edits++
+			user := fake.Get("default", "j")
+			user.Meta = map[string]string{"user.edit": strings.Repeat("x", edits)}
+			fake.Submit(user)
+		}
+	}
+	w := &Writer{Nomad: fake, Limiter: NewLimiter(0, 1)}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 90})
+	must.NoError(t, res.Err)
+	must.Eq(t, Written, res.Outcome)
+	must.Eq(t, 3, res.Conflicts)
+	got := fake.Get("default", "j")
+	must.Eq(t, 90, *got.Priority)
+	must.Eq(t, "xxx", got.Meta["user.edit"])
+}
+
+func TestWriterGivesUpAfterMaxAttempts(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	fake.BeforeRegister = func(*api.Job) { fake.Submit(fake.Get("default", "j")) }
+	w := &Writer{Nomad: fake, MaxAttempts: 3}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 90})
+	must.Eq(t, Failed, res.Outcome)
+	must.ErrorContains(t, res.Err, "changed 3 times")
+	must.Eq(t, 50, *fake.Get("default", "j").Priority)
+}
+
+func TestWriterLeavesPlacementOfLiveJob(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	fake.Allocs = []*api.AllocationListStub{{ID: "a1", JobID: "j", Namespace: "default", ClientStatus: "running", DesiredStatus: "run"}}
+	w := &Writer{Nomad: fake}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 20, Placement: &Placement{Model: "Tesla T4", CPU: 999}})
+	must.Eq(t, Written, res.Outcome)
+	must.True(t, res.Live)
+	got := fake.Get("default", "j")
+	must.Eq(t, 20, *got.Priority)
+	must.Eq(t, 100, *got.TaskGroups[0].Tasks[0].Resources.CPU)
+	must.Len(t, 0, got.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints)
+	must.MapNotContainsKey(t, got.Meta, cluster.MetaPlacement)
+}
+
+func TestWriterSkipsStoppedAndMissingJobs(t *testing.T) {
+	fake := nomadxtest.New()
+	job := gpuJob("stopped")
+	job.Stop = ptr(true)
+	fake.Submit(job)
+	w := &Writer{Nomad: fake}
+	must.Eq(t, Skipped, w.Apply(context.Background(), "default", "stopped", Target{Priority: 90}).Outcome)
+	must.Eq(t, Skipped, w.Apply(context.Background(), "default", "missing", Target{Priority: 90}).Outcome)
+	must.Eq(t, 0, fake.Registers)
+}
+
+// Many concurrent writers and users racing on one job: every user edit
+// survives and the final priority is the planner's.
+func TestWriterRaceStress(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	w := &Writer{Nomad: fake, MaxAttempts: 1000}
+	var wg sync.WaitGroup
+	const users = 100
+	for i := 0; i < users; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			res := w.Apply(context.Background(), "default", "j", Target{Priority: 70})
+			must.NoError(t, res.Err)
+		}()
+		go func(i int) {
+			defer wg.Done()
+			// A user's read-modify-write with CAS, as `nomad job run -check-index` does.
+			for {
+				j := fake.Get("default", "j")
+				if j.Meta == nil {
+					j.Meta = map[string]string{}
+				}
+				j.Meta[string(rune('a'+i%26))+string(rune('a'+i/26))] = "1"
+				if fake.RegisterJob(context.Background(), j, *j.JobModifyIndex) == nil {
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	got := fake.Get("default", "j")
+	must.Eq(t, users, len(got.Meta), must.Sprint("every user edit survives"))
+	must.Eq(t, 70, *got.Priority)
+}
+
+func TestLimiter(t *testing.T) {
+	l := NewLimiter(100, 1)
+	now := time.Unix(0, 0)
+	var mu sync.Mutex
+	l.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	must.NoError(t, l.Wait(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	// The clock stands still, so no token refills and the wait runs out.
+	must.Error(t, l.Wait(ctx))
+	mu.Lock()
+	now = now.Add(10 * time.Millisecond)
+	mu.Unlock()
+	must.NoError(t, l.Wait(context.Background()))
+}

@@ -1,0 +1,173 @@
+package rewrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/nomadx"
+)
+
+// Outcome is what became of one write.
+type Outcome string
+
+const (
+	Written   Outcome = "written"
+	Unchanged Outcome = "unchanged"
+	Skipped   Outcome = "skipped" // the job stopped or vanished
+	Failed    Outcome = "failed"
+)
+
+// Result reports one Apply.
+type Result struct {
+	Outcome   Outcome
+	Change    Change
+	Conflicts int // CAS conflicts retried
+	Live      bool
+	Err       error
+}
+
+// Writer applies targets to jobs on Nomad.
+type Writer struct {
+	Nomad   nomadx.Client
+	Limiter *Limiter
+	// MaxAttempts bounds the read-modify-write attempts per job; conflicts
+	// beyond it leave the job for the next round.
+	MaxAttempts int
+}
+
+// Apply reads the job fresh, rewrites it toward t and registers it only if
+// nobody changed it since the read. On a conflict it starts again from a
+// fresh read, so that a concurrent edit by a user is kept, not overwritten.
+func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Result {
+	attempts := w.MaxAttempts
+	if attempts <= 0 {
+		attempts = 10
+	}
+	var res Result
+	for attempt := 0; attempt < attempts; attempt++ {
+		job, err := w.Nomad.Job(ctx, namespace, id)
+		if errors.Is(err, nomadx.ErrNotFound) {
+			res.Outcome = Skipped
+			return res
+		}
+		if err != nil {
+			res.Outcome, res.Err = Failed, err
+			return res
+		}
+		if job.Stop != nil && *job.Stop || job.Status != nil && *job.Status == "dead" {
+			res.Outcome = Skipped
+			return res
+		}
+		live := false
+		if t.Placement != nil {
+			// Placement may only change while nothing of the job is placed;
+			// ask Nomad now rather than trust the round's snapshot.
+			allocs, err := w.Nomad.JobAllocations(ctx, namespace, id)
+			if err != nil {
+				res.Outcome, res.Err = Failed, err
+				return res
+			}
+			for _, a := range allocs {
+				if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+					live = a.DesiredStatus == "run" || live
+				}
+			}
+		}
+		res.Live = live
+		change := Rewrite(job, t, live)
+		if len(change) == 0 {
+			res.Outcome = Unchanged
+			return res
+		}
+		if err := w.Limiter.Wait(ctx); err != nil {
+			res.Outcome, res.Err = Failed, err
+			return res
+		}
+		index := uint64(0)
+		if job.JobModifyIndex != nil {
+			index = *job.JobModifyIndex
+		}
+		err = w.Nomad.RegisterJob(ctx, job, index)
+		if err == nil {
+			res.Outcome, res.Change = Written, change
+			return res
+		}
+		if !nomadx.IsConflict(err) {
+			res.Outcome, res.Err = Failed, err
+			return res
+		}
+		res.Conflicts++
+		select {
+		case <-ctx.Done():
+			res.Outcome, res.Err = Failed, ctx.Err()
+			return res
+		case <-time.After(backoff(attempt)):
+		}
+	}
+	res.Outcome = Failed
+	res.Err = fmt.Errorf("job %s/%s changed %d times while being rewritten; left for the next round", namespace, id, res.Conflicts)
+	return res
+}
+
+// backoff spreads retries so that two writers on one job stop colliding.
+func backoff(attempt int) time.Duration {
+	d := time.Duration(attempt+1) * 2 * time.Millisecond
+	if d > 20*time.Millisecond {
+		d = 20 * time.Millisecond
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// Limiter is a token bucket: at most Rate writes a second on average, with
+// bursts of up to Burst.
+type Limiter struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+}
+
+// NewLimiter allows rate writes a second with bursts of burst. A rate of 0
+// or less means no limit.
+func NewLimiter(rate float64, burst int) *Limiter {
+	if burst < 1 {
+		burst = 1
+	}
+	return &Limiter{rate: rate, burst: float64(burst), tokens: float64(burst), now: time.Now}
+}
+
+// Wait blocks until a write may go, or ctx ends.
+func (l *Limiter) Wait(ctx context.Context) error {
+	if l == nil || l.rate <= 0 {
+		return ctx.Err()
+	}
+	for {
+		l.mu.Lock()
+		now := l.now()
+		if !l.last.IsZero() {
+			l.tokens += now.Sub(l.last).Seconds() * l.rate
+			if l.tokens > l.burst {
+				l.tokens = l.burst
+			}
+		}
+		l.last = now
+		if l.tokens >= 1 {
+			l.tokens--
+			l.mu.Unlock()
+			return nil
+		}
+		wait := time.Duration((1 - l.tokens) / l.rate * float64(time.Second))
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
