@@ -1,0 +1,184 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	log "github.com/hashicorp/go-hclog"
+)
+
+// mpsDaemon supervises nvidia-cuda-mps-control, or checks on the operator's.
+type mpsDaemon struct {
+	cfg    MPSConfig
+	logger log.Logger
+
+	mu       sync.Mutex
+	defaults string // the lane defaults last applied, to apply changes only
+}
+
+// mpsReady makes sure an MPS daemon serves the lanes when MPS is on. Missing
+// binaries or a missing operator daemon are returned as errors that say what
+// to do.
+func (d *Device) mpsReady(s *settings) error {
+	if !s.mps.Enabled {
+		return nil
+	}
+	d.mu.Lock()
+	if d.mps == nil || d.mps.cfg != s.mps {
+		d.mps = &mpsDaemon{cfg: s.mps, logger: d.logger.Named("mps")}
+	}
+	m := d.mps
+	insts := d.instances
+	d.mu.Unlock()
+	if err := m.ensure(); err != nil {
+		return err
+	}
+	if insts != nil {
+		m.applyDefaults(insts)
+	}
+	return nil
+}
+
+func (m *mpsDaemon) controlPipe() string { return filepath.Join(m.cfg.PipeDir, "control") }
+
+// ensure starts the daemon when it is not running (supervise mode) or checks
+// that the operator's is (external mode).
+func (m *mpsDaemon) ensure() error {
+	if m.cfg.Mode == MPSExternal {
+		if _, err := os.Stat(m.controlPipe()); err != nil {
+			return fmt.Errorf("mps: mode = \"external\" but no MPS daemon listens at %s: start `nvidia-cuda-mps-control -d` with CUDA_MPS_PIPE_DIRECTORY=%s, or set mps.mode = \"supervise\"", m.controlPipe(), m.cfg.PipeDir)
+		}
+		return nil
+	}
+	control, err := exec.LookPath(m.cfg.ControlBin)
+	if err != nil {
+		return fmt.Errorf("mps: %s not found (%v): install the NVIDIA driver's MPS utilities, set mps.control_bin, or set mps.enabled = false", m.cfg.ControlBin, err)
+	}
+	server := filepath.Join(filepath.Dir(control), "nvidia-cuda-mps-server")
+	if _, err := os.Stat(server); err != nil {
+		if _, err := exec.LookPath("nvidia-cuda-mps-server"); err != nil {
+			return fmt.Errorf("mps: nvidia-cuda-mps-server not found next to %s or on PATH: install the NVIDIA driver's MPS utilities, or set mps.enabled = false", control)
+		}
+	}
+	if m.running(control) {
+		return nil
+	}
+	for _, dir := range []string{m.cfg.PipeDir, m.cfg.LogDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("mps: %w", err)
+		}
+	}
+	m.logger.Info("starting MPS control daemon", "bin", control, "pipe_dir", m.cfg.PipeDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, control, "-d")
+	cmd.Env = m.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mps: %s -d failed: %v: %s", control, err, strings.TrimSpace(string(out)))
+	}
+	m.mu.Lock()
+	m.defaults = ""
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *mpsDaemon) env() []string {
+	return append(os.Environ(),
+		"CUDA_MPS_PIPE_DIRECTORY="+m.cfg.PipeDir,
+		"CUDA_MPS_LOG_DIRECTORY="+m.cfg.LogDir)
+}
+
+// running asks the daemon for its server list; only a live daemon answers.
+func (m *mpsDaemon) running(control string) bool {
+	if _, err := os.Stat(m.controlPipe()); err != nil {
+		return false
+	}
+	_, err := m.command(control, "get_server_list")
+	return err == nil
+}
+
+func (m *mpsDaemon) command(control, line string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, control)
+	cmd.Env = m.env()
+	cmd.Stdin = strings.NewReader(line + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v: %s", line, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// mpsDefaultCommands are the control commands that give new MPS clients
+// their lane's limits by default: the pinned memory of each lane-cut GPU
+// and, when every lane has the same share, the active thread percentage.
+// The per-client limits Reserve puts in the task's environment still win.
+func mpsDefaultCommands(insts map[string]instance) []string {
+	byGPU := map[string]instance{}
+	for _, in := range insts {
+		if in.isLane() {
+			byGPU[in.device.UUID] = in
+		}
+	}
+	uuids := make([]string, 0, len(byGPU))
+	for u := range byGPU {
+		uuids = append(uuids, u)
+	}
+	sort.Strings(uuids)
+	var cmds []string
+	share := -1
+	for _, u := range uuids {
+		in := byGPU[u]
+		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %s %dM", u, in.memoryMiB))
+		switch {
+		case share == -1:
+			share = in.sharePercent
+		case share != in.sharePercent:
+			share = 0
+		}
+	}
+	if share > 0 {
+		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", share))
+	}
+	return cmds
+}
+
+func (m *mpsDaemon) applyDefaults(insts map[string]instance) {
+	if m.cfg.Mode == MPSExternal {
+		return // the operator's daemon, the operator's defaults
+	}
+	cmds := mpsDefaultCommands(insts)
+	key := strings.Join(cmds, "\n")
+	m.mu.Lock()
+	same := key == m.defaults
+	m.mu.Unlock()
+	if same {
+		return
+	}
+	control, err := exec.LookPath(m.cfg.ControlBin)
+	if err != nil {
+		return
+	}
+	var errs []error
+	for _, c := range cmds {
+		if _, err := m.command(control, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		m.logger.Warn("cannot set MPS lane defaults", "error", err)
+		return
+	}
+	m.mu.Lock()
+	m.defaults = key
+	m.mu.Unlock()
+}
