@@ -99,7 +99,7 @@ func (d *Device) SetConfig(c *base.Config) error {
 		_ = d.backend.Close()
 	}
 	d.settings, d.backend, d.instances = s, backend, nil
-	d.logger.Info("config set", "backend", s.backend, "fingerprint_period", s.fingerprintPeriod,
+	d.logger.Info("config set", "backend", s.backend, "fingerprint_period", s.fingerprintPeriod.String(),
 		"partition_rules", len(s.rules), "mps", s.mps.Enabled)
 	return nil
 }

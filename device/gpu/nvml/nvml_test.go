@@ -1,0 +1,186 @@
+package nvml_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/gpu/nvml"
+	"github.com/caravan-gpu/caravan/device/gpu/nvml/nvmltest"
+	"github.com/shoenig/test/must"
+)
+
+func open(t *testing.T, lib gonvml.Interface) *nvml.Backend {
+	t.Helper()
+	b, err := nvml.NewWithLibrary(lib, nil)
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestNew_LibraryMissing(t *testing.T) {
+	cases := []struct {
+		name string
+		ret  gonvml.Return
+		want string
+	}{
+		{"library not found", gonvml.ERROR_LIBRARY_NOT_FOUND, "libnvidia-ml.so.1 not found: install the NVIDIA driver"},
+		{"driver not loaded", gonvml.ERROR_DRIVER_NOT_LOADED, "initialising NVML failed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := &mock.Interface{InitFunc: func() gonvml.Return { return tc.ret }}
+			_, err := nvml.NewWithLibrary(lib, nil)
+			must.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestNew_RealLibraryAbsentDoesNotCrash(t *testing.T) {
+	b, err := nvml.New(nil)
+	if err == nil {
+		_ = b.Close()
+		t.Skip("this machine has NVML")
+	}
+	must.StrContains(t, err.Error(), "nvml:")
+}
+
+func TestDevices_DGXA100(t *testing.T) {
+	b := open(t, nvmltest.Complete(dgxa100.New()))
+	devs, err := b.Devices()
+	must.NoError(t, err)
+	must.Len(t, 8, devs)
+	for _, d := range devs {
+		must.StrHasPrefix(t, "GPU-", d.UUID)
+		must.Eq(t, "Mock NVIDIA A100-SXM4-40GB", d.Model)
+		must.Eq(t, "ampere", d.Architecture)
+		must.Eq(t, "8.0", d.ComputeCapability)
+		must.Eq(t, uint64(40960), d.MemoryMiB)
+		must.Eq(t, 108, d.SMCount)
+		must.Eq(t, uint64(31507), d.PCIBandwidthMBps)
+		must.False(t, d.MIGEnabled)
+	}
+	drv, cuda, err := b.Versions()
+	must.NoError(t, err)
+	must.Eq(t, "550.54.15", drv)
+	must.Eq(t, "12.4", cuda)
+}
+
+func TestDevices_MixedFleetWithMIG(t *testing.T) {
+	fleet := nvmltest.New(gpus.H100_SXM5_80GB, gpus.H100_SXM5_80GB, gpus.A100_SXM4_40GB, gpus.A30_PCIE_24GB)
+	must.NoError(t, fleet.EnableMIG(2, gonvml.GPU_INSTANCE_PROFILE_3_SLICE, gonvml.GPU_INSTANCE_PROFILE_3_SLICE))
+	b := open(t, fleet)
+
+	devs, err := b.Devices()
+	must.NoError(t, err)
+	type row struct {
+		model, arch, cc string
+		mem             uint64
+		sms             int
+		mig             bool
+		parent          bool
+	}
+	var got []row
+	for _, d := range devs {
+		got = append(got, row{d.Model, d.Architecture, d.ComputeCapability, d.MemoryMiB, d.SMCount, d.IsMIG(), d.MIGEnabled})
+	}
+	a100 := "Mock NVIDIA A100-SXM4-40GB"
+	must.Eq(t, []row{
+		{"NVIDIA H100 80GB HBM3", "hopper", "9.0", 81920, 132, false, false},
+		{"NVIDIA H100 80GB HBM3", "hopper", "9.0", 81920, 132, false, false},
+		{a100, "ampere", "8.0", 40960, 108, false, true},
+		{a100 + " MIG 3g.20gb", "ampere", "8.0", 19968, 42, true, false},
+		{a100 + " MIG 3g.20gb", "ampere", "8.0", 19968, 42, true, false},
+		{"NVIDIA A30-PCIE-24GB", "ampere", "8.0", 24576, 56, false, false},
+	}, got)
+	must.Eq(t, devs[2].UUID, devs[3].ParentUUID)
+	must.Eq(t, "3g.20gb", devs[3].MIGProfile)
+	must.Eq(t, uint64(63016), devs[0].PCIBandwidthMBps)
+	must.NotEq(t, devs[0].PCIBusID, devs[1].PCIBusID)
+
+	// A MIG instance is addressable by its own UUID.
+	st, err := b.Stats(devs[3].UUID)
+	must.NoError(t, err)
+	must.Eq(t, uint64(19968), st.TotalMemoryMiB)
+	h, err := b.Health(devs[4].UUID)
+	must.NoError(t, err)
+	must.True(t, h.Healthy)
+}
+
+func TestStatsAndProcesses(t *testing.T) {
+	fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+	b := open(t, fleet)
+	devs, err := b.Devices()
+	must.NoError(t, err)
+	uuid := devs[0].UUID
+	fleet.Update(uuid, func(s *nvmltest.GPUState) {
+		s.UsedMiB, s.Util, s.PowerWatts, s.TemperatureC, s.UncorrectedECC = 30000, 80, 450, 61, 0
+		s.Processes = []gonvml.ProcessInfo{{Pid: 42, UsedGpuMemory: 20000 << 20}, {Pid: 43, UsedGpuMemory: 10000 << 20}}
+	})
+	st, err := b.Stats(uuid)
+	must.NoError(t, err)
+	must.Eq(t, uint64(30000), st.UsedMemoryMiB)
+	must.Eq(t, uint64(81920), st.TotalMemoryMiB)
+	must.Eq(t, uint32(80), st.GPUUtilPercent)
+	must.Eq(t, uint32(450), st.PowerWatts)
+	must.Eq(t, uint32(61), st.TemperatureC)
+	procs, err := b.Processes(uuid)
+	must.NoError(t, err)
+	must.Eq(t, []gpu.Process{{PID: 42, UsedMemoryMiB: 20000}, {PID: 43, UsedMemoryMiB: 10000}}, procs)
+
+	_, err = b.Stats("GPU-unknown")
+	must.ErrorIs(t, err, gpu.ErrUnknownDevice)
+}
+
+func TestHealth(t *testing.T) {
+	cases := []struct {
+		name   string
+		break_ func(f *nvmltest.Fleet, uuid string)
+		want   string
+	}{
+		{"healthy", func(*nvmltest.Fleet, string) {}, ""},
+		{"uncorrected ECC", func(f *nvmltest.Fleet, uuid string) {
+			f.Update(uuid, func(s *nvmltest.GPUState) { s.UncorrectedECC = 3 })
+		}, "3 uncorrected ECC errors"},
+		{"lost", func(f *nvmltest.Fleet, uuid string) {
+			f.Update(uuid, func(s *nvmltest.GPUState) { s.Lost = true })
+		}, "GPU is lost"},
+		{"critical Xid", func(f *nvmltest.Fleet, uuid string) { f.InjectXid(0, 79) }, "critical Xid 79: GPU has fallen off the bus"},
+		{"application Xid is not a fault", func(f *nvmltest.Fleet, uuid string) { f.InjectXid(0, 13) }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+			b := open(t, fleet)
+			devs, err := b.Devices()
+			must.NoError(t, err)
+			uuid := devs[0].UUID
+			tc.break_(fleet, uuid)
+			var h gpu.Health
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				h, err = b.Health(uuid)
+				must.NoError(t, err)
+				if tc.want == "" || !h.Healthy || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond) // Xids arrive on the event goroutine
+			}
+			if tc.want == "" {
+				time.Sleep(50 * time.Millisecond)
+				h, err = b.Health(uuid)
+				must.NoError(t, err)
+				must.True(t, h.Healthy, must.Sprint(h.Reason))
+				return
+			}
+			must.False(t, h.Healthy)
+			must.StrContains(t, h.Reason, tc.want)
+			must.True(t, strings.Contains(h.Reason, "drain") || strings.Contains(h.Reason, "reset"))
+		})
+	}
+}
