@@ -1,0 +1,107 @@
+package budget
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+)
+
+// Usage is what the task's processes hold on one GPU.
+type Usage struct {
+	UUID     string
+	UsedMiB  uint64
+	LimitMiB uint64
+	// Procs are the task's processes on this GPU, largest first.
+	Procs []ProcUsage
+}
+
+// ProcUsage is one process's memory on a GPU.
+type ProcUsage struct {
+	PID     int
+	Name    string
+	UsedMiB uint64
+}
+
+// Breach is a budget exceeded on one GPU.
+type Breach struct {
+	Usage
+	Policy Policy
+}
+
+// Reason says which process used how much of what budget, for task events
+// and the exit message.
+func (b Breach) Reason() string {
+	top := "no single process"
+	if len(b.Procs) > 0 {
+		p := b.Procs[0]
+		top = fmt.Sprintf("pid %d (%s) holds %d MiB", p.PID, p.Name, p.UsedMiB)
+	}
+	return fmt.Sprintf("GPU memory budget exceeded on %s: task uses %d MiB of its %d MiB budget; %s", b.UUID, b.UsedMiB, b.LimitMiB, top)
+}
+
+// Sampler reads the GPU memory of processes. gpu.Backend satisfies it.
+type Sampler interface {
+	Processes(uuid string) ([]gpu.Process, error)
+	Devices() ([]gpu.Device, error)
+}
+
+// Measure sums the memory that the processes in pids hold on each budgeted
+// GPU. names maps PIDs to command names for the report.
+func Measure(s Sampler, b Budget, pids map[int]string) ([]Usage, error) {
+	uuids, err := watchedGPUs(s, b)
+	if err != nil {
+		return nil, err
+	}
+	var out []Usage
+	for _, uuid := range uuids {
+		limit, _ := b.For(uuid)
+		procs, err := s.Processes(uuid)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %s: %w", uuid, err)
+		}
+		u := Usage{UUID: uuid, LimitMiB: limit.LimitMiB}
+		for _, p := range procs {
+			name, ok := pids[p.PID]
+			if !ok {
+				continue
+			}
+			u.UsedMiB += p.UsedMemoryMiB
+			u.Procs = append(u.Procs, ProcUsage{PID: p.PID, Name: name, UsedMiB: p.UsedMemoryMiB})
+		}
+		sort.Slice(u.Procs, func(i, j int) bool { return u.Procs[i].UsedMiB > u.Procs[j].UsedMiB })
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+func watchedGPUs(s Sampler, b Budget) ([]string, error) {
+	if _, any := b.For(AnyGPU); any && len(b.GPUs) == 1 && b.GPUs[0].UUID == AnyGPU {
+		devs, err := s.Devices()
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, d := range devs {
+			if !d.MIGEnabled {
+				out = append(out, d.UUID)
+			}
+		}
+		return out, nil
+	}
+	out := make([]string, 0, len(b.GPUs))
+	for _, g := range b.GPUs {
+		out = append(out, g.UUID)
+	}
+	return out, nil
+}
+
+// Check returns the first breach among usages, if any.
+func Check(b Budget, usages []Usage) *Breach {
+	for _, u := range usages {
+		if u.LimitMiB > 0 && u.UsedMiB > u.LimitMiB {
+			return &Breach{Usage: u, Policy: b.Policy}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package lane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/driver/proctree"
+	"github.com/caravan-gpu/caravan/driver/switcher"
+	"github.com/shoenig/test/must"
+)
+
+func TestSafe(t *testing.T) {
+	known := func(p, e uint64) Profile { return Profile{PersistentMiB: p, EphemeralMiB: e, Known: true} }
+	cases := []struct {
+		name     string
+		profiles []Profile
+		lane     uint64
+		want     bool
+	}{
+		{"fits exactly", []Profile{known(3000, 2000), known(3000, 1000)}, 8000, true},
+		{"one MiB over", []Profile{known(3000, 2000), known(3001, 1000)}, 8000, false},
+		{"ephemeral is shared, not summed", []Profile{known(1000, 5000), known(1000, 5000)}, 7000, true},
+		{"alone and unknown", []Profile{{}}, 8000, true},
+		{"unknown next to another", []Profile{{}, known(1, 1)}, 8000, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _, _ := Safe(c.profiles, c.lane)
+			must.Eq(t, c.want, got)
+		})
+	}
+}
+
+func TestIterationCounterCountsCompleteLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "iterations")
+	c := NewIterationCounter(path)
+	must.Eq(t, 0, c.Count())
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must.NoError(t, err)
+	defer f.Close()
+	fmt.Fprint(f, "1\n2\n3")
+	must.Eq(t, 2, c.Count())
+	fmt.Fprint(f, "\n4\n")
+	must.Eq(t, 4, c.Count())
+	must.NoError(t, os.Truncate(path, 0))
+	must.Eq(t, 0, c.Count())
+}
+
+// proc is a real process standing in for a task.
+type proc struct {
+	cmd *exec.Cmd
+}
+
+func startProc(t *testing.T) *proc {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	must.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return &proc{cmd: cmd}
+}
+
+func (p *proc) procs() (pids, gpuPIDs []int) { return []int{p.cmd.Process.Pid}, nil }
+
+func (p *proc) stopped() bool {
+	st, err := proctree.Read(p.cmd.Process.Pid)
+	return err == nil && st.State == 'T'
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) add(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) count(taskID, sub string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.TaskID == taskID && contains(e.Message, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func newCoordinator(t *testing.T, m switcher.Mechanism, quantum time.Duration, hooks Hooks) *Coordinator {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return New(ctx, Options{Mechanism: m, Quantum: quantum, IterationGrace: 500 * time.Millisecond, MeasureIterations: 2, Hooks: hooks})
+}
+
+func TestProfilesThatFitRunConcurrently(t *testing.T) {
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.Signals{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	a, b := startProc(t), startProc(t)
+	key := Key{GPU: "GPU-0", Lane: 0}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 2000, Known: true}, Procs: a.procs}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Procs: b.procs}, false)
+	time.Sleep(300 * time.Millisecond)
+	must.False(t, a.stopped())
+	must.False(t, b.stopped())
+	st, ok := c.Status("a")
+	must.True(t, ok)
+	must.Eq(t, "concurrent", st.Mode)
+	must.Positive(t, rec.count("b", "run concurrently"))
+}
+
+func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
+	rec := &recorder{}
+	var switches atomic.Int64
+	c := newCoordinator(t, switcher.Signals{}, 100*time.Millisecond, Hooks{Event: rec.add,
+		Switched: func(op, mech string, d time.Duration, err error) {
+			if err == nil && op == "resume" {
+				switches.Add(1)
+			}
+		}})
+	a, b := startProc(t), startProc(t)
+	key := Key{GPU: "GPU-0", Lane: 1}
+	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Procs: a.procs}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Procs: b.procs}, false)
+
+	// Never both running; each gets turns.
+	// Two reads of /proc are not atomic and signal delivery is
+	// asynchronous, so one sample may straddle a switch; two in a row may not.
+	sawA, sawB, bothBefore := false, false, false
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		as, bs := a.stopped(), b.stopped()
+		both := !as && !bs && switches.Load() > 1
+		must.False(t, both && bothBefore, must.Sprint("both tasks ran at once in a time-sliced lane"))
+		bothBefore = both
+		sawA = sawA || (!as && bs)
+		sawB = sawB || (as && !bs)
+		time.Sleep(10 * time.Millisecond)
+	}
+	must.True(t, sawA && sawB, must.Sprintf("a ran alone: %v, b ran alone: %v", sawA, sawB))
+	must.Greater(t, 4, switches.Load())
+	st, _ := c.Status("a")
+	must.Eq(t, "time-sliced", st.Mode)
+	must.Positive(t, st.LastSuspend)
+	must.Positive(t, rec.count("a", "suspended in GPU-0/lane1 via sigstop"))
+
+	// Leaving resumes a suspended task so that it can be stopped.
+	c.Leave("a")
+	c.Leave("b")
+	time.Sleep(20 * time.Millisecond)
+	must.False(t, a.stopped())
+	must.False(t, b.stopped())
+}
+
+func TestSwitchWaitsForIterationBoundary(t *testing.T) {
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.Signals{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	a, b := startProc(t), startProc(t)
+	path := filepath.Join(t.TempDir(), "iterations")
+	must.NoError(t, os.WriteFile(path, []byte("1\n"), 0o644))
+	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+	key := Key{GPU: "GPU-0", Lane: 2}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Procs: a.procs, Iterations: NewIterationCounter(path)}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Procs: b.procs}, false)
+
+	// a runs first and marks iterations; it must not be suspended until the
+	// next mark even though its quantum is long over.
+	time.Sleep(200 * time.Millisecond)
+	must.False(t, a.stopped())
+	must.True(t, b.stopped())
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	must.NoError(t, err)
+	fmt.Fprintln(f, "2")
+	f.Close()
+	// b's quantum is 50ms, so a is looked at well before it runs again.
+	time.Sleep(25 * time.Millisecond)
+	must.True(t, a.stopped())
+	must.Eq(t, 1, rec.count("a", "at an iteration boundary"))
+}
+
+func TestMeasuresUnknownProfile(t *testing.T) {
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.Signals{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	a := startProc(t)
+	path := filepath.Join(t.TempDir(), "iterations")
+	must.NoError(t, os.WriteFile(path, []byte("1\n"), 0o644))
+	var n atomic.Int64
+	usage := func() uint64 { // 2000 persistent, 0..1500 ephemeral in a cycle
+		return 2000 + uint64(n.Add(1)%4)*500
+	}
+	c.Join(Key{GPU: "GPU-0", Lane: 3}, 8000, Member{TaskID: "a", Procs: a.procs, GPUMemoryMiB: usage, Iterations: NewIterationCounter(path)}, false)
+	time.Sleep(100 * time.Millisecond)
+	must.NoError(t, os.WriteFile(path, []byte("1\n2\n3\n4\n"), 0o644))
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && rec.count("a", "measured memory profile") == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st, _ := c.Status("a")
+	must.True(t, st.Profile.Measured)
+	must.Eq(t, 2000, st.Profile.PersistentMiB)
+	must.Eq(t, 1500, st.Profile.EphemeralMiB)
+}
+
+func TestFailedResumeIsReportedAndHandedBack(t *testing.T) {
+	dir := t.TempDir()
+	tool := filepath.Join(dir, "cuda-checkpoint")
+	// Checkpointing works; restoring fails, as when host memory ran out.
+	script := "#!/bin/sh\nf=" + dir + "/state-$3\nif [ -e $f ]; then echo restore failed >&2; exit 1; fi\ntouch $f\n"
+	must.NoError(t, os.WriteFile(tool, []byte(script), 0o755))
+	failed := make(chan string, 4)
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.CUDACheckpoint{Path: tool}, 50*time.Millisecond, Hooks{Event: rec.add,
+		ResumeFailed: func(id string, err error) { failed <- id }})
+	a, b := startProc(t), startProc(t)
+	gpu := func(p *proc) func() ([]int, []int) {
+		return func() ([]int, []int) { return []int{p.cmd.Process.Pid}, []int{p.cmd.Process.Pid} }
+	}
+	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+	key := Key{GPU: "GPU-0", Lane: 4}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Procs: gpu(a)}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Procs: gpu(b)}, false)
+	select {
+	case id := <-failed:
+		must.Positive(t, rec.count(id, "resume in GPU-0/lane4 failed"))
+	case <-time.After(3 * time.Second):
+		t.Fatal("a failed resume was never handed back")
+	}
+}
