@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	log "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/helper/testlog"
@@ -65,7 +66,7 @@ func encodeConfig(t *testing.T, body string) ([]byte, error) {
 func newSimDevice(t *testing.T, fleet, body string) (*Device, string) {
 	t.Helper()
 	fleetPath, stateDir := simFiles(t, fleet)
-	d := New(testlog.HCLogger(t))
+	d := New(testLogger(t))
 	data, err := encodeConfig(t, simConfig(fleetPath, stateDir)+body)
 	must.NoError(t, err)
 	must.NoError(t, d.SetConfig(&base.Config{PluginConfig: data}))
@@ -81,3 +82,5 @@ sim {
 }
 `
 }
+
+func testLogger(t *testing.T) log.Logger { return testlog.HCLogger(t) }

@@ -1,0 +1,179 @@
+package plugin
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/shoenig/test/must"
+)
+
+func TestSetConfig_Errors(t *testing.T) {
+	fleetPath, stateDir := simFiles(t, testFleet)
+	sim := simConfig(fleetPath, stateDir)
+	cases := []struct {
+		name string
+		body string
+		want string
+	}{
+		{"unknown backend", `backend = "cuda"`, `backend: must be "nvml" or "sim", got "cuda"`},
+		{"sim without fleet", `backend = "sim"`, `sim.fleet_file: is required when backend = "sim"`},
+		{"bad period", sim + `fingerprint_period = "often"`, `fingerprint_period: "often" is not a duration`},
+		{"tiny period", sim + `fingerprint_period = "1ms"`, `fingerprint_period: must be at least 100ms`},
+		{"empty ignored id", sim + `ignored_gpu_ids = [""]`, `ignored_gpu_ids[0]: must not be empty`},
+		{"rule without match", sim + `partition { lanes = 2 }`, `partition[0].model: one of model (a glob) or uuid is required`},
+		{"rule with both matches", sim + `partition {
+  model = "*"
+  uuid  = "GPU-1"
+  lanes = 2
+}`, `partition[0].model: give model or uuid, not both`},
+		{"rule without size", sim + `partition { model = "*" }`, `partition[0].lanes: one of lanes or lane_memory is required`},
+		{"rule with both sizes", sim + `partition {
+  model       = "*"
+  lanes       = 2
+  lane_memory = "10GiB"
+}`, `partition[0].lanes: give lanes or lane_memory, not both`},
+		{"too many lanes", sim + `partition {
+  model = "*"
+  lanes = 1000
+}`, `partition[0].lanes: must be between 1 and 64, got 1000`},
+		{"bad lane memory", sim + `partition {
+  model       = "*"
+  lane_memory = "20 parsecs"
+}`, `partition[0].lane_memory: "20 parsecs" has unknown unit "parsecs"`},
+		{"bad reserved memory", sim + `partition {
+  model           = "*"
+  lanes           = 2
+  reserved_memory = "lots"
+}`, `partition[0].reserved_memory: "lots" is not a size`},
+		{"bad slots", sim + `partition {
+  model = "*"
+  lanes = 2
+  slots = -1
+}`, `partition[0].slots: must be between 1 and 64, got -1`},
+		{"bad glob", sim + `partition {
+  model = "[H100"
+  lanes = 2
+}`, `partition[0].model: "[H100" is not a valid glob`},
+		{"second rule named", sim + `partition {
+  model = "*H100*"
+  lanes = 2
+}
+partition {
+  uuid = "GPU-t4-*"
+}`, `partition[1].lanes: one of lanes or lane_memory is required`},
+		{"bad mps mode", sim + `mps {
+  enabled = true
+  mode    = "sometimes"
+}`, `mps.mode: must be "supervise" or "external", got "sometimes"`},
+		{"relative pipe dir", sim + `mps {
+  enabled  = true
+  pipe_dir = "mps"
+}`, `mps.pipe_dir: must be an absolute path, got "mps"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := encodeConfig(t, tc.body)
+			must.NoError(t, err)
+			err = New(testLogger(t)).SetConfig(&base.Config{PluginConfig: data})
+			must.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestSetConfig_TypeErrorsComeFromTheSchema(t *testing.T) {
+	_, err := encodeConfig(t, `ignored_gpu_ids = 3`)
+	must.Error(t, err)
+	_, err = encodeConfig(t, `partition {
+  model = "*"
+  lanes = "four"
+}`)
+	must.ErrorContains(t, err, "lanes")
+}
+
+func TestSetConfig_BadFleetNamesTheFile(t *testing.T) {
+	fleetPath, stateDir := simFiles(t, `{"gpus": [{"model": "X"}]}`)
+	data, err := encodeConfig(t, simConfig(fleetPath, stateDir))
+	must.NoError(t, err)
+	err = New(testLogger(t)).SetConfig(&base.Config{PluginConfig: data})
+	must.ErrorContains(t, err, "gpus[0].memory_mib: must be > 0")
+	must.ErrorContains(t, err, fleetPath)
+}
+
+func TestSetConfig_Defaults(t *testing.T) {
+	data, err := encodeConfig(t, ``)
+	must.NoError(t, err)
+	d := New(testLogger(t))
+	must.NoError(t, d.SetConfig(&base.Config{PluginConfig: data}))
+	must.Eq(t, "nvml", d.settings.backend)
+	must.Eq(t, 30*time.Second, d.settings.fingerprintPeriod)
+	must.False(t, d.settings.mps.Enabled)
+}
+
+func TestSetConfig_FullExample(t *testing.T) {
+	fleetPath, stateDir := simFiles(t, testFleet)
+	data, err := encodeConfig(t, simConfig(fleetPath, stateDir)+`
+ignored_gpu_ids = ["GPU-t4-03"]
+partition {
+  model           = "NVIDIA H100*"
+  lanes           = 4
+  reserved_memory = "512MiB"
+  slots           = 2
+}
+partition {
+  uuid        = "GPU-a100-0"
+  lane_memory = "10GiB"
+}
+mps {
+  enabled       = true
+  mode          = "external"
+  pipe_dir      = "/run/nvidia-mps"
+  task_pipe_dir = "/tmp/nvidia-mps"
+}`)
+	must.NoError(t, err)
+	d := New(testLogger(t))
+	must.NoError(t, d.SetConfig(&base.Config{PluginConfig: data}))
+	s := d.settings
+	must.Eq(t, 100*time.Millisecond, s.fingerprintPeriod)
+	must.True(t, s.ignored["GPU-t4-03"])
+	must.Eq(t, []rule{
+		{model: "NVIDIA H100*", lanes: 4, reservedMemoryMiB: 512, slots: 2},
+		{uuid: "GPU-a100-0", laneMemoryMiB: 10240, slots: 1},
+	}, s.rules)
+	must.Eq(t, MPSConfig{Enabled: true, Mode: MPSExternal, PipeDir: "/run/nvidia-mps",
+		LogDir: "/var/log/nvidia-mps", ControlBin: "nvidia-cuda-mps-control", TaskPipeDir: "/tmp/nvidia-mps"}, s.mps)
+}
+
+func TestParseMemoryMiB(t *testing.T) {
+	cases := []struct {
+		in   string
+		want uint64
+		err  string
+	}{
+		{"20GiB", 20480, ""},
+		{"20 GiB", 20480, ""},
+		{"20G", 20480, ""},
+		{"512MiB", 512, ""},
+		{"2048", 2048, ""},
+		{"1.5GiB", 1536, ""},
+		{"10GB", 9536, ""},
+		{"1TiB", 1 << 20, ""},
+		{"", 0, "is not a size"},
+		{"GiB", 0, "is not a size"},
+		{"1.2.3GiB", 0, "is not a size"},
+		{"-1GiB", 0, "is not a size"},
+		{"5 bananas", 0, "unknown unit"},
+		{"99999999999999TiB", 0, "too large"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseMemoryMiB(tc.in)
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+		})
+	}
+}

@@ -1,0 +1,178 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/structs"
+	"github.com/shoenig/test/must"
+)
+
+const h100Lanes = `
+partition {
+  model = "NVIDIA H100*"
+  lanes = 4
+}`
+
+func TestFingerprint_Attributes(t *testing.T) {
+	d, _ := newSimDevice(t, testFleet, h100Lanes)
+	groups := firstFingerprint(t, d)
+
+	var names []string
+	for _, g := range groups {
+		must.Eq(t, "nvidia", g.Vendor)
+		must.Eq(t, "gpu", g.Type)
+		names = append(names, g.Name)
+	}
+	must.Eq(t, []string{
+		"NVIDIA A100-SXM4-40GB",
+		"NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+		"NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]",
+		"Tesla T4",
+	}, names)
+
+	lanes := groupNamed(groups, "NVIDIA H100")
+	want := map[string]*structs.Attribute{
+		"memory":             structs.NewIntAttribute(20389, structs.UnitMiB),
+		"gpu_memory":         structs.NewIntAttribute(81559, structs.UnitMiB),
+		"model":              structs.NewStringAttribute("NVIDIA H100 80GB HBM3"),
+		"compute_capability": structs.NewStringAttribute("9.0"),
+		"architecture":       structs.NewStringAttribute("hopper"),
+		"sm_count":           structs.NewIntAttribute(132, ""),
+		"pci_bus_id":         structs.NewStringAttribute("00000000:10:00.0,00000000:10:01.0"),
+		"pci_bandwidth":      structs.NewIntAttribute(63015, structs.UnitMBPerS),
+		"driver_version":     structs.NewStringAttribute("550.54.15"),
+		"cuda_version":       structs.NewStringAttribute("12.4"),
+		"mig":                structs.NewBoolAttribute(false),
+		"lanes_per_gpu":      structs.NewIntAttribute(4, ""),
+		"lane_share":         structs.NewIntAttribute(25, ""),
+		"slots":              structs.NewIntAttribute(1, ""),
+	}
+	must.Eq(t, want, lanes.Attributes)
+	must.Len(t, 8, lanes.Devices)
+	must.Eq(t, "GPU-h100-00:lane0:slot0", lanes.Devices[0].ID)
+	must.True(t, lanes.Devices[0].Healthy)
+	must.Eq(t, "00000000:10:00.0", lanes.Devices[0].HwLocality.PciBusID)
+
+	// Memory compares by unit, as a jobspec constraint does.
+	ten := structs.ParseAttribute("10 GiB")
+	cmp, ok := lanes.Attributes["memory"].Compare(ten)
+	must.True(t, ok)
+	must.Eq(t, 1, cmp)
+
+	mig := groupNamed(groups, "NVIDIA A100-SXM4-40GB MIG")
+	must.Eq(t, structs.NewBoolAttribute(true), mig.Attributes["mig"])
+	must.Eq(t, structs.NewStringAttribute("NVIDIA A100-SXM4-40GB"), mig.Attributes["model"])
+	must.Eq(t, structs.NewIntAttribute(20096, structs.UnitMiB), mig.Attributes["memory"])
+	must.Eq(t, structs.NewStringAttribute("3g.20gb"), mig.Attributes["mig_profile"])
+	must.Len(t, 2, mig.Devices)
+	must.StrHasPrefix(t, "MIG-a100-mig-", mig.Devices[0].ID)
+}
+
+// nextFingerprint waits for a fingerprint message, or returns nil after wait.
+func nextFingerprint(t *testing.T, ch <-chan *device.FingerprintResponse, wait time.Duration) *device.FingerprintResponse {
+	t.Helper()
+	select {
+	case resp := <-ch:
+		return resp
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+func TestFingerprint_ReEmitsOnHealthAndAttributeChange(t *testing.T) {
+	d, stateDir := newSimDevice(t, testFleet, h100Lanes)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := d.Fingerprint(ctx)
+	must.NoError(t, err)
+	must.NotNil(t, nextFingerprint(t, ch, 5*time.Second))
+
+	// Nothing changed: no message over several periods (100ms each).
+	must.Nil(t, nextFingerprint(t, ch, 500*time.Millisecond))
+
+	// A fault on one GPU marks its four lanes unhealthy, with the reason.
+	must.NoError(t, sim.InjectFault(stateDir, "GPU-h100-01", "Xid 79: GPU has fallen off the bus"))
+	resp := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	lanes := groupNamed(resp.Devices, "NVIDIA H100")
+	unhealthy := 0
+	for _, dev := range lanes.Devices {
+		if !dev.Healthy {
+			unhealthy++
+			must.StrHasPrefix(t, "GPU-h100-01:", dev.ID)
+			must.StrContains(t, dev.HealthDesc, "GPU-h100-01")
+			must.StrContains(t, dev.HealthDesc, "Xid 79")
+		}
+	}
+	must.Eq(t, 4, unhealthy)
+
+	// Clearing the fault re-emits too.
+	must.NoError(t, sim.InjectFault(stateDir, "GPU-h100-01", ""))
+	resp = nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	for _, dev := range groupNamed(resp.Devices, "NVIDIA H100").Devices {
+		must.True(t, dev.Healthy)
+	}
+}
+
+func TestFingerprint_ReEmitsWhenTheFleetChanges(t *testing.T) {
+	d, _ := newSimDevice(t, testFleet, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := d.Fingerprint(ctx)
+	must.NoError(t, err)
+	first := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, first)
+
+	// A driver upgrade changes an attribute but no UUID.
+	fleetPath := d.settings.sim.FleetFile
+	updated := strings.Replace(testFleet, "550.54.15", "560.28.03", 1)
+	must.NoError(t, os.WriteFile(fleetPath, []byte(updated), 0o644))
+	future := time.Now().Add(2 * time.Second)
+	must.NoError(t, os.Chtimes(fleetPath, future, future))
+
+	resp := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	must.Eq(t, structs.NewStringAttribute("560.28.03"), resp.Devices[0].Attributes["driver_version"])
+}
+
+func TestFingerprint_MPSMissingBinariesIsAClearError(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	d, _ := newSimDevice(t, testFleet, `
+mps {
+  enabled     = true
+  pipe_dir    = "`+t.TempDir()+`"
+  control_bin = "nvidia-cuda-mps-control"
+}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := d.Fingerprint(ctx)
+	must.NoError(t, err)
+	resp := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	must.ErrorContains(t, resp.Error, "mps: nvidia-cuda-mps-control not found")
+	must.ErrorContains(t, resp.Error, "set mps.enabled = false")
+}
+
+func TestFingerprint_MPSExternalWithoutDaemon(t *testing.T) {
+	pipe := t.TempDir()
+	d, _ := newSimDevice(t, testFleet, `
+mps {
+  enabled  = true
+  mode     = "external"
+  pipe_dir = "`+pipe+`"
+}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := d.Fingerprint(ctx)
+	must.NoError(t, err)
+	resp := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	must.ErrorContains(t, resp.Error, "no MPS daemon listens at "+pipe+"/control")
+}
