@@ -17,6 +17,10 @@ type Inputs struct {
 	// Specs holds full job specs by Key; jobs without one are built from
 	// their stub alone.
 	Specs map[string]*api.Job
+	// Arrivals holds first-seen times by Key. A job's SubmitTime moves with
+	// every new version, the planner's own writes included, so the earliest
+	// time known wins.
+	Arrivals map[string]time.Time
 }
 
 // Selector says whether a job is managed and under which policy.
@@ -61,8 +65,14 @@ func Build(in Inputs, selectJob Selector) *State {
 			j.Spec = spec
 			j.GPUs = RequestedGPUs(spec)
 		}
+		if t, ok := in.Arrivals[j.Key()]; ok && t.Before(j.Submitted) {
+			j.Submitted = t
+		}
 		for _, a := range allocsByJob[j.Key()] {
 			j.Allocs = append(j.Allocs, allocFrom(a, instances, in.Now))
+			if created := time.Unix(0, a.CreateTime); a.CreateTime > 0 && created.Before(j.Submitted) {
+				j.Submitted = created
+			}
 		}
 		j.account(in.Now)
 		s.Jobs = append(s.Jobs, j)

@@ -62,6 +62,7 @@ type Node struct {
 	ID, Name, Datacenter string
 	Ready                bool
 	CPUMHz               int
+	CPUCores             int
 	MemoryMB             int
 	GPUs                 []*GPUGroup
 }
@@ -171,6 +172,7 @@ func NodeFrom(stub *api.NodeListStub) *Node {
 		return n
 	}
 	n.CPUMHz = int(res.Cpu.CpuShares)
+	n.CPUCores = int(res.Cpu.TotalCpuCores)
 	n.MemoryMB = int(res.Memory.MemoryMB)
 	for _, d := range res.Devices {
 		if d.Vendor != "nvidia" || d.Type != "gpu" {

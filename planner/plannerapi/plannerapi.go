@@ -1,0 +1,159 @@
+// Package plannerapi is the planner's HTTP API: the JSON types it serves and
+// a small client the operator CLI uses.
+package plannerapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Status is GET /v1/status.
+type Status struct {
+	ID         string `json:"id"`
+	Version    string `json:"version"`
+	Leader     bool   `json:"leader"`
+	LeaderAddr string `json:"leader_address,omitempty"`
+	NomadAddr  string `json:"nomad_address"`
+	Consul     bool   `json:"consul"`
+	// Preemption is what Nomad's scheduler configuration allows.
+	Preemption Preemption `json:"preemption"`
+	Warnings   []string   `json:"warnings,omitempty"`
+	Rounds     int64      `json:"rounds"`
+	LastRound  *Round     `json:"last_round,omitempty"`
+	Policy     string     `json:"policy"`
+}
+
+// Preemption mirrors Nomad's PreemptionConfig.
+type Preemption struct {
+	Checked bool `json:"checked"`
+	Batch   bool `json:"batch"`
+	Service bool `json:"service"`
+	System  bool `json:"system"`
+}
+
+// Round summarises one planning round.
+type Round struct {
+	Started   time.Time     `json:"started"`
+	Duration  time.Duration `json:"duration_ns"`
+	Jobs      int           `json:"jobs"`
+	Writes    int           `json:"writes"`
+	Conflicts int           `json:"conflicts"`
+	Failures  int           `json:"failures"`
+	Error     string        `json:"error,omitempty"`
+}
+
+// QueueEntry is one managed job in GET /v1/queue, in rank order.
+type QueueEntry struct {
+	Namespace string  `json:"namespace"`
+	Job       string  `json:"job"`
+	Policy    string  `json:"policy"`
+	State     string  `json:"state"` // pending or running
+	Rank      int     `json:"rank"`
+	Queue     int     `json:"queue"`
+	Band      int     `json:"band"`
+	Priority  int     `json:"priority"`
+	GPUs      int     `json:"gpus"`
+	Attained  float64 `json:"attained_gpu_seconds"`
+	Executed  float64 `json:"executed_seconds"`
+	Waiting   float64 `json:"waiting_seconds"`
+	Run       bool    `json:"run"`
+	GPUModel  string  `json:"planned_gpu_model,omitempty"`
+	Lane      bool    `json:"lane,omitempty"`
+	CPUs      float64 `json:"cpus,omitempty"`
+	MemoryGB  float64 `json:"memory_gb,omitempty"`
+	Reason    string  `json:"reason"`
+}
+
+// Queue is GET /v1/queue.
+type Queue struct {
+	Leader bool         `json:"leader"`
+	Time   time.Time    `json:"time"`
+	Jobs   []QueueEntry `json:"jobs"`
+}
+
+// Record is one decision the planner applied, or tried to.
+type Record struct {
+	Time      time.Time `json:"time"`
+	Priority  int       `json:"priority"`
+	Changes   []string  `json:"changes,omitempty"`
+	Outcome   string    `json:"outcome"`
+	Conflicts int       `json:"conflicts,omitempty"`
+	Reason    string    `json:"reason"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// Explain is GET /v1/explain/<job>.
+type Explain struct {
+	QueueEntry
+	// Placement says why the job may or may not have its placement changed.
+	Placement string `json:"placement"`
+	// History holds the latest applied decisions, newest last.
+	History []Record `json:"history"`
+}
+
+// Client talks to a planner's HTTP API.
+type Client struct {
+	Address string
+	HTTP    *http.Client
+}
+
+// NewClient returns a client for address ("host:port" or a URL).
+func NewClient(address string) *Client {
+	if !strings.Contains(address, "://") {
+		address = "http://" + address
+	}
+	return &Client{Address: strings.TrimRight(address, "/"), HTTP: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// NotFoundError is returned for a 404 answer.
+type NotFoundError struct{ Msg string }
+
+func (e *NotFoundError) Error() string { return e.Msg }
+
+func (c *Client) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Address+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("planner at %s: %w", c.Address, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return &NotFoundError{Msg: strings.TrimSpace(string(body))}
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("planner at %s: %s: %s", c.Address, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return json.Unmarshal(body, out)
+}
+
+// Status reads /v1/status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.get(ctx, "/v1/status", &s)
+}
+
+// Queue reads /v1/queue.
+func (c *Client) Queue(ctx context.Context) (*Queue, error) {
+	var q Queue
+	return &q, c.get(ctx, "/v1/queue", &q)
+}
+
+// Explain reads /v1/explain/<job>; job may be "namespace/id" or an id in the
+// default namespace.
+func (c *Client) Explain(ctx context.Context, job string) (*Explain, error) {
+	var e Explain
+	return &e, c.get(ctx, "/v1/explain/"+url.PathEscape(job), &e)
+}

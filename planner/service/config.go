@@ -1,0 +1,222 @@
+package service
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+// Config is planner.hcl. Every field is optional; see docs/planner.md.
+type Config struct {
+	ID       string         `hcl:"id,optional"`
+	LogLevel string         `hcl:"log_level,optional"`
+	HTTP     *HTTPConfig    `hcl:"http,block"`
+	Nomad    *NomadConfig   `hcl:"nomad,block"`
+	Consul   *ConsulConfig  `hcl:"consul,block"`
+	Planning *PlanningBlock `hcl:"planning,block"`
+}
+
+// HTTPConfig is the API listener.
+type HTTPConfig struct {
+	Address string `hcl:"address,optional"`
+	// Advertise is the host:port registered in Consul; the listener's when
+	// empty.
+	Advertise string `hcl:"advertise,optional"`
+}
+
+// NomadConfig says where Nomad is. The NOMAD_* environment applies first.
+type NomadConfig struct {
+	Address string `hcl:"address,optional"`
+	Token   string `hcl:"token,optional"`
+}
+
+// ConsulConfig says where Consul is. The CONSUL_* environment applies
+// first.
+type ConsulConfig struct {
+	Enabled       *bool  `hcl:"enabled,optional"`
+	Address       string `hcl:"address,optional"`
+	CheckInterval string `hcl:"check_interval,optional"`
+}
+
+// PlanningBlock is how the planner plans.
+type PlanningBlock struct {
+	Policy      string    `hcl:"policy,optional"`
+	Namespaces  []string  `hcl:"namespaces,optional"`
+	Interval    string    `hcl:"interval,optional"`
+	MinInterval string    `hcl:"min_interval,optional"`
+	QueueCuts   []float64 `hcl:"queue_cuts,optional"`
+	PromoteKnob float64   `hcl:"promote_knob,optional"`
+	MaxWrites   float64   `hcl:"max_writes_per_second,optional"`
+	WriteBurst  int       `hcl:"write_burst,optional"`
+	Writers     int       `hcl:"write_workers,optional"`
+	DryRun      bool      `hcl:"dry_run,optional"`
+}
+
+// Settings is Config validated and with defaults filled in.
+type Settings struct {
+	ID            string
+	LogLevel      string
+	HTTPAddr      string
+	Advertise     string
+	NomadAddr     string
+	NomadToken    string
+	ConsulEnabled bool
+	ConsulAddr    string
+	CheckInterval time.Duration
+	Policy        string
+	Namespaces    []string
+	Interval      time.Duration
+	MinInterval   time.Duration
+	QueueCuts     []float64
+	PromoteKnob   float64
+	MaxWrites     float64
+	WriteBurst    int
+	Writers       int
+	DryRun        bool
+}
+
+// DefaultHTTPAddr is where the planner listens unless told otherwise.
+const DefaultHTTPAddr = "127.0.0.1:4680"
+
+// LoadConfig reads and validates a planner.hcl file.
+func LoadConfig(path string) (*Settings, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("planner config: %w", err)
+	}
+	return ParseConfig(path, src)
+}
+
+// ParseConfig parses and validates planner.hcl source. Errors name the file,
+// line and field.
+func ParseConfig(filename string, src []byte) (*Settings, error) {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.Pos{Line: 1, Column: 1})
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("planner config: %s", diags.Error())
+	}
+	var c Config
+	if diags := gohcl.DecodeBody(file.Body, nil, &c); diags.HasErrors() {
+		return nil, fmt.Errorf("planner config: %s", diags.Error())
+	}
+	return c.Settings(filename)
+}
+
+// Settings validates c and fills in defaults.
+func (c *Config) Settings(filename string) (*Settings, error) {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("planner config %s: %s: %s", filename, field, fmt.Sprintf(format, args...))
+	}
+	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
+		CheckInterval: time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
+		MaxWrites: 100, WriteBurst: 50, Writers: 4}
+	if s.LogLevel == "" {
+		s.LogLevel = "info"
+	}
+	switch s.LogLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return nil, bad("log_level", "must be one of trace, debug, info, warn, error; got %q", c.LogLevel)
+	}
+	if h := c.HTTP; h != nil {
+		if h.Address != "" {
+			s.HTTPAddr = h.Address
+		}
+		s.Advertise = h.Advertise
+	}
+	if _, _, err := net.SplitHostPort(s.HTTPAddr); err != nil {
+		return nil, bad("http.address", "must be host:port: %v", err)
+	}
+	if s.Advertise != "" {
+		if _, _, err := net.SplitHostPort(s.Advertise); err != nil {
+			return nil, bad("http.advertise", "must be host:port: %v", err)
+		}
+	}
+	if n := c.Nomad; n != nil {
+		s.NomadAddr, s.NomadToken = n.Address, n.Token
+	}
+	if cc := c.Consul; cc != nil {
+		if cc.Enabled != nil {
+			s.ConsulEnabled = *cc.Enabled
+		}
+		s.ConsulAddr = cc.Address
+		if cc.CheckInterval != "" {
+			d, err := time.ParseDuration(cc.CheckInterval)
+			if err != nil || d <= 0 {
+				return nil, bad("consul.check_interval", "must be a positive duration like \"1s\", got %q", cc.CheckInterval)
+			}
+			s.CheckInterval = d
+		}
+	}
+	if p := c.Planning; p != nil {
+		if p.Policy != "" {
+			s.Policy = p.Policy
+		}
+		s.Namespaces = p.Namespaces
+		for i, ns := range p.Namespaces {
+			if strings.TrimSpace(ns) == "" {
+				return nil, bad(fmt.Sprintf("planning.namespaces[%d]", i), "must not be empty")
+			}
+		}
+		var err error
+		if s.Interval, err = duration(p.Interval, s.Interval); err != nil || s.Interval <= 0 {
+			return nil, bad("planning.interval", "must be a positive duration like \"10s\", got %q", p.Interval)
+		}
+		if s.MinInterval, err = duration(p.MinInterval, s.MinInterval); err != nil || s.MinInterval < 0 {
+			return nil, bad("planning.min_interval", "must be a duration like \"1s\", got %q", p.MinInterval)
+		}
+		if s.MinInterval > s.Interval {
+			return nil, bad("planning.min_interval", "%s is longer than planning.interval %s", s.MinInterval, s.Interval)
+		}
+		for i, cut := range p.QueueCuts {
+			if cut <= 0 || i > 0 && cut <= p.QueueCuts[i-1] {
+				return nil, bad("planning.queue_cuts", "must be positive GPU-seconds in increasing order, got %v", p.QueueCuts)
+			}
+		}
+		s.QueueCuts = p.QueueCuts
+		if p.PromoteKnob < 0 {
+			return nil, bad("planning.promote_knob", "must be >= 0, got %g", p.PromoteKnob)
+		}
+		s.PromoteKnob = p.PromoteKnob
+		if p.MaxWrites < 0 {
+			return nil, bad("planning.max_writes_per_second", "must be >= 0 (0: unlimited), got %g", p.MaxWrites)
+		}
+		if p.MaxWrites > 0 {
+			s.MaxWrites = p.MaxWrites
+		}
+		if p.WriteBurst < 0 {
+			return nil, bad("planning.write_burst", "must be >= 0, got %d", p.WriteBurst)
+		}
+		if p.WriteBurst > 0 {
+			s.WriteBurst = p.WriteBurst
+		}
+		if p.Writers < 0 || p.Writers > 64 {
+			return nil, bad("planning.write_workers", "must be between 1 and 64, got %d", p.Writers)
+		}
+		if p.Writers > 0 {
+			s.Writers = p.Writers
+		}
+		s.DryRun = p.DryRun
+	}
+	if err := validPolicy(s); err != nil {
+		return nil, bad("planning.policy", "%v", err)
+	}
+	if s.ID == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(s.HTTPAddr)
+		s.ID = "caravan-planner-" + host + "-" + port
+	}
+	return s, nil
+}
+
+func duration(v string, def time.Duration) (time.Duration, error) {
+	if v == "" {
+		return def, nil
+	}
+	return time.ParseDuration(v)
+}

@@ -1,0 +1,47 @@
+package service
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the planner's HTTP API. Every replica serves it; only the
+// leader's queue reflects applied writes.
+func (p *Planner) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": p.IsLeader()})
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, p.Status())
+	})
+	mux.HandleFunc("GET /v1/queue", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, p.Queue())
+	})
+	mux.HandleFunc("GET /v1/explain/{job...}", func(w http.ResponseWriter, r *http.Request) {
+		job, err := url.PathUnescape(r.PathValue("job"))
+		if err != nil || job == "" {
+			http.Error(w, "explain: want /v1/explain/<job> or /v1/explain/<namespace>/<job>", http.StatusBadRequest)
+			return
+		}
+		e, ok := p.Explain(job)
+		if !ok {
+			http.Error(w, "job "+job+" is not managed by the planner (no caravan.policy meta, no managed namespace, or no GPU request)", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, http.StatusOK, e)
+	})
+	mux.Handle("GET /v1/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

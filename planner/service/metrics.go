@@ -1,0 +1,45 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the planner's Prometheus series, on a registry of its own so
+// that several planners can live in one process (tests, replicas).
+type metrics struct {
+	registry     *prometheus.Registry
+	rounds       prometheus.Counter
+	roundSeconds prometheus.Histogram
+	writes       *prometheus.CounterVec
+	conflicts    prometheus.Counter
+	managed      *prometheus.GaugeVec
+	leader       prometheus.Gauge
+	preemption   *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		rounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caravan_planner_rounds_total", Help: "Planning rounds run."}),
+		roundSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "caravan_planner_round_duration_seconds", Help: "Time to read Nomad, plan and write one round.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caravan_planner_job_writes_total", Help: "Job rewrites by outcome (written, unchanged, skipped, failed)."},
+			[]string{"outcome"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caravan_planner_write_conflicts_total", Help: "Job writes refused because the job changed since it was read, then retried."}),
+		managed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "caravan_planner_managed_jobs", Help: "Managed GPU jobs by state."}, []string{"state"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "caravan_planner_leader", Help: "1 when this replica holds the leader lock and writes."}),
+		preemption: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "caravan_planner_nomad_preemption_enabled", Help: "1 when Nomad's scheduler may preempt jobs of this type."},
+			[]string{"scheduler"}),
+	}
+	m.registry.MustRegister(m.rounds, m.roundSeconds, m.writes, m.conflicts, m.managed, m.leader, m.preemption,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

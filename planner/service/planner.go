@@ -1,0 +1,665 @@
+// Package service is the live planner: each round it reads Nomad into a
+// policy snapshot, runs the shared policies, and turns their decisions into
+// job priorities and placement constraints that Nomad's own scheduler and
+// preemption carry out. Only the replica holding the Consul lock writes.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/nomadx"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// historyLimit bounds the completed-job sizes kept for 2D-Gittins.
+const historyLimit = 10000
+
+// recordsPerJob bounds the decision history kept per job.
+const recordsPerJob = 20
+
+// Planner plans rounds. It is safe for concurrent use by the round loop and
+// the HTTP handlers.
+type Planner struct {
+	cfg     *Settings
+	nomad   nomadx.Client
+	consul  consulx.Client // nil without Consul
+	log     hclog.Logger
+	policy  *policy.Policy
+	writer  *rewrite.Writer
+	metrics *metrics
+	version string
+
+	mu             sync.Mutex
+	leader         bool
+	leaderVal      string
+	rounds         int64
+	lastRound      *plannerapi.Round
+	queue          plannerapi.Queue
+	explain        map[string]*plannerapi.Explain
+	records        map[string][]plannerapi.Record
+	memory         map[string]*memory
+	specs          map[string]*api.Job
+	live           map[string]float64 // managed jobs seen last round, with their attained GPU-s
+	arrivals       map[string]time.Time
+	arrivalsStored int
+	history        []float64
+	profiles       map[string]profile.Profile
+	preempt        plannerapi.Preemption
+	warnings       []string
+	result         *policy.Result
+	nomadAddr      string
+	wake           chan struct{}
+}
+
+// New returns a planner. consul may be nil.
+func New(cfg *Settings, nomad nomadx.Client, consul consulx.Client, log hclog.Logger) (*Planner, error) {
+	pol, _, err := newPolicy(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	p := &Planner{
+		cfg: cfg, nomad: nomad, consul: consul, log: log, policy: pol,
+		writer:   &rewrite.Writer{Nomad: nomad, Limiter: rewrite.NewLimiter(cfg.MaxWrites, cfg.WriteBurst)},
+		metrics:  newMetrics(),
+		explain:  map[string]*plannerapi.Explain{},
+		records:  map[string][]plannerapi.Record{},
+		memory:   map[string]*memory{},
+		specs:    map[string]*api.Job{},
+		arrivals: map[string]time.Time{},
+		profiles: map[string]profile.Profile{},
+		version:  "dev",
+	}
+	if consul == nil {
+		p.leader = true
+	}
+	p.metrics.leader.Set(boolFloat(p.leader))
+	return p, nil
+}
+
+// SetNomadAddr records Nomad's address for the status API.
+func (p *Planner) SetNomadAddr(addr string) {
+	p.mu.Lock()
+	p.nomadAddr = addr
+	p.mu.Unlock()
+}
+
+// SetVersion records caravan's version for the status API.
+func (p *Planner) SetVersion(v string) { p.version = v }
+
+// setLeader records whether this replica leads.
+func (p *Planner) setLeader(leader bool, value string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leader = leader
+	p.leaderVal = value
+	p.metrics.leader.Set(boolFloat(leader))
+}
+
+// IsLeader reports whether this replica may write.
+func (p *Planner) IsLeader() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leader
+}
+
+// managed says whether a job is managed: it carries caravan.policy, or it is
+// in one of the configured namespaces.
+func (p *Planner) managed(namespace string, meta map[string]string) (string, bool) {
+	if v, ok := meta[cluster.MetaPolicy]; ok {
+		if v == "" || v == "true" || v == "default" {
+			v = p.cfg.Policy
+		}
+		return v, true
+	}
+	for _, ns := range p.cfg.Namespaces {
+		if ns == namespace || ns == "*" {
+			return p.cfg.Policy, true
+		}
+	}
+	return "", false
+}
+
+// CheckScheduler reads Nomad's scheduler configuration and records whether
+// preemption can enforce the planner's priority bands.
+func (p *Planner) CheckScheduler(ctx context.Context) (plannerapi.Preemption, error) {
+	cfg, err := p.nomad.SchedulerConfig(ctx)
+	if err != nil {
+		return plannerapi.Preemption{}, fmt.Errorf("read Nomad's scheduler configuration: %w", err)
+	}
+	pre := plannerapi.Preemption{Checked: true, Batch: cfg.PreemptionConfig.BatchSchedulerEnabled,
+		Service: cfg.PreemptionConfig.ServiceSchedulerEnabled, System: cfg.PreemptionConfig.SystemSchedulerEnabled}
+	var warnings []string
+	if !pre.Batch {
+		warnings = append(warnings, "Nomad's preemption for batch jobs is off: the planner's priorities order the queue but cannot take GPUs from running batch jobs; run `caravan setup` to turn it on")
+	}
+	if !pre.Service {
+		warnings = append(warnings, "Nomad's preemption for service jobs is off: the planner's priorities order the queue but cannot take GPUs from running service jobs; run `caravan setup` to turn it on")
+	}
+	p.mu.Lock()
+	p.preempt, p.warnings = pre, warnings
+	p.mu.Unlock()
+	p.metrics.preemption.WithLabelValues("batch").Set(boolFloat(pre.Batch))
+	p.metrics.preemption.WithLabelValues("service").Set(boolFloat(pre.Service))
+	for _, w := range warnings {
+		p.log.Warn(w)
+	}
+	return pre, nil
+}
+
+// LoadKV reads the throughput profiles and the completed-job history from
+// Consul KV.
+func (p *Planner) LoadKV(ctx context.Context) error {
+	if p.consul == nil {
+		return nil
+	}
+	profiles, err := LoadProfiles(ctx, p.consul)
+	if err != nil {
+		return err
+	}
+	var history []float64
+	if data, ok, err := p.consul.Get(ctx, consulx.HistoryKey); err != nil {
+		return fmt.Errorf("consul KV %s: %w", consulx.HistoryKey, err)
+	} else if ok {
+		if err := json.Unmarshal(data, &history); err != nil {
+			return fmt.Errorf("consul KV %s: %w", consulx.HistoryKey, err)
+		}
+	}
+	pol, sizingWaits, err := newPolicy(p.cfg, profiles)
+	if err != nil {
+		return err
+	}
+	if sizingWaits {
+		p.log.Warn("policy sizes CPU and memory with Synergy but no sensitivity profile is imported yet; sizing is off until `caravan profile import` adds one", "policy", p.cfg.Policy)
+	}
+	arrivals := map[string]time.Time{}
+	if data, ok, err := p.consul.Get(ctx, consulx.ArrivalsKey); err != nil {
+		return fmt.Errorf("consul KV %s: %w", consulx.ArrivalsKey, err)
+	} else if ok {
+		if err := json.Unmarshal(data, &arrivals); err != nil {
+			return fmt.Errorf("consul KV %s: %w", consulx.ArrivalsKey, err)
+		}
+	}
+	p.mu.Lock()
+	for k, t := range arrivals {
+		if old, ok := p.arrivals[k]; !ok || t.Before(old) {
+			p.arrivals[k] = t
+		}
+	}
+	p.policy = pol
+	p.result = nil
+	p.profiles = profiles
+	// Keep sizes seen in this process that the leader has not stored yet.
+	if len(history) >= len(p.history) {
+		p.history = history
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// LoadProfiles reads every profile under consulx.ProfilesPrefix.
+func LoadProfiles(ctx context.Context, c consulx.Client) (map[string]profile.Profile, error) {
+	kv, err := c.List(ctx, consulx.ProfilesPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("consul KV %s: %w", consulx.ProfilesPrefix, err)
+	}
+	out := map[string]profile.Profile{}
+	for key, data := range kv {
+		var pr profile.Profile
+		if err := json.Unmarshal(data, &pr); err != nil {
+			return nil, fmt.Errorf("consul KV %s: %w", key, err)
+		}
+		out[pr.Name] = pr
+	}
+	return out, nil
+}
+
+// Round runs one planning round: read, plan and, on the leader, write.
+func (p *Planner) Round(ctx context.Context) (plannerapi.Round, error) {
+	start := time.Now()
+	round := plannerapi.Round{Started: start}
+	err := p.round(ctx, &round)
+	round.Duration = time.Since(start)
+	if err != nil {
+		round.Error = err.Error()
+	}
+	p.metrics.rounds.Inc()
+	p.metrics.roundSeconds.Observe(round.Duration.Seconds())
+	p.mu.Lock()
+	p.rounds++
+	p.lastRound = &round
+	p.mu.Unlock()
+	return round, err
+}
+
+func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
+	now := time.Now()
+	nodes, err := p.nomad.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	stubs, err := p.nomad.Jobs(ctx)
+	if err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	allocs, err := p.nomad.Allocations(ctx)
+	if err != nil {
+		return fmt.Errorf("list allocations: %w", err)
+	}
+	specs, err := p.fetchSpecs(ctx, stubs)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	arrivals := p.arrivals
+	p.mu.Unlock()
+	state := cluster.Build(cluster.Inputs{Now: now, Nodes: nodes, Jobs: stubs, Allocs: allocs, Specs: specs, Arrivals: arrivals}, p.managed)
+	leader := p.IsLeader()
+	p.noteArrivals(ctx, state, leader)
+	p.noteCompletions(ctx, state, stubs, allocs, leader)
+
+	p.mu.Lock()
+	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, history: p.history})
+	p.result = p.policy.Plan(snap, p.result)
+	result := p.result
+	p.mu.Unlock()
+
+	targets := p.targets(state, snap, index, result)
+	round.Jobs = len(index)
+	p.metrics.managed.WithLabelValues("running").Set(float64(countState(snap, policy.Running)))
+	p.metrics.managed.WithLabelValues("pending").Set(float64(countState(snap, policy.Pending)))
+
+	var results map[string]rewrite.Result
+	if leader && !p.cfg.DryRun {
+		results = p.apply(ctx, targets)
+	}
+	p.remember(state, snap, index, result, targets, results, round, leader)
+	return nil
+}
+
+// fetchSpecs reads the full spec of every managed job whose spec changed
+// since the last round; unchanged specs come from the cache.
+func (p *Planner) fetchSpecs(ctx context.Context, stubs []*api.JobListStub) (map[string]*api.Job, error) {
+	p.mu.Lock()
+	cached := p.specs
+	p.mu.Unlock()
+	specs := map[string]*api.Job{}
+	for _, s := range stubs {
+		ns := s.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		if _, ok := p.managed(ns, s.Meta); !ok || s.Stop || s.Status == "dead" {
+			continue
+		}
+		key := cluster.Key(ns, s.ID)
+		if c := cached[key]; c != nil && c.JobModifyIndex != nil && *c.JobModifyIndex == s.JobModifyIndex {
+			specs[key] = c
+			continue
+		}
+		job, err := p.nomad.Job(ctx, ns, s.ID)
+		if err != nil {
+			if isNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("read job %s: %w", key, err)
+		}
+		specs[key] = job
+	}
+	p.mu.Lock()
+	p.specs = specs
+	p.mu.Unlock()
+	return specs, nil
+}
+
+// noteArrivals keeps each managed job's earliest known submission time, and
+// on the leader stores them in Consul so that a new leader orders jobs the
+// same way.
+func (p *Planner) noteArrivals(ctx context.Context, state *cluster.State, leader bool) {
+	next := make(map[string]time.Time, len(state.Jobs))
+	for _, j := range state.Jobs {
+		next[j.Key()] = j.Submitted
+	}
+	p.mu.Lock()
+	changed := len(next) != p.arrivalsStored
+	for k, t := range next {
+		if old, ok := p.arrivals[k]; !ok || !old.Equal(t) {
+			changed = true
+		}
+	}
+	p.arrivals = next
+	if changed && leader {
+		p.arrivalsStored = len(next)
+	}
+	p.mu.Unlock()
+	if !changed || !leader || p.consul == nil {
+		return
+	}
+	data, _ := json.Marshal(next)
+	if err := p.consul.Put(ctx, consulx.ArrivalsKey, data); err != nil {
+		p.log.Warn("store job arrivals in Consul", "error", err)
+	}
+}
+
+// noteCompletions adds the attained GPU-seconds of jobs that completed since
+// the last round to the history that 2D-Gittins learns from.
+func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stubs []*api.JobListStub, allocs []*api.AllocationListStub, leader bool) {
+	status := map[string]string{}
+	for _, s := range stubs {
+		ns := s.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		status[cluster.Key(ns, s.ID)] = s.Status
+	}
+	current := map[string]float64{}
+	for _, j := range state.Jobs {
+		current[j.Key()] = j.Attained
+	}
+	p.mu.Lock()
+	var done []float64
+	for key, attained := range p.live {
+		if _, still := current[key]; still {
+			continue
+		}
+		// Gone from the managed set: count it only if it finished
+		// successfully, not if it was stopped or purged.
+		if status[key] == "dead" && completedOK(key, allocs) {
+			done = append(done, attained)
+		}
+	}
+	p.live = current
+	p.history = append(p.history, done...)
+	if len(p.history) > historyLimit {
+		p.history = p.history[len(p.history)-historyLimit:]
+	}
+	history := append([]float64(nil), p.history...)
+	p.mu.Unlock()
+	if len(done) == 0 || !leader || p.consul == nil {
+		return
+	}
+	data, _ := json.Marshal(history)
+	if err := p.consul.Put(ctx, consulx.HistoryKey, data); err != nil {
+		p.log.Warn("store completed-job history in Consul", "error", err)
+	}
+}
+
+func completedOK(key string, allocs []*api.AllocationListStub) bool {
+	for _, a := range allocs {
+		if cluster.Key(orDefault(a.Namespace), a.JobID) == key && a.ClientStatus == "complete" {
+			return true
+		}
+	}
+	return false
+}
+
+// target is one job's planned state.
+type target struct {
+	key, namespace, id string
+	decision           policy.Decision
+	job                *cluster.Job
+	want               rewrite.Target
+	// placeable is true when the job has no live allocation, so its
+	// placement may be set.
+	placeable bool
+}
+
+// targets turns the policy's decisions into what each job should look
+// like in Nomad.
+func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*cluster.Job, r *policy.Result) []target {
+	hasLanes := false
+	mhzPerCore := 0.0
+	for _, n := range state.Nodes {
+		for _, g := range n.GPUs {
+			hasLanes = hasLanes || g.Lanes()
+		}
+		if n.CPUCores > 0 && mhzPerCore == 0 {
+			mhzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
+		}
+	}
+	out := make([]target, 0, len(r.Order))
+	for _, i := range r.Order {
+		d := r.Decisions[i]
+		j := index[i]
+		t := target{key: j.Key(), namespace: j.Namespace, id: j.ID, decision: d, job: j,
+			want: rewrite.Target{Priority: policy.NomadPriority(d.Band)}, placeable: !j.Running()}
+		if t.placeable && d.Run {
+			pl := &rewrite.Placement{Model: d.GPUModel}
+			if hasLanes {
+				lane := d.Lane
+				pl.Lane = &lane
+			}
+			if d.CPUs > 0 && mhzPerCore > 0 {
+				pl.CPU = int(math.Round(d.CPUs * mhzPerCore))
+			}
+			if d.MemoryGB > 0 {
+				pl.MemoryMB = int(math.Round(d.MemoryGB * 1024))
+			}
+			if pl.Model != "" || pl.Lane != nil || pl.CPU > 0 || pl.MemoryMB > 0 {
+				t.want.Placement = pl
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// apply writes the targets that differ from what Nomad has, with a few
+// writers in parallel under the shared rate limit.
+func (p *Planner) apply(ctx context.Context, targets []target) map[string]rewrite.Result {
+	results := make(map[string]rewrite.Result, len(targets))
+	var mu sync.Mutex
+	work := make(chan target)
+	var wg sync.WaitGroup
+	for w := 0; w < p.cfg.Writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range work {
+				res := p.writer.Apply(ctx, t.namespace, t.id, t.want)
+				p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
+				p.metrics.conflicts.Add(float64(res.Conflicts))
+				mu.Lock()
+				results[t.key] = res
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, t := range targets {
+		// Skip the read when the job already has its priority and nothing
+		// else is wanted: most jobs in most rounds.
+		if t.want.Placement == nil && t.job.Priority == t.want.Priority {
+			continue
+		}
+		select {
+		case work <- t:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return results
+}
+
+// remember stores the round's queue, explanations and decision records.
+func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []*cluster.Job, r *policy.Result,
+	targets []target, results map[string]rewrite.Result, round *plannerapi.Round, leader bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	queue := plannerapi.Queue{Leader: leader, Time: state.Time}
+	explain := map[string]*plannerapi.Explain{}
+	remembered := map[string]*memory{}
+	for _, t := range targets {
+		d := t.decision
+		sj := snap.Jobs[d.Job]
+		old := p.memory[t.key]
+		m := &memory{prevQueue: d.Queue, prevRank: d.Rank}
+		if old != nil {
+			m.attainedBase, m.executedBase, m.waitFrom = old.attainedBase, old.executedBase, old.waitFrom
+		}
+		if d.Promoted {
+			m.attainedBase, m.executedBase, m.waitFrom = t.job.Attained, t.job.Executed, snap.Now
+		}
+		remembered[t.key] = m
+
+		priority := t.job.Priority
+		if res, ok := results[t.key]; ok {
+			rec := plannerapi.Record{Time: state.Time, Priority: t.want.Priority, Changes: res.Change,
+				Outcome: string(res.Outcome), Conflicts: res.Conflicts, Reason: d.Reason}
+			if res.Err != nil {
+				rec.Error = res.Err.Error()
+				round.Failures++
+				p.log.Warn("decision not applied", "job", t.key, "error", res.Err)
+			}
+			if res.Outcome == rewrite.Written {
+				round.Writes++
+				priority = t.want.Priority
+				p.log.Info("decision applied", "job", t.key, "priority", t.want.Priority,
+					"changes", strings.Join(res.Change, ", "), "reason", d.Reason)
+			}
+			round.Conflicts += res.Conflicts
+			if res.Outcome != rewrite.Unchanged {
+				recs := append(p.records[t.key], rec)
+				if len(recs) > recordsPerJob {
+					recs = recs[len(recs)-recordsPerJob:]
+				}
+				p.records[t.key] = recs
+			}
+		}
+		entry := plannerapi.QueueEntry{
+			Namespace: t.namespace, Job: t.id, Policy: t.job.Policy, State: sj.State.String(),
+			Rank: d.Rank, Queue: d.Queue, Band: d.Band, Priority: priority, GPUs: sj.GPUs,
+			Attained: t.job.Attained, Executed: t.job.Executed, Waiting: t.job.Waiting,
+			Run: d.Run, GPUModel: d.GPUModel, Lane: d.Lane, CPUs: d.CPUs, MemoryGB: d.MemoryGB,
+			Reason: reasonFor(t, p.cfg.Policy),
+		}
+		queue.Jobs = append(queue.Jobs, entry)
+		placement := "no live allocation: the planner may set its GPU model, lane and CPU/memory"
+		if !t.placeable {
+			placement = "has a live allocation: only its priority changes, since other changes would replace the allocation"
+		} else if !d.Run {
+			placement = "waits for GPUs: placement is set when the policy decides it runs"
+		}
+		explain[t.key] = &plannerapi.Explain{QueueEntry: entry, Placement: placement}
+	}
+	// Records of jobs no longer managed go with them.
+	for key := range p.records {
+		if explain[key] == nil {
+			delete(p.records, key)
+		}
+	}
+	p.memory = remembered
+	p.queue = queue
+	p.explain = explain
+	_ = index
+}
+
+func reasonFor(t target, clusterPolicy string) string {
+	reason := t.decision.Reason
+	if t.job.Policy != clusterPolicy && t.job.Policy != "" {
+		reason += fmt.Sprintf(" (job asks for policy %q; the cluster runs %q)", t.job.Policy, clusterPolicy)
+	}
+	return reason
+}
+
+// Queue returns the latest queue in rank order.
+func (p *Planner) Queue() plannerapi.Queue {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.queue
+	q.Jobs = append([]plannerapi.QueueEntry(nil), q.Jobs...)
+	q.Leader = p.leader
+	return q
+}
+
+// Explain returns what the planner knows of one job; job is namespace/id
+// or an id, looked up in every namespace.
+func (p *Planner) Explain(job string) (*plannerapi.Explain, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.explain[job]
+	if e == nil && !strings.Contains(job, "/") {
+		var keys []string
+		for k := range p.explain {
+			if strings.HasSuffix(k, "/"+job) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		if len(keys) > 0 {
+			job = keys[0]
+			e = p.explain[job]
+		}
+	}
+	if e == nil {
+		return nil, false
+	}
+	out := *e
+	out.History = append([]plannerapi.Record(nil), p.records[job]...)
+	return &out, true
+}
+
+// Status describes this replica.
+func (p *Planner) Status() plannerapi.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := plannerapi.Status{ID: p.cfg.ID, Version: p.version, Leader: p.leader, LeaderAddr: p.leaderVal,
+		NomadAddr: p.nomadAddr, Consul: p.consul != nil, Preemption: p.preempt,
+		Warnings: append([]string(nil), p.warnings...), Rounds: p.rounds, Policy: p.policy.Name}
+	if p.lastRound != nil {
+		r := *p.lastRound
+		s.LastRound = &r
+	}
+	return s
+}
+
+func countState(s *policy.Snapshot, st policy.JobState) int {
+	n := 0
+	for _, j := range s.Jobs {
+		if j.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+func isNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), nomadx.ErrNotFound.Error())
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unix(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}

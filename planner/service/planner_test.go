@@ -1,0 +1,275 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/consulx/consulxtest"
+	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
+	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func str(s string) *string { return &s }
+
+// gpuNode is a node with n whole GPUs of model.
+func gpuNode(id string, groups map[string]int) *api.NodeListStub {
+	res := &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 16000, TotalCpuCores: 16}, Memory: api.NodeMemoryResources{MemoryMB: 65536}}
+	for model, n := range groups {
+		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: model, Attributes: map[string]*api.Attribute{
+			"model":  {StringVal: str(model)},
+			"memory": {IntVal: ptr[int64](40960), Unit: "MiB"},
+		}}
+		for i := 0; i < n; i++ {
+			d.Instances = append(d.Instances, &api.NodeDevice{ID: model + "-" + string(rune('0'+i)), Healthy: true})
+		}
+		res.Devices = append(res.Devices, d)
+	}
+	return &api.NodeListStub{ID: id, Name: id, Status: "ready", SchedulingEligibility: "eligible", NodeResources: res}
+}
+
+func managedJob(id string, gpus uint64, meta map[string]string) *api.Job {
+	job := api.NewBatchJob(id, id, "global", 50)
+	job.Meta = map[string]string{cluster.MetaPolicy: "las"}
+	for k, v := range meta {
+		job.Meta[k] = v
+	}
+	task := api.NewTask("train", "caravan")
+	task.Require(&api.Resources{CPU: ptr(100), MemoryMB: ptr(64),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(gpus)}}})
+	job.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
+	return job
+}
+
+func runningAlloc(jobID, device string, started time.Time) *api.AllocationListStub {
+	return &api.AllocationListStub{ID: "alloc-" + jobID, JobID: jobID, Namespace: "default", NodeID: "n1",
+		ClientStatus: "running", DesiredStatus: "run", CreateTime: started.UnixNano(),
+		TaskStates: map[string]*api.TaskState{"train": {State: "running", StartedAt: started}},
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"train": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "T4", DeviceIDs: []string{device}}}}}}}
+}
+
+func settings(t *testing.T, src string) *Settings {
+	t.Helper()
+	s, err := ParseConfig("planner.hcl", []byte(src))
+	must.NoError(t, err)
+	return s
+}
+
+// A long-running job passes the first queue cut and is demoted a band below
+// a new job, so that Nomad's preemption (gap 10) can take its GPU.
+func TestRoundDemotesLongJobBelowNewJob(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("long", 1, nil))
+	fake.Update("default", "long", func(j *api.Job) { j.Status = str("running") })
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-time.Minute))}
+	fake.Submit(managedJob("short", 1, nil))
+	fake.Submit(api.NewBatchJob("unmanaged", "unmanaged", "global", 50))
+
+	p, err := New(settings(t, `planning { queue_cuts = [30] }`), fake, nil, nil)
+	must.NoError(t, err)
+	round, err := p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 2, round.Jobs)
+	must.Eq(t, 2, round.Writes)
+
+	long, short := fake.Get("default", "long"), fake.Get("default", "short")
+	must.Eq(t, 70, *long.Priority, must.Sprint("attained 60 GPU-s ≥ cut 30: queue 1"))
+	must.Eq(t, 80, *short.Priority, must.Sprint("new job: queue 0"))
+	must.GreaterEq(t, 10, *short.Priority-*long.Priority)
+	must.Eq(t, 50, *fake.Get("default", "unmanaged").Priority)
+
+	q := p.Queue()
+	must.Len(t, 2, q.Jobs)
+	must.Eq(t, "short", q.Jobs[0].Job)
+	must.Eq(t, "long", q.Jobs[1].Job)
+	must.Eq(t, 1, q.Jobs[1].Queue)
+	must.Greater(t, 55, q.Jobs[1].Attained)
+
+	e, ok := p.Explain("long")
+	must.True(t, ok)
+	must.Len(t, 1, e.History)
+	must.Eq(t, "written", e.History[0].Outcome)
+	must.StrContains(t, e.Placement, "only its priority")
+	must.NotEq(t, "", e.History[0].Reason)
+
+	// A second round with nothing new writes nothing.
+	round, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 0, round.Writes)
+}
+
+// With matching, a pending job is pinned to the model its profile runs
+// fastest on.
+func TestRoundPinsPendingJobToFasterModel(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"Tesla T4": 2, "NVIDIA H100": 1})}
+	fake.Submit(managedJob("train", 1, map[string]string{cluster.MetaProfile: "resnet"}))
+	consul := consulxtest.NewServer()
+	data, _ := json.Marshal(profile.Profile{Name: "resnet", Throughput: map[string]float64{"Tesla T4": 1, "NVIDIA H100": 6}})
+	must.NoError(t, consul.Client().Put(context.Background(), consulx.ProfilesPrefix+"resnet", data))
+
+	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul.Client(), nil)
+	must.NoError(t, err)
+	p.setLeader(true, "")
+	must.NoError(t, p.LoadKV(context.Background()))
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+
+	job := fake.Get("default", "train")
+	cons := job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints
+	must.Len(t, 1, cons)
+	must.Eq(t, cluster.AttrModel, cons[0].LTarget)
+	must.Eq(t, "NVIDIA H100", cons[0].RTarget)
+	must.StrContains(t, job.Meta[cluster.MetaPlacement], "NVIDIA H100")
+}
+
+func TestFollowerDoesNotWrite(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("a", 1, nil))
+	p, err := New(settings(t, ``), fake, consulxtest.NewServer().Client(), nil)
+	must.NoError(t, err)
+	must.False(t, p.IsLeader())
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 0, fake.Registers)
+	must.Len(t, 1, p.Queue().Jobs, must.Sprint("a follower still serves the queue"))
+}
+
+func TestPreemptionCheckWarns(t *testing.T) {
+	fake := nomadxtest.New()
+	p, err := New(settings(t, ``), fake, nil, nil)
+	must.NoError(t, err)
+	pre, err := p.CheckScheduler(context.Background())
+	must.NoError(t, err)
+	must.False(t, pre.Batch)
+	must.Len(t, 2, p.Status().Warnings)
+	must.StrContains(t, p.Status().Warnings[0], "caravan setup")
+
+	fake.Sched.PreemptionConfig.BatchSchedulerEnabled = true
+	fake.Sched.PreemptionConfig.ServiceSchedulerEnabled = true
+	_, err = p.CheckScheduler(context.Background())
+	must.NoError(t, err)
+	must.Len(t, 0, p.Status().Warnings)
+}
+
+// Two replicas share one Consul: exactly one leads and writes; when its
+// lock goes, the other takes over.
+func TestReplicasElectOneLeader(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	consul := consulxtest.NewServer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var replicas []*Planner
+	for i, id := range []string{"r1", "r2"} {
+		s := settings(t, `id = "`+id+`"
+planning {
+  interval = "50ms"
+  min_interval = "10ms"
+}`)
+		p, err := New(s, fake, consul.Client(), nil)
+		must.NoError(t, err)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		must.NoError(t, err)
+		go func() { _ = p.Run(ctx, ln) }()
+		replicas = append(replicas, p)
+		_ = i
+	}
+	leaders := func() (n int, who *Planner) {
+		for _, p := range replicas {
+			if p.IsLeader() {
+				n++
+				who = p
+			}
+		}
+		return n, who
+	}
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { n, _ := leaders(); return n == 1 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return len(consul.Services()) == 2 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	_, first := leaders()
+
+	consul.Fail(consulx.LockKey)
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { n, _ := leaders(); return n == 1 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	n, _ := leaders()
+	must.Eq(t, 1, n)
+	_ = first
+}
+
+func TestHTTPAPI(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("a", 1, nil))
+	p, err := New(settings(t, ``), fake, nil, nil)
+	must.NoError(t, err)
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	c := plannerapi.NewClient(srv.URL)
+
+	st, err := c.Status(context.Background())
+	must.NoError(t, err)
+	must.True(t, st.Leader)
+	must.Eq(t, int64(1), st.Rounds)
+
+	q, err := c.Queue(context.Background())
+	must.NoError(t, err)
+	must.Len(t, 1, q.Jobs)
+
+	e, err := c.Explain(context.Background(), "default/a")
+	must.NoError(t, err)
+	must.Eq(t, "a", e.Job)
+	_, err = c.Explain(context.Background(), "nope")
+	var nf *plannerapi.NotFoundError
+	must.ErrorAs(t, err, &nf)
+
+	resp, err := http.Get(srv.URL + "/v1/metrics")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	buf := new(strings.Builder)
+	_, _ = io.Copy(buf, resp.Body)
+	must.StrContains(t, buf.String(), "caravan_planner_rounds_total 1")
+	must.StrContains(t, buf.String(), `caravan_planner_job_writes_total{outcome="written"} 1`)
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	cases := map[string]string{
+		`planning { policy = "bogus" }`:           "planning.policy",
+		`planning { interval = "soon" }`:          "planning.interval",
+		`planning { queue_cuts = [10, 5] }`:       "planning.queue_cuts",
+		`http { address = "nope" }`:               "http.address",
+		`log_level = "loud"`:                      "log_level",
+		`consul { check_interval = "-1s" }`:       "consul.check_interval",
+		`planing { }`:                             "Unsupported block type",
+		`planning { policy = 3 `:                  "planner.hcl:1",
+		`planning { max_writes_per_second = -1 }`: "planning.max_writes_per_second",
+	}
+	for src, want := range cases {
+		_, err := ParseConfig("planner.hcl", []byte(src))
+		must.ErrorContains(t, err, want, must.Sprintf("config %s", src))
+	}
+	s, err := ParseConfig("planner.hcl", []byte(``))
+	must.NoError(t, err)
+	must.Eq(t, "las", s.Policy)
+	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
+}

@@ -1,0 +1,187 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Run serves the HTTP API on ln, registers the replica in Consul, campaigns
+// for leadership and plans rounds until ctx ends. Every replica plans, so
+// that followers serve a current queue; only the leader writes.
+func (p *Planner) Run(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: p.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer func() {
+		shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		_ = srv.Shutdown(shutdown)
+	}()
+	p.log.Info("planner listening", "address", ln.Addr().String(), "id", p.cfg.ID, "policy", p.cfg.Policy)
+
+	if _, err := p.CheckScheduler(ctx); err != nil {
+		p.log.Warn("cannot check Nomad's scheduler configuration", "error", err)
+	}
+
+	var wg sync.WaitGroup
+	if p.consul != nil {
+		reg, err := p.registration(ln)
+		if err != nil {
+			return err
+		}
+		if err := p.consul.Register(ctx, reg); err != nil {
+			return fmt.Errorf("register %s in Consul: %w", consulx.ServiceName, err)
+		}
+		p.log.Info("registered in Consul", "service", consulx.ServiceName, "id", reg.ID)
+		defer func() {
+			dctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+			defer done()
+			_ = p.consul.Deregister(dctx, reg.ID)
+		}()
+		if err := p.LoadKV(ctx); err != nil {
+			p.log.Warn("cannot read profiles and history from Consul KV", "error", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.campaign(ctx, reg)
+		}()
+	}
+	err := p.loop(ctx, serveErr)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+func (p *Planner) registration(ln net.Listener) (consulx.Registration, error) {
+	addr := p.cfg.Advertise
+	if addr == "" {
+		addr = ln.Addr().String()
+	}
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return consulx.Registration{}, fmt.Errorf("http.advertise %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	port, _ := strconv.Atoi(portStr)
+	return consulx.Registration{ID: p.cfg.ID, Address: host, Port: port, HealthPath: "/v1/health",
+		CheckInterval: p.cfg.CheckInterval}, nil
+}
+
+// campaign holds the leader lock whenever it can. Leadership is lost when
+// Consul invalidates the session (this replica's check failed) or the lock
+// monitor loses sight of the key; the replica then stops writing at once
+// and campaigns again.
+func (p *Planner) campaign(ctx context.Context, reg consulx.Registration) {
+	value := []byte(fmt.Sprintf("%s:%d", reg.Address, reg.Port))
+	for ctx.Err() == nil {
+		lost, release, err := p.consul.Lead(ctx, consulx.LockKey, value, reg.CheckID())
+		if err != nil {
+			p.log.Warn("leader election", "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if lost == nil {
+			return
+		}
+		p.log.Info("acquired leadership; this replica now writes", "lock", consulx.LockKey)
+		if err := p.LoadKV(ctx); err != nil {
+			p.log.Warn("cannot read profiles and history from Consul KV", "error", err)
+		}
+		p.setLeader(true, string(value))
+		p.kick()
+		select {
+		case <-lost:
+			p.setLeader(false, "")
+			p.log.Warn("lost leadership; writes stop")
+			release()
+		case <-ctx.Done():
+			p.setLeader(false, "")
+			release()
+			return
+		}
+	}
+}
+
+// kick asks the round loop for a round now.
+func (p *Planner) kick() {
+	p.mu.Lock()
+	ch := p.wake
+	p.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// loop plans a round on every change Nomad reports, at most every
+// MinInterval, and at least every Interval.
+func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
+	wake := make(chan struct{}, 1)
+	p.mu.Lock()
+	p.wake = wake
+	p.mu.Unlock()
+	changes, err := p.nomad.Changes(ctx)
+	if err != nil {
+		p.log.Warn("cannot follow Nomad's event stream; planning on the interval only", "error", err)
+		changes = nil
+	}
+	ticker := time.NewTicker(p.cfg.Interval)
+	defer ticker.Stop()
+	last := time.Time{}
+	for {
+		if wait := p.cfg.MinInterval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-serveErr:
+				return fmt.Errorf("http: %w", err)
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		round, err := p.Round(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("planning round failed", "error", err)
+		} else if err == nil {
+			p.log.Debug("planning round", "jobs", round.Jobs, "writes", round.Writes, "conflicts", round.Conflicts,
+				"duration", round.Duration, "leader", p.IsLeader())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-serveErr:
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return fmt.Errorf("http: %w", err)
+		case <-ticker.C:
+		case <-wake:
+		case _, ok := <-changes:
+			if !ok {
+				changes = nil
+			}
+		}
+	}
+}

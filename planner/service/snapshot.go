@@ -1,0 +1,125 @@
+package service
+
+import (
+	"math"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/profile"
+)
+
+// memory is what the planner remembers of a job between rounds: the policy
+// asks for the previous queue and rank, and a promoted job's service counts
+// from the promotion on.
+type memory struct {
+	prevQueue, prevRank int
+	attainedBase        float64
+	executedBase        float64
+	// waitFrom is when a promoted job's current wait began, 0 when unset.
+	waitFrom float64
+}
+
+// snapshotInput is the part of the planner's state that goes into a policy
+// snapshot besides the cluster.
+type snapshotInput struct {
+	state    *cluster.State
+	memory   map[string]*memory
+	profiles map[string]profile.Profile
+	history  []float64
+}
+
+// toSnapshot converts the live cluster state into the policy's Snapshot, the
+// same type the simulator fills. Jobs are in state.Jobs order, skipping jobs
+// that ask for no GPU; index maps snapshot positions back to them.
+func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) {
+	st := in.state
+	snap = &policy.Snapshot{Now: unix(st.Time)}
+	for _, n := range st.Nodes {
+		pn := policy.Node{ID: n.ID, CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024, Healthy: n.Ready}
+		for _, g := range n.GPUs {
+			pn.GPUs = append(pn.GPUs, physicalGPUs(g)...)
+		}
+		snap.Nodes = append(snap.Nodes, pn)
+	}
+	for _, j := range st.Jobs {
+		if j.GPUs <= 0 {
+			continue
+		}
+		m := in.memory[j.Key()]
+		pj := policy.Job{
+			ID: j.Key(), Arrival: unix(j.Submitted), GPUs: j.GPUs, GPUMemoryMB: int(j.GPUMemoryMiB),
+			Attained: j.Attained, Executed: j.Executed, Remaining: -1, PrevQueue: -1, PrevRank: -1,
+			Model: j.Profile,
+		}
+		if j.Running() {
+			pj.State = policy.Running
+			for _, a := range j.Allocs {
+				if a.Live() && a.Model != "" {
+					pj.GPUModel = a.Model
+				}
+			}
+		} else {
+			pj.Wait = snap.Now - lastRunEnd(j)
+		}
+		if m != nil {
+			pj.PrevQueue, pj.PrevRank = m.prevQueue, m.prevRank
+			pj.Attained = math.Max(0, pj.Attained-m.attainedBase)
+			pj.Executed = math.Max(0, pj.Executed-m.executedBase)
+			if pj.State == policy.Pending && m.waitFrom > 0 {
+				pj.Wait = math.Min(pj.Wait, snap.Now-m.waitFrom)
+			}
+		}
+		if pj.Wait < 0 {
+			pj.Wait = 0
+		}
+		if p, ok := in.profiles[j.Profile]; ok && len(p.Throughput) > 0 {
+			pj.Throughput = p.Throughput
+			// A live job's remaining work is unknown; one unit makes the
+			// time on each model its inverse throughput, which is what
+			// speedup matching compares.
+			pj.RemainingWork = 1
+		}
+		snap.Jobs = append(snap.Jobs, pj)
+		index = append(index, j)
+	}
+	if len(in.history) > 0 {
+		snap.CompletedSizes = policy.NewSizeDistribution(in.history)
+	}
+	return snap, index
+}
+
+// physicalGPUs turns a device group into the policy's physical GPUs: a group
+// of lanes (and time-slice slots) holds LanesPerGPU × Slots instances per GPU.
+func physicalGPUs(g *cluster.GPUGroup) []policy.GPU {
+	per := g.LanesPerGPU * g.Slots
+	if per < 1 {
+		per = 1
+	}
+	n := (len(g.Instances) + per - 1) / per
+	var out []policy.GPU
+	for i := 0; i < n; i++ {
+		healthy := true
+		for _, in := range g.Instances[i*per : min((i+1)*per, len(g.Instances))] {
+			healthy = healthy && in.Healthy
+		}
+		gpu := policy.GPU{Model: g.Model, MemoryMB: int(g.GPUMemoryMiB), Healthy: healthy}
+		if g.Lanes() {
+			gpu.Lanes = g.LanesPerGPU
+			gpu.LaneMemoryMB = int(g.MemoryMiB)
+		}
+		out = append(out, gpu)
+	}
+	return out
+}
+
+// lastRunEnd is when the job last stopped running, or its submission when it
+// never ran: the start of its current wait.
+func lastRunEnd(j *cluster.Job) float64 {
+	end := unix(j.Submitted)
+	for _, a := range j.Allocs {
+		if !a.Finished.IsZero() && unix(a.Finished) > end {
+			end = unix(a.Finished)
+		}
+	}
+	return end
+}
