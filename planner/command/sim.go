@@ -1,0 +1,387 @@
+package command
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/hashicorp/cli"
+	"github.com/mattn/go-isatty"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/sim"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+func init() {
+	register("sim", func(ui cli.Ui) (cli.Command, error) { return &simCommand{ui: ui}, nil })
+}
+
+type simCommand struct {
+	ui cli.Ui
+	// stderr receives the progress bar; nil means os.Stderr.
+	stderr io.Writer
+}
+
+func (c *simCommand) Synopsis() string { return "Simulate scheduling policies on a job trace" }
+
+func (c *simCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
+
+  Runs each policy on the same trace and cluster and prints their job
+  completion times side by side, with ratios to the first policy.
+
+  -trace FILE          job trace; omit (or -format synthetic) for a
+                       synthetic Philly-like trace
+  -format F            tiresias, philly, gavel or synthetic (default: guess)
+  -cluster SPEC        cluster spec file (Tiresias CSV or PAI machine spec),
+                       nNgG (e.g. n32g4), or a mix like 32xV100,32xP100
+  -policy P[,P2...]    shorthand (` + strings.Join(policy.Names(), ", ") + `)
+                       or ORDER[+PLACER][+SIZER], e.g. las+match+synergy
+  -compat tiresias     follow Tiresias' reference simulator
+  -job-sizes FILE      2D-Gittins size sample (default: learn online)
+  -promote-knob K      2D-LAS/Gittins starvation knob (0: off)
+  -queue-cuts A,B      queue thresholds in GPU-seconds (default 3250,7200)
+  -throughputs FILE    Gavel simulation_throughputs.json
+  -sensitivity FILE    Synergy sensitivity.csv (jobs without a model get
+                       one at random, seeded)
+  -lanes N             split every GPU into N lanes (for pack)
+  -lane-memory MB      memory per lane
+  -fairness F          AlloX fairness knob in [0,1]
+  -preemption-cost S   seconds a preempted job loses on resume (default 0)
+  -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
+  -json                print one JSON object instead of a table
+  -out DIR             write summary.json, per-job CSVs and SVG plots
+  -plot FILE           write the JCT CDF and utilisation plot (SVG)
+  -progress            show a progress bar even when stderr is not a terminal
+`)
+}
+
+type simFlags struct {
+	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
+	queueCuts, out, plot                                                         string
+	promoteKnob, fairness, preemptionCost, load                                  float64
+	lanes, laneMemory, jobs                                                      int
+	seed                                                                         uint64
+	json, progress                                                               bool
+}
+
+func (c *simCommand) Run(args []string) int {
+	var f simFlags
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.trace, "trace", "", "")
+	fs.StringVar(&f.format, "format", "", "")
+	fs.StringVar(&f.cluster, "cluster", "", "")
+	fs.StringVar(&f.policies, "policy", "", "")
+	fs.StringVar(&f.compat, "compat", "", "")
+	fs.StringVar(&f.jobSizes, "job-sizes", "", "")
+	fs.StringVar(&f.throughputs, "throughputs", "", "")
+	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
+	fs.StringVar(&f.queueCuts, "queue-cuts", "", "")
+	fs.StringVar(&f.out, "out", "", "")
+	fs.StringVar(&f.plot, "plot", "", "")
+	fs.Float64Var(&f.promoteKnob, "promote-knob", 0, "")
+	fs.Float64Var(&f.fairness, "fairness", 0, "")
+	fs.Float64Var(&f.preemptionCost, "preemption-cost", 0, "")
+	fs.Float64Var(&f.load, "load", 374, "")
+	fs.IntVar(&f.lanes, "lanes", 0, "")
+	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
+	fs.IntVar(&f.jobs, "jobs", 10000, "")
+	fs.Uint64Var(&f.seed, "seed", 1, "")
+	fs.BoolVar(&f.json, "json", false, "")
+	fs.BoolVar(&f.progress, "progress", false, "")
+	if err := fs.Parse(args); err != nil {
+		return c.usage(err.Error())
+	}
+	if fs.NArg() > 0 {
+		return c.usage(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if msg := f.check(); msg != "" {
+		return c.usage(msg)
+	}
+	code, err := c.run(&f)
+	if err != nil {
+		c.ui.Error("caravan sim: " + err.Error())
+	}
+	return code
+}
+
+func (c *simCommand) usage(msg string) int {
+	c.ui.Error("caravan sim: " + msg)
+	c.ui.Error(`Run "caravan sim -help" for usage.`)
+	return 2
+}
+
+// check validates flags that need no file access.
+func (f *simFlags) check() string {
+	switch {
+	case f.cluster == "":
+		return "flag -cluster is required"
+	case f.policies == "":
+		return "flag -policy is required"
+	case f.compat != "" && f.compat != "tiresias":
+		return fmt.Sprintf("flag -compat: unknown mode %q (want tiresias)", f.compat)
+	case f.promoteKnob < 0:
+		return "flag -promote-knob must not be negative"
+	case f.fairness < 0 || f.fairness > 1:
+		return "flag -fairness must be in [0,1]"
+	case f.preemptionCost < 0:
+		return "flag -preemption-cost must not be negative"
+	case f.lanes < 0 || f.laneMemory < 0:
+		return "flags -lanes and -lane-memory must not be negative"
+	case f.jobs <= 0:
+		return "flag -jobs must be positive"
+	case f.load <= 0:
+		return "flag -load must be positive"
+	}
+	switch f.format {
+	case "", "tiresias", "philly", "gavel", "synthetic":
+	default:
+		return fmt.Sprintf("flag -format: unknown format %q (want tiresias, philly, gavel or synthetic)", f.format)
+	}
+	if f.trace == "" && f.format != "" && f.format != "synthetic" {
+		return "flag -format " + f.format + " needs -trace"
+	}
+	if _, err := parseCuts(f.queueCuts); err != nil {
+		return "flag -queue-cuts: " + err.Error()
+	}
+	return ""
+}
+
+func parseCuts(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var cuts []float64
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || v <= 0 || math.IsInf(v, 0) || (len(cuts) > 0 && v <= cuts[len(cuts)-1]) {
+			return nil, fmt.Errorf("want increasing positive GPU-seconds, got %q", s)
+		}
+		cuts = append(cuts, v)
+	}
+	return cuts, nil
+}
+
+// policyReport is one policy's line of the -json output.
+type policyReport struct {
+	sim.Summary
+	AvgJCTRatio float64 `json:"avg_jct_ratio_to_first"`
+}
+
+type simReport struct {
+	Trace    string         `json:"trace"`
+	Cluster  string         `json:"cluster"`
+	GPUs     int            `json:"gpus"`
+	Compat   string         `json:"compat,omitempty"`
+	Policies []policyReport `json:"policies"`
+}
+
+func (c *simCommand) run(f *simFlags) (int, error) {
+	cl, err := trace.LoadCluster(f.cluster)
+	if err != nil {
+		return 1, err
+	}
+	cfg := policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias"}
+	cfg.QueueCuts, _ = parseCuts(f.queueCuts)
+	if f.jobSizes != "" {
+		if cfg.JobSizes, err = trace.LoadJobSizes(f.jobSizes); err != nil {
+			return 1, err
+		}
+	}
+	var tputs *trace.Throughputs
+	if f.throughputs != "" {
+		if tputs, err = trace.LoadThroughputs(f.throughputs); err != nil {
+			return 1, err
+		}
+		cfg.Colocation = tputs.Colocation()
+	}
+	if f.sensitivity != "" {
+		if cfg.Sensitivity, err = trace.LoadSensitivity(f.sensitivity); err != nil {
+			return 1, err
+		}
+	}
+	var pols []*policy.Policy
+	for _, name := range strings.Split(f.policies, ",") {
+		p, err := policy.Parse(name, cfg)
+		if err != nil {
+			return 2, fmt.Errorf("flag -policy: %w", err)
+		}
+		pols = append(pols, p)
+	}
+	var jobs []trace.Job
+	traceName := f.trace
+	if f.trace == "" || f.format == "synthetic" {
+		jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.load})
+		traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d)", f.jobs, f.load, f.seed)
+	} else if jobs, err = trace.LoadJobs(f.trace, f.format); err != nil {
+		return 1, err
+	}
+	if cfg.Sensitivity != nil {
+		trace.AssignModels(jobs, cfg.Sensitivity.Models(), f.seed)
+	}
+	rep := simReport{Trace: traceName, Cluster: cl.Name, GPUs: cl.GPUs(), Compat: f.compat}
+	var results []*sim.Result
+	for _, p := range pols {
+		scfg := sim.Config{Cluster: cl, Policy: p, Lanes: f.lanes, LaneMemoryMB: f.laneMemory,
+			PreemptionCost: f.preemptionCost, Throughputs: tputs, Colocation: cfg.Colocation,
+			Compat: cfg.Compat, KeepUtil: f.out != "" || f.plot != ""}
+		bar := c.progressBar(f.progress, p.Name)
+		if bar != nil {
+			scfg.Progress = bar.update
+		}
+		res, err := sim.Run(scfg, jobs)
+		if bar != nil {
+			bar.finish()
+		}
+		if err != nil {
+			return 1, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		results = append(results, res)
+		pr := policyReport{Summary: res.Summary}
+		if first := results[0].Summary.AvgJCT; first > 0 {
+			pr.AvgJCTRatio = res.Summary.AvgJCT / first
+		}
+		rep.Policies = append(rep.Policies, pr)
+	}
+	if f.out != "" {
+		if err := writeOutputs(f.out, rep, results); err != nil {
+			return 1, err
+		}
+	}
+	if f.plot != "" {
+		if err := writePlot(f.plot, results); err != nil {
+			return 1, err
+		}
+	}
+	if f.json {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return 1, err
+		}
+		c.ui.Output(string(b))
+		return 0, nil
+	}
+	c.ui.Output(renderTable(rep))
+	return 0, nil
+}
+
+func renderTable(rep simReport) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "trace %s on %s (%d GPUs)", rep.Trace, rep.Cluster, rep.GPUs)
+	if rep.Compat != "" {
+		fmt.Fprintf(&b, ", compat %s", rep.Compat)
+	}
+	b.WriteString("\n\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tjobs\tavg JCT\tmedian\tp95\tp99\tmakespan\tqueueing\tutil\tpreempt\tavg ÷ first\t")
+	for _, p := range rep.Policies {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%d\t%.3f\t\n", p.Policy, p.Jobs-p.Unfinished,
+			dur(p.AvgJCT), dur(p.MedianJCT), dur(p.P95JCT), dur(p.P99JCT), dur(p.Makespan), dur(p.AvgQueueing),
+			100*p.Utilization, p.Preemptions, p.AvgJCTRatio)
+	}
+	tw.Flush()
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// dur prints seconds compactly: 812s, 3.4h, 2.1d.
+func dur(s float64) string {
+	switch {
+	case s < 10000:
+		return strconv.FormatFloat(s, 'f', 0, 64) + "s"
+	case s < 3*86400:
+		return strconv.FormatFloat(s/3600, 'f', 1, 64) + "h"
+	}
+	return strconv.FormatFloat(s/86400, 'f', 1, 64) + "d"
+}
+
+func writeOutputs(dir string, rep simReport, results []*sim.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	for _, r := range results {
+		base := filepath.Join(dir, fileSafe(r.Policy))
+		if err := writeJobsCSV(base+".jobs.csv", r); err != nil {
+			return err
+		}
+	}
+	return writePlot(filepath.Join(dir, "plots.svg"), results)
+}
+
+func fileSafe(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '+' || r == '/' || r == ' ' {
+			return '_'
+		}
+		return r
+	}, name)
+}
+
+func writeJobsCSV(path string, r *sim.Result) error {
+	var b strings.Builder
+	b.WriteString("job_id,gpus,weight,arrival,start,finish,jct,queueing,isolated,preemptions,gpu_model\n")
+	for _, j := range r.Jobs {
+		fmt.Fprintf(&b, "%s,%d,%g,%g,%g,%g,%g,%g,%g,%d,%s\n", csvSafe(j.ID), j.GPUs, j.Weight, j.Arrival, j.Start,
+			j.Finish, j.JCT, j.Queueing, j.Isolated, j.Preemptions, csvSafe(j.GPUModel))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func csvSafe(s string) string {
+	if strings.ContainsAny(s, ",\"\n") {
+		return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+	}
+	return s
+}
+
+// progress draws a one-line bar on stderr.
+type progress struct {
+	w     io.Writer
+	label string
+	last  int
+}
+
+func (c *simCommand) progressBar(forced bool, label string) *progress {
+	w := c.stderr
+	if w == nil {
+		if !forced && !isatty.IsTerminal(os.Stderr.Fd()) {
+			return nil
+		}
+		w = os.Stderr
+	} else if !forced {
+		return nil
+	}
+	return &progress{w: w, label: label, last: -1}
+}
+
+func (p *progress) update(done, total int) {
+	pct := 100 * done / max(total, 1)
+	if pct == p.last {
+		return
+	}
+	p.last = pct
+	const width = 30
+	fill := width * pct / 100
+	fmt.Fprintf(p.w, "\r%-20s [%s%s] %3d%% %d/%d jobs", p.label, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pct, done, total)
+}
+
+func (p *progress) finish() { fmt.Fprintln(p.w) }
+
+var errNoResults = errors.New("nothing to plot")

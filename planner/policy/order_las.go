@@ -1,0 +1,141 @@
+package policy
+
+import (
+	"math"
+	"strconv"
+)
+
+// DefaultQueueCuts are the 2D-LAS queue thresholds in GPU-seconds of
+// Tiresias' public simulator.
+var DefaultQueueCuts = []float64{3250, 7200}
+
+// queues is the multi-level queue both Tiresias policies share: a job's
+// queue is the number of cuts its attained GPU-seconds have reached, new
+// jobs start in queue 0, and the promote knob moves a pending job that has
+// waited K × its executed time back to queue 0.
+type queues struct {
+	cuts        []float64
+	promoteKnob float64 // 0: off
+	compat      bool    // follow the reference simulator's arithmetic
+	reasons     []string
+}
+
+func newQueues(cuts []float64, knob float64, compat bool) queues {
+	if len(cuts) == 0 {
+		cuts = DefaultQueueCuts
+	}
+	q := queues{cuts: cuts, promoteKnob: knob, compat: compat}
+	for i := 0; i <= len(cuts); i++ {
+		switch {
+		case i == 0:
+			q.reasons = append(q.reasons, "queue 0: attained below "+gpuSeconds(cuts[0]))
+		default:
+			q.reasons = append(q.reasons, "queue "+strconv.Itoa(i)+": attained at least "+gpuSeconds(cuts[i-1]))
+		}
+	}
+	return q
+}
+
+func gpuSeconds(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + " GPU-s" }
+
+// queueOf is the queue a job's attained service puts it in.
+func (q *queues) queueOf(attained float64) int {
+	n := 0
+	for _, c := range q.cuts {
+		if attained >= c-1e-9 {
+			n++
+		}
+	}
+	return n
+}
+
+// starving says whether the promote knob lifts a pending job to queue 0.
+func (q *queues) starving(j *Job, queue int) bool {
+	if q.promoteKnob <= 0 || queue == 0 || j.State != Pending || j.Executed <= 0 {
+		return false
+	}
+	limit := j.Executed * q.promoteKnob
+	if q.compat {
+		limit = math.Trunc(limit)
+	}
+	return j.Wait >= limit
+}
+
+// assign sets Queue, Band, Promoted and Reason, and the first two sort
+// keys: queue, then the job's place within it. Within a queue, jobs that
+// were already there keep their previous order with running jobs first
+// (so a queue does not thrash), and jobs that just entered it go to the
+// end: arrivals before promoted or demoted jobs, each in arrival order.
+// This is also exactly how the reference simulator orders its queue lists.
+func (q *queues) assign(s *Snapshot, ds []Decision) {
+	for i := range ds {
+		j, d := &s.Jobs[i], &ds[i]
+		qi := q.queueOf(j.Attained)
+		d.Reason = q.reasons[qi]
+		if q.starving(j, qi) {
+			qi, d.Promoted = 0, true
+			d.Reason = "promoted to queue 0: waited at least " +
+				strconv.FormatFloat(q.promoteKnob, 'f', -1, 64) + "× its executed time"
+		}
+		d.Queue, d.Band, d.k1 = qi, qi, float64(qi)
+		switch {
+		case j.PrevQueue == qi && !d.Promoted:
+			d.k2 = 1
+			if j.State == Running {
+				d.k2 = 0
+			}
+			d.k3 = float64(j.PrevRank)
+		case j.PrevQueue < 0:
+			d.k2, d.k3 = 2, 0
+		default:
+			d.k2, d.k3 = 2, 1
+		}
+	}
+}
+
+// wake is how long until a running job crosses its next cut or a pending
+// one starts to starve, given this round's Run decisions.
+func (q *queues) wake(s *Snapshot, r *Result) float64 {
+	w := inf
+	last := len(q.cuts)
+	for i := range r.Decisions {
+		j, d := &s.Jobs[i], &r.Decisions[i]
+		switch {
+		case d.Run && d.Queue < last:
+			g := float64(max(j.GPUs, 1))
+			var t float64
+			if q.compat {
+				// The reference takes executed seconds (not GPU-seconds)
+				// from the GPU-second cut and floors the division, so
+				// multi-GPU jobs are checked early and demote late.
+				t = math.Floor((q.cuts[d.Queue] - j.Executed) / g)
+			} else {
+				t = (q.cuts[d.Queue] - j.Attained) / g
+			}
+			w = min(w, max(t, 0))
+		case !d.Run && q.promoteKnob > 0 && d.Queue > 0 && j.Executed > 0:
+			t := j.Executed*q.promoteKnob - j.Wait
+			if q.compat {
+				t = math.Trunc(t)
+			}
+			if t > 0 {
+				w = min(w, t)
+			}
+		}
+	}
+	return w
+}
+
+// lasOrder is Tiresias' 2D-LAS: discretised least attained service, where
+// service counts both time and GPUs.
+type lasOrder struct{ q queues }
+
+func (lasOrder) Name() string     { return "las" }
+func (lasOrder) Preemptive() bool { return true }
+
+func (o lasOrder) Order(s *Snapshot, ds []Decision) float64 {
+	o.q.assign(s, ds)
+	return inf // the queue wake depends on who runs; see Wake
+}
+
+func (o lasOrder) Wake(s *Snapshot, r *Result) float64 { return o.q.wake(s, r) }

@@ -1,0 +1,196 @@
+package policy
+
+import (
+	"math"
+	"slices"
+)
+
+// DefaultMatchWindow bounds how many pending jobs one AlloX matching
+// considers; the assignment costs O(window³ × models).
+const DefaultMatchWindow = 48
+
+// matchPlacer is AlloX: a min-cost bipartite matching of pending jobs to
+// (GPU model, position) pairs. A job in position k from the end of a
+// model's schedule delays k jobs, so it costs k × its run time on that
+// model (scaled by its GPUs over the model's GPUs, so that multi-GPU jobs
+// and pools of different sizes compare). Each model then starts its jobs
+// from the highest position down while they fit. The fairness knob in
+// [0,1] narrows the window to the longest-waiting share of pending jobs:
+// 0 matches the whole window for efficiency, 1 only the oldest job.
+// GPUs the matching leaves idle go to the remaining jobs in rank order.
+type matchPlacer struct {
+	fairness float64
+	window   int
+}
+
+func (matchPlacer) Name() string { return "match" }
+
+func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
+	c := s.capacity()
+	// Running jobs first (matching never preempts), and collect the
+	// pending ones in rank order.
+	free := walkByCount(s, r, preemptive, true, func(*Job, []int, int) int { return -1 })
+	var pending []int
+	for _, i := range r.Order {
+		if s.Jobs[i].State == Pending {
+			pending = append(pending, i)
+			r.Decisions[i].Reason = trimWait(r.Decisions[i].Reason)
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	window := p.window
+	if window <= 0 {
+		window = DefaultMatchWindow
+	}
+	n := len(pending)
+	if p.fairness > 0 {
+		n = max(1, int(math.Ceil((1-p.fairness)*float64(n))))
+	}
+	// The longest-waiting jobs form the window.
+	byWait := slices.Clone(pending)
+	slices.SortStableFunc(byWait, func(a, b int) int {
+		wa, wb := s.Jobs[a].Wait, s.Jobs[b].Wait
+		switch {
+		case wa > wb:
+			return -1
+		case wa < wb:
+			return 1
+		}
+		return 0
+	})
+	win := byWait[:min(n, window)]
+	models := len(c.models)
+	cols := models * len(win)
+	cost := make([][]float64, len(win))
+	for a, i := range win {
+		j := &s.Jobs[i]
+		g := float64(max(j.GPUs, 1))
+		cost[a] = make([]float64, cols)
+		for m := 0; m < models; m++ {
+			t := j.timeOn(c.models[m])
+			for k := 0; k < len(win); k++ {
+				v := float64(k+1) * t * g / float64(max(c.total[m], 1))
+				if j.GPUs > c.total[m] || math.IsInf(t, 1) {
+					v = 1e18
+				}
+				cost[a][m*len(win)+k] = v
+			}
+		}
+	}
+	assign := hungarian(cost)
+	type pick struct{ job, model, pos int }
+	var picks []pick
+	for a, col := range assign {
+		if col < 0 || cost[a][col] >= 1e18 {
+			continue
+		}
+		picks = append(picks, pick{win[a], col / len(win), col % len(win)})
+	}
+	// Highest position first: those are the jobs the matching runs first.
+	slices.SortStableFunc(picks, func(a, b pick) int { return b.pos - a.pos })
+	for _, pk := range picks {
+		j, d := &s.Jobs[pk.job], &r.Decisions[pk.job]
+		g := max(j.GPUs, 1)
+		if free[pk.model] >= g {
+			free[pk.model] -= g
+			d.Run, d.GPUModel = true, c.models[pk.model]
+			d.Reason += "; matched to " + d.GPUModel
+		} else {
+			d.Reason += "; matched to " + c.models[pk.model] + ", waits for it"
+		}
+	}
+	// Keep the GPUs busy: the rest start in rank order on their fastest
+	// free model.
+	for _, i := range pending {
+		j, d := &s.Jobs[i], &r.Decisions[i]
+		if d.Run || slices.Contains(win, i) {
+			continue
+		}
+		if m := fastestFree(c, j, free, max(j.GPUs, 1)); m >= 0 {
+			free[m] -= max(j.GPUs, 1)
+			d.Run, d.GPUModel = true, c.models[m]
+			d.Reason += "; backfills " + d.GPUModel
+		}
+	}
+}
+
+func trimWait(reason string) string {
+	const suffix = "; waits behind the head of the queue"
+	const suffix2 = "; waits: not enough free GPUs"
+	for _, sfx := range []string{suffix, suffix2} {
+		if len(reason) >= len(sfx) && reason[len(reason)-len(sfx):] == sfx {
+			return reason[:len(reason)-len(sfx)]
+		}
+	}
+	return reason
+}
+
+// hungarian solves the rectangular assignment problem (rows <= columns)
+// and returns the column of each row. It is the O(rows² × columns)
+// potentials method.
+func hungarian(cost [][]float64) []int {
+	n := len(cost)
+	if n == 0 {
+		return nil
+	}
+	m := len(cost[0])
+	u := make([]float64, n+1)
+	v := make([]float64, m+1)
+	p := make([]int, m+1) // p[col] = row (1-based), 0 = free
+	way := make([]int, m+1)
+	minv := make([]float64, m+1)
+	used := make([]bool, m+1)
+	for i := 1; i <= n; i++ {
+		p[0] = i
+		j0 := 0
+		for k := range minv {
+			minv[k] = math.Inf(1)
+			used[k] = false
+		}
+		for {
+			used[j0] = true
+			i0, delta, j1 := p[j0], math.Inf(1), 0
+			for j := 1; j <= m; j++ {
+				if used[j] {
+					continue
+				}
+				cur := cost[i0-1][j-1] - u[i0] - v[j]
+				if cur < minv[j] {
+					minv[j], way[j] = cur, j0
+				}
+				if minv[j] < delta {
+					delta, j1 = minv[j], j
+				}
+			}
+			for j := 0; j <= m; j++ {
+				if used[j] {
+					u[p[j]] += delta
+					v[j] -= delta
+				} else {
+					minv[j] -= delta
+				}
+			}
+			j0 = j1
+			if p[j0] == 0 {
+				break
+			}
+		}
+		for j0 != 0 {
+			j1 := way[j0]
+			p[j0] = p[j1]
+			j0 = j1
+		}
+	}
+	out := make([]int, n)
+	for k := range out {
+		out[k] = -1
+	}
+	for j := 1; j <= m; j++ {
+		if p[j] > 0 {
+			out[p[j]-1] = j - 1
+		}
+	}
+	return out
+}

@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Config holds every knob a policy may read. The zero value gives the
+// published defaults.
+type Config struct {
+	// QueueCuts are the 2D-LAS and 2D-Gittins thresholds in GPU-seconds
+	// (default DefaultQueueCuts); len+1 queues.
+	QueueCuts []float64
+	// PromoteKnob K moves a pending job back to queue 0 when its wait is
+	// at least K × its executed time; 0 turns it off.
+	PromoteKnob float64
+	// JobSizes is 2D-Gittins' size distribution; nil learns it from
+	// Snapshot.CompletedSizes.
+	JobSizes *SizeDistribution
+	// GittinsDelta is the service quantum of the Gittins index
+	// (default: the first queue cut).
+	GittinsDelta float64
+	// Fairness is AlloX's knob in [0,1].
+	Fairness float64
+	// MatchWindow bounds AlloX's matching (default DefaultMatchWindow).
+	MatchWindow int
+	// Sensitivity feeds Synergy sizing.
+	Sensitivity *Sensitivity
+	// Colocation is lane packing's slowdown model (nil: default factor).
+	Colocation *Colocation
+	// Compat follows the arithmetic of Tiresias' reference simulator.
+	Compat bool
+}
+
+// Shorthands are the policy names the CLI takes, as compositions.
+var Shorthands = map[string]string{
+	"fifo":    "fifo+count",
+	"fjf":     "fjf+count",
+	"srtf":    "srtf+count",
+	"srsf":    "srsf+count",
+	"las":     "las+count",
+	"gittins": "gittins+count",
+	"allox":   "fjf+match",
+	"hare":    "hare+fastest",
+	"synergy": "fjf+count+synergy",
+	"pack":    "las+pack",
+}
+
+// Names lists the shorthand policy names.
+func Names() []string {
+	var out []string
+	for n := range Shorthands {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Steps lists the names each composition slot accepts.
+func Steps() (orders, placers, sizers []string) {
+	return []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare"},
+		[]string{"count", "consolidated", "fastest", "match", "pack"},
+		[]string{"synergy", "synergy-tune", "synergy-greedy"}
+}
+
+// Parse builds a policy from a name: a shorthand (see Shorthands) or a
+// composition ORDER[+PLACER][+SIZER], for example "las+match+synergy" or
+// "gittins+pack". The placer defaults to count.
+func Parse(name string, cfg Config) (*Policy, error) {
+	full := strings.ToLower(strings.TrimSpace(name))
+	if sh, ok := Shorthands[full]; ok {
+		full = sh
+	}
+	parts := strings.Split(full, "+")
+	p := &Policy{Name: strings.ToLower(strings.TrimSpace(name))}
+	q := newQueues(cfg.QueueCuts, cfg.PromoteKnob, cfg.Compat)
+	switch parts[0] {
+	case "fifo":
+		p.Order, p.Blocking = fifoOrder{}, true
+	case "fjf":
+		p.Order = fifoOrder{}
+	case "srtf":
+		p.Order = shortestRemainingOrder{}
+	case "srsf":
+		p.Order = shortestRemainingOrder{gpuTime: true}
+	case "las":
+		p.Order = lasOrder{q: q}
+	case "gittins":
+		p.Order = newGittinsOrder(q, cfg.JobSizes, cfg.GittinsDelta)
+	case "hare":
+		p.Order = hareOrder{}
+	default:
+		return nil, fmt.Errorf("policy %q: unknown order %q (want one of %s, or a shorthand: %s)",
+			name, parts[0], strings.Join(first(Steps()), ", "), strings.Join(Names(), ", "))
+	}
+	p.Place = countPlacer{}
+	for _, part := range parts[1:] {
+		switch part {
+		case "count":
+			p.Place = countPlacer{}
+		case "consolidated", "cons":
+			p.Place = consolidatedPlacer{}
+		case "fastest":
+			p.Place = fastestPlacer{}
+		case "match", "allox":
+			p.Place = matchPlacer{fairness: cfg.Fairness, window: cfg.MatchWindow}
+		case "pack":
+			p.Place = packPlacer{coloc: cfg.Colocation}
+		case "synergy", "synergy-tune", "synergy-greedy":
+			if cfg.Sensitivity == nil {
+				return nil, fmt.Errorf("policy %q: %s sizing needs a sensitivity table", name, part)
+			}
+			p.Size = synergySizer{sens: cfg.Sensitivity, tune: part != "synergy-greedy"}
+		default:
+			_, placers, sizers := Steps()
+			return nil, fmt.Errorf("policy %q: unknown step %q (placers: %s; sizers: %s)",
+				name, part, strings.Join(placers, ", "), strings.Join(sizers, ", "))
+		}
+	}
+	return p, nil
+}
+
+func first(a, _, _ []string) []string { return a }

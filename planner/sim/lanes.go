@@ -1,0 +1,75 @@
+package sim
+
+type gpuKey struct{ node, gpu int }
+
+func (s *simulator) lanes() map[gpuKey][]int {
+	if s.laneOcc == nil {
+		s.laneOcc = map[gpuKey][]int{}
+	}
+	return s.laneOcc
+}
+
+func (s *simulator) occupyLane(i int, sl slot) {
+	js := &s.jobs[i]
+	k := gpuKey{sl.Node, sl.GPU}
+	occ := s.lanes()
+	if len(occ[k]) == 0 {
+		s.setBusy(1)
+	}
+	occ[k] = append(occ[k], i)
+	js.laneShare = 1 / float64(s.snap.Nodes[sl.Node].GPUs[sl.GPU].LaneCount())
+	s.anyLanes = true
+}
+
+func (s *simulator) releaseLane(i int) {
+	js := &s.jobs[i]
+	if len(js.Placement) != 1 {
+		return
+	}
+	k := gpuKey{js.Placement[0].Node, js.Placement[0].GPU}
+	occ := s.lanes()
+	list := occ[k]
+	for n, o := range list {
+		if o == i {
+			list = append(list[:n], list[n+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(occ, k)
+		s.setBusy(-1)
+	} else {
+		occ[k] = list
+	}
+	js.laneShare = 0
+	for _, o := range list {
+		s.reschedule(o)
+	}
+}
+
+// laneFactor is the share of its solo speed job i keeps next to its
+// partners on the same GPU.
+func (s *simulator) laneFactor(i int) float64 {
+	js := &s.jobs[i]
+	if len(js.Placement) != 1 {
+		return 1
+	}
+	k := gpuKey{js.Placement[0].Node, js.Placement[0].GPU}
+	f := 1.0
+	for _, o := range s.lanes()[k] {
+		if o != i {
+			f *= s.cfg.Colocation.Factor(js.GPUModel, js.Model, s.jobs[o].Model)
+		}
+	}
+	return f
+}
+
+func (s *simulator) refreshLaneRates() {
+	for _, list := range s.lanes() {
+		if len(list) > 1 || s.jobs[list[0]].rate != s.baseRate(&s.jobs[list[0]])*s.jobs[list[0]].speedup {
+			for _, o := range list {
+				s.reschedule(o)
+			}
+		}
+	}
+}

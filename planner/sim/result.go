@@ -1,0 +1,101 @@
+package sim
+
+import (
+	"math"
+	"slices"
+)
+
+// Summary is a run's headline metrics; times are in seconds.
+type Summary struct {
+	Policy      string  `json:"policy"`
+	Jobs        int     `json:"jobs"`
+	Unfinished  int     `json:"unfinished"`
+	AvgJCT      float64 `json:"avg_jct"`
+	MedianJCT   float64 `json:"median_jct"`
+	P95JCT      float64 `json:"p95_jct"`
+	P99JCT      float64 `json:"p99_jct"`
+	WeightedJCT float64 `json:"weighted_jct"`
+	Makespan    float64 `json:"makespan"`
+	AvgQueueing float64 `json:"avg_queueing"`
+	// Utilization is busy GPU-seconds over GPUs × makespan.
+	Utilization float64 `json:"gpu_utilization"`
+	// FTF is finish-time fairness: JCT over the job's run time alone on
+	// its fastest GPUs (1 is ideal), mean and worst.
+	FTFMean     float64 `json:"ftf_mean"`
+	FTFMax      float64 `json:"ftf_max"`
+	Preemptions int     `json:"preemptions"`
+}
+
+func (s *simulator) result() *Result {
+	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util}
+	var jcts []float64
+	sum := Summary{Policy: s.cfg.Policy.Name, Jobs: len(s.jobs)}
+	var wsum, wjct, ftfSum float64
+	ftfN := 0
+	first, last := math.Inf(1), 0.0
+	for i := range s.jobs {
+		js := &s.jobs[i]
+		first = min(first, js.Arrival)
+		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
+			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, GPUModel: js.GPUModel}
+		if !js.done {
+			sum.Unfinished++
+			jr.Finish, jr.JCT, jr.Start = math.NaN(), math.NaN(), math.NaN()
+			res.Jobs = append(res.Jobs, jr)
+			continue
+		}
+		jr.Finish = js.finish
+		jr.JCT = js.finish - js.Arrival
+		last = max(last, js.finish)
+		jcts = append(jcts, jr.JCT)
+		w := js.Weight
+		if w <= 0 {
+			w = 1
+		}
+		wsum += w
+		wjct += w * jr.JCT
+		sum.AvgQueueing += js.queued
+		sum.Preemptions += js.preempts
+		if js.isolated > 0 {
+			f := jr.JCT / js.isolated
+			ftfSum += f
+			ftfN++
+			sum.FTFMax = max(sum.FTFMax, f)
+		}
+		res.Jobs = append(res.Jobs, jr)
+	}
+	if n := len(jcts); n > 0 {
+		slices.Sort(jcts)
+		total := 0.0
+		for _, v := range jcts {
+			total += v
+		}
+		sum.AvgJCT = total / float64(n)
+		sum.MedianJCT = percentile(jcts, 50)
+		sum.P95JCT = percentile(jcts, 95)
+		sum.P99JCT = percentile(jcts, 99)
+		sum.WeightedJCT = wjct / wsum
+		sum.AvgQueueing /= float64(n)
+		sum.Makespan = last - first
+		if sum.Makespan > 0 && s.gpus > 0 {
+			sum.Utilization = s.busyArea / (float64(s.gpus) * sum.Makespan)
+		}
+	}
+	if ftfN > 0 {
+		sum.FTFMean = ftfSum / float64(ftfN)
+	}
+	res.Summary = sum
+	return res
+}
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	if p == 50 && len(sorted)%2 == 0 {
+		return (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	k := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(k, 1), len(sorted))-1]
+}

@@ -1,0 +1,335 @@
+// Package sim is a deterministic discrete-event simulator of a GPU cluster
+// running a job trace under a policy from planner/policy. Events are job
+// arrivals, completions and the policy's own wake-ups (queue demotion,
+// starvation promotion); at each it hands the policy a Snapshot, exactly as
+// the live planner would, and carries out the decisions.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+// Config describes one simulation run.
+type Config struct {
+	Cluster trace.Cluster
+	Policy  *policy.Policy
+	// Lanes splits every GPU into that many lanes of LaneMemoryMB each
+	// (0 or 1: whole GPUs only). Only the pack placer uses lanes.
+	Lanes        int
+	LaneMemoryMB int
+	// PreemptionCost is the run time in seconds a preempted job loses
+	// when it resumes (checkpoint reload); 0 by default.
+	PreemptionCost float64
+	// Throughputs, when set, gives jobs with a JobType their steps/s per
+	// GPU model; jobs given as Steps need it.
+	Throughputs *trace.Throughputs
+	// Colocation is the slowdown of jobs sharing a GPU (nil: default).
+	Colocation *policy.Colocation
+	// Compat follows Tiresias' reference simulator: it plans at every
+	// event, and the promote knob counts all pending time since the last
+	// promotion rather than the current wait.
+	Compat bool
+	// Progress, when set, is called with the number of finished jobs
+	// every so often.
+	Progress func(done, total int)
+	// KeepUtil records GPU utilisation over time in Result.Util.
+	KeepUtil bool
+}
+
+// JobResult is one job's outcome.
+type JobResult struct {
+	ID          string
+	GPUs        int
+	Weight      float64
+	Arrival     float64
+	Start       float64 // first start
+	Finish      float64
+	JCT         float64
+	Queueing    float64 // time pending, in total
+	Isolated    float64 // run time alone on its fastest GPUs
+	Preemptions int
+	GPUModel    string // model it finished on
+}
+
+// UtilPoint is the number of busy GPUs from time T on.
+type UtilPoint struct {
+	T    float64
+	Busy float64
+}
+
+// Result is a run's outcome.
+type Result struct {
+	Policy  string
+	GPUs    int
+	Jobs    []JobResult
+	Util    []UtilPoint
+	Summary Summary
+}
+
+type jobState struct {
+	policy.Job
+	trace       *trace.Job
+	work        float64 // remaining, in the unit of rate
+	rates       map[string]float64
+	rate        float64 // current progress per second
+	lastUpdate  float64
+	finishAt    float64
+	version     int
+	pendingFrom float64
+	queued      float64 // total pending time
+	started     bool
+	start       float64
+	preempts    int
+	promoWait   float64 // compat: pending time since the last promotion
+	laneShare   float64 // GPU share counted per second when on a lane
+	speedup     float64
+	done        bool
+	finish      float64
+	isolated    float64
+}
+
+// Run simulates jobs (sorted by arrival) under cfg.
+func Run(cfg Config, jobs []trace.Job) (*Result, error) {
+	if cfg.Policy == nil {
+		return nil, fmt.Errorf("sim: no policy")
+	}
+	nodes := buildNodes(cfg)
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("sim: cluster %q has no GPUs", cfg.Cluster.Name)
+	}
+	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes}, gpus: cfg.Cluster.GPUs()}
+	if err := s.load(jobs); err != nil {
+		return nil, err
+	}
+	s.run()
+	return s.result(), nil
+}
+
+func buildNodes(cfg Config) []policy.Node {
+	var nodes []policy.Node
+	for _, g := range cfg.Cluster.Groups {
+		for k := 0; k < g.Count; k++ {
+			n := policy.Node{ID: fmt.Sprintf("%s-%d", g.GPUModel, len(nodes)), CPUs: g.CPUs, MemoryGB: g.MemoryGB, Healthy: true}
+			for i := 0; i < g.GPUs; i++ {
+				n.GPUs = append(n.GPUs, policy.GPU{Model: g.GPUModel, Lanes: cfg.Lanes, LaneMemoryMB: cfg.LaneMemoryMB, Healthy: true})
+			}
+			if len(n.GPUs) > 0 {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	return nodes
+}
+
+type simulator struct {
+	cfg    Config
+	snap   policy.Snapshot
+	gpus   int
+	jobs   []jobState
+	next   int   // next arrival
+	active []int // pending or running, in arrival order
+	heap   finishHeap
+	now    float64
+	wakeAt float64
+	plan   policy.Result
+	done   int
+
+	pending   int
+	busy      float64
+	util      []UtilPoint
+	busyArea  float64
+	lastBusyT float64
+
+	sizes      []float64
+	sizesBuilt int
+	anyLanes   bool
+	laneOcc    map[gpuKey][]int
+}
+
+type slot = policy.Slot
+
+func (s *simulator) load(jobs []trace.Job) error {
+	s.jobs = make([]jobState, len(jobs))
+	models := map[string]bool{}
+	for _, n := range s.snap.Nodes {
+		for _, g := range n.GPUs {
+			models[g.Model] = true
+		}
+	}
+	for i := range jobs {
+		tj := &jobs[i]
+		if i > 0 && tj.Arrival < jobs[i-1].Arrival {
+			return fmt.Errorf("sim: job %s arrives before the job listed above it; sort the trace by arrival", tj.ID)
+		}
+		js := &s.jobs[i]
+		js.trace = tj
+		js.Job = policy.Job{ID: tj.ID, Arrival: tj.Arrival, GPUs: max(tj.GPUs, 1), Weight: tj.Weight,
+			Model: tj.Model, PrevQueue: -1, PrevRank: -1, Remaining: tj.Duration}
+		if tj.JobType != "" {
+			js.Model = tj.JobType
+		}
+		js.speedup = 1
+		switch {
+		case tj.Steps > 0 && tj.JobType != "" && s.cfg.Throughputs != nil:
+			js.rates = map[string]float64{}
+			for m := range models {
+				if r := s.cfg.Throughputs.Solo(m, tj.JobType, js.GPUs); r > 0 {
+					js.rates[m] = r
+				}
+			}
+			if len(js.rates) == 0 {
+				return fmt.Errorf("sim: job %s: no throughput for %q on %d GPUs on any model of the cluster", tj.ID, tj.JobType, js.GPUs)
+			}
+			js.work = tj.Steps
+			js.Throughput = js.rates
+			best := 0.0
+			for _, r := range js.rates {
+				best = max(best, r)
+			}
+			js.isolated = tj.Steps / best
+		case tj.Duration > 0:
+			js.work = tj.Duration
+			js.isolated = tj.Duration
+		case tj.Steps > 0:
+			return fmt.Errorf("sim: job %s is given in steps of %q but no throughputs were loaded", tj.ID, tj.JobType)
+		default:
+			js.work, js.isolated = 0, 0
+		}
+	}
+	return nil
+}
+
+// run is the event loop.
+func (s *simulator) run() {
+	s.wakeAt = math.Inf(1)
+	total := len(s.jobs)
+	progressEvery := max(total/200, 1)
+	for s.done < total {
+		t := math.Inf(1)
+		if s.next < total {
+			t = s.jobs[s.next].Arrival
+		}
+		if f, ok := s.peekFinish(); ok {
+			t = min(t, f)
+		}
+		if s.pending > 0 || s.cfg.Compat {
+			t = min(t, s.wakeAt)
+		}
+		if math.IsInf(t, 1) {
+			break // pending jobs that can never fit
+		}
+		s.advanceTo(t)
+		changed := s.completeAt(t)
+		arrived := false
+		for s.next < total && s.jobs[s.next].Arrival <= t {
+			s.admit(s.next)
+			s.next++
+			arrived = true
+		}
+		woke := t >= s.wakeAt
+		if arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) {
+			s.planRound()
+		} else if woke {
+			s.wakeAt = math.Inf(1)
+		}
+		if s.cfg.Progress != nil && changed && s.done%progressEvery == 0 {
+			s.cfg.Progress(s.done, total)
+		}
+	}
+	s.advanceTo(s.now)
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(s.done, total)
+	}
+}
+
+// advanceTo moves the clock, accounting utilisation. Job progress is
+// settled lazily (settle) when a job is looked at.
+func (s *simulator) advanceTo(t float64) {
+	if t > s.now {
+		s.busyArea += s.busy * (t - s.now)
+		s.now = t
+	}
+}
+
+// settle brings a job's progress and counters up to now.
+func (s *simulator) settle(js *jobState) {
+	dt := s.now - js.lastUpdate
+	if dt <= 0 {
+		return
+	}
+	js.lastUpdate = s.now
+	if js.State == policy.Running {
+		js.work -= dt * js.rate
+		share := float64(js.GPUs)
+		if js.laneShare > 0 {
+			share = js.laneShare
+		}
+		js.Executed += dt
+		js.Attained += dt * share
+		return
+	}
+	js.Wait += dt
+	js.queued += dt
+	if js.Executed > 0 {
+		js.promoWait += dt
+	}
+}
+
+func (s *simulator) admit(i int) {
+	js := &s.jobs[i]
+	js.State = policy.Pending
+	js.lastUpdate = js.Arrival
+	js.pendingFrom = js.Arrival
+	s.active = append(s.active, i)
+	s.pending++
+}
+
+// completeAt finishes every running job whose finish time is t.
+func (s *simulator) completeAt(t float64) bool {
+	any := false
+	for {
+		f, ok := s.peekFinish()
+		if !ok || f > t {
+			return any
+		}
+		e := heap.Pop(&s.heap).(finishEvent)
+		js := &s.jobs[e.job]
+		s.settle(js)
+		js.done, js.finish = true, t
+		js.State = policy.Pending // leaves the active set on the next compaction
+		s.setBusy(-s.gpuUse(js))
+		s.done++
+		any = true
+		s.sizes = append(s.sizes, js.isolated*float64(js.GPUs))
+		if js.laneShare > 0 {
+			s.releaseLane(e.job)
+		}
+	}
+}
+
+func (s *simulator) peekFinish() (float64, bool) {
+	for len(s.heap) > 0 {
+		top := s.heap[0]
+		if js := &s.jobs[top.job]; js.version == top.version && !js.done && js.State == policy.Running {
+			return top.t, true
+		}
+		heap.Pop(&s.heap)
+	}
+	return 0, false
+}
+
+func (s *simulator) setBusy(delta float64) {
+	s.busy += delta
+	if s.cfg.KeepUtil {
+		if n := len(s.util); n > 0 && s.util[n-1].T == s.now {
+			s.util[n-1].Busy = s.busy
+		} else {
+			s.util = append(s.util, UtilPoint{T: s.now, Busy: s.busy})
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/trace"
+	"github.com/shoenig/test/must"
+)
+
+func mustPolicy(t *testing.T, name string, cfg policy.Config) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(name, cfg)
+	must.NoError(t, err)
+	return p
+}
+
+func cluster(t *testing.T, spec string) trace.Cluster {
+	t.Helper()
+	c, err := trace.ParseShorthand(spec)
+	must.NoError(t, err)
+	return c
+}
+
+// TestDemotionTiming works one contended case by hand. A 4-GPU job A
+// (2,000 s) holds the whole n1g4 cluster from t=0; a 1-GPU job B (500 s)
+// arrives at t=100 and waits in queue 0 until A's attained service reaches
+// the 3,250 GPU-s cut, when A drops to queue 1 and B preempts it.
+//
+// Exact: A crosses at 3250/4 = 812.5 s, so B runs 812.5..1312.5 and A
+// resumes with 2000-812.5 s left: A ends at 2500, B's JCT is 1212.5.
+//
+// Reference arithmetic: at t=100 the reference schedules A's demotion
+// check at floor((3250-100)/4)+100 = 887 (it subtracts executed seconds,
+// not GPU-seconds, and floors), where A has 887 s × 4 = 3548 GPU-s and is
+// demoted. B runs 887..1387 (JCT 1287); A ends at 1387+1113 = 2500.
+func TestDemotionTiming(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000},
+		{ID: "B", Arrival: 100, GPUs: 1, Duration: 500},
+	}
+	cases := []struct {
+		name        string
+		compat      bool
+		jctA, jctB  float64
+		preemptsOfA int
+	}{
+		{"exact", false, 2500, 1212.5, 1},
+		{"reference", true, 2500, 1287, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, "n1g4"), Compat: tc.compat,
+				Policy: mustPolicy(t, "las", policy.Config{Compat: tc.compat})}, jobs)
+			must.NoError(t, err)
+			must.Eq(t, tc.jctA, res.Jobs[0].JCT)
+			must.Eq(t, tc.jctB, res.Jobs[1].JCT)
+			must.Eq(t, tc.preemptsOfA, res.Jobs[0].Preemptions)
+		})
+	}
+}
+
+// TestPromoteKnob: one GPU, one queue cut at 1,000 GPU-s. A (2,000 s)
+// arrives at 0 and drops to queue 1 at t=1000. Short jobs C1..C5 (900 s,
+// below the cut) arrive every 900 s from t=1100, so without the knob A
+// waits until C5 ends at 5600 and finishes at 6500. With K=1, A (executed
+// 1,100 s) is promoted once it has waited 1,100 s, at 2200. C2 is running
+// in queue 0 and, already being there, stays ahead; at 2900 C2 ends, and A
+// (in queue 0 since 2200) ranks before the newly arrived C3, so A runs its
+// last 900 s to 3800. C3 then runs 3800..4700, C4 4700..5600, C5
+// 5600..6500.
+func TestPromoteKnob(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 1, Duration: 2000}}
+	for k := 0; k < 5; k++ {
+		jobs = append(jobs, trace.Job{ID: fmt.Sprintf("C%d", k+1), Arrival: 1100 + 900*float64(k), GPUs: 1, Duration: 900})
+	}
+	cases := []struct {
+		name string
+		knob float64
+		jct  []float64
+	}{
+		{"off", 0, []float64{6500, 900, 900, 900, 900, 900}},
+		{"K=1", 1, []float64{3800, 900, 900, 1800, 1800, 1800}},
+	}
+	for _, tc := range cases {
+		for _, compat := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/compat=%v", tc.name, compat), func(t *testing.T) {
+				res, err := Run(Config{Cluster: cluster(t, "n1g1"), Compat: compat,
+					Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1000}, PromoteKnob: tc.knob, Compat: compat})}, jobs)
+				must.NoError(t, err)
+				for i, want := range tc.jct {
+					must.Eq(t, want, res.Jobs[i].JCT, must.Sprintf("job %s", res.Jobs[i].ID))
+				}
+			})
+		}
+	}
+}
+
+func TestFIFOHeadOfLineBlocking(t *testing.T) {
+	// On 4 GPUs: X holds 2 GPUs for 100 s, Y wants 4 and must wait for X,
+	// Z wants 1 and arrives just after Y. Strict FIFO keeps Z behind Y;
+	// fjf lets Z use a free GPU at once.
+	jobs := []trace.Job{
+		{ID: "X", Arrival: 0, GPUs: 2, Duration: 100},
+		{ID: "Y", Arrival: 1, GPUs: 4, Duration: 100},
+		{ID: "Z", Arrival: 2, GPUs: 1, Duration: 10},
+	}
+	cases := []struct {
+		policy string
+		jctZ   float64
+	}{
+		{"fifo", 100 + 100 + 10 - 2}, // Z starts when Y ends at 200
+		{"fjf", 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.policy, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, tc.policy, policy.Config{})}, jobs)
+			must.NoError(t, err)
+			must.Eq(t, tc.jctZ, res.Jobs[2].JCT)
+		})
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 400, Seed: 7, Load: 40})
+	run := func() Summary {
+		res, err := Run(Config{Cluster: cluster(t, "n4g8"), Policy: mustPolicy(t, "las", policy.Config{})}, jobs)
+		must.NoError(t, err)
+		return res.Summary
+	}
+	a, b := run(), run()
+	must.Eq(t, a, b)
+	must.Eq(t, 0, a.Unfinished)
+	must.True(t, a.Utilization > 0 && a.Utilization <= 1)
+}
+
+// TestWorkConservation checks invariants that hold for every policy on a
+// congested synthetic trace: every job finishes, no job beats its isolated
+// run time, and busy GPU-time equals the work done.
+func TestWorkConservation(t *testing.T) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 300, Seed: 3, Load: 60})
+	work := 0.0
+	for _, j := range jobs {
+		work += j.Duration * float64(j.GPUs)
+	}
+	for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare", "allox", "las+consolidated"} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, "n4g8"), KeepUtil: true, Policy: mustPolicy(t, name, policy.Config{})}, jobs)
+			must.NoError(t, err)
+			must.Eq(t, 0, res.Summary.Unfinished)
+			for _, j := range res.Jobs {
+				must.True(t, j.JCT >= j.Isolated-1e-6, must.Sprintf("job %s JCT %v < %v", j.ID, j.JCT, j.Isolated))
+			}
+			busy := res.Summary.Utilization * float64(res.GPUs) * res.Summary.Makespan
+			must.True(t, math.Abs(busy-work)/work < 1e-6, must.Sprintf("busy %v work %v", busy, work))
+		})
+	}
+}

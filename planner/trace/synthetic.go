@@ -1,0 +1,83 @@
+package trace
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+)
+
+// SyntheticOptions shapes a Philly-like trace.
+type SyntheticOptions struct {
+	Jobs int
+	Seed uint64
+	// Load is the offered load in busy GPUs on average (Philly: ~374).
+	Load float64
+	// Models, when set, are assigned to jobs at random (for sizing).
+	Models []string
+}
+
+// phillyGPUs is the GPU-count mix of the Philly trace.
+var phillyGPUs = []struct {
+	gpus int
+	frac float64
+}{{1, 0.9317}, {2, 0.0221}, {4, 0.0227}, {8, 0.0200}, {16, 0.0024}, {32, 0.0008}, {64, 0.00007}, {128, 0.00004}}
+
+// Synthetic generates a trace shaped like the Philly one: the same mix of
+// GPU counts, log-normal durations with Philly's median (1,144 s) and mean
+// (13,136 s), clamped to [10 s, 30 days], and Poisson arrivals at the rate
+// that offers opts.Load busy GPUs. The same seed gives the same trace.
+func Synthetic(opts SyntheticOptions) []Job {
+	if opts.Jobs <= 0 {
+		opts.Jobs = 10000
+	}
+	if opts.Load <= 0 {
+		opts.Load = 374
+	}
+	rng := rand.New(rand.NewPCG(opts.Seed, 0x5ca1ab1e))
+	const median, mean = 1144.0, 13136.0
+	sigma := math.Sqrt(2 * math.Log(mean/median))
+	mu := math.Log(median)
+	meanGPUs := 0.0
+	total := 0.0
+	for _, g := range phillyGPUs {
+		meanGPUs += float64(g.gpus) * g.frac
+		total += g.frac
+	}
+	meanGPUs /= total
+	rate := opts.Load / (meanGPUs * mean) // arrivals per second
+	jobs := make([]Job, opts.Jobs)
+	t := 0.0
+	for i := range jobs {
+		t += rng.ExpFloat64() / rate
+		u := rng.Float64() * total
+		g := 1
+		for _, c := range phillyGPUs {
+			if u < c.frac {
+				g = c.gpus
+				break
+			}
+			u -= c.frac
+		}
+		d := math.Exp(mu + sigma*rng.NormFloat64())
+		d = math.Round(min(max(d, 10), 30*86400))
+		jobs[i] = Job{ID: strconv.Itoa(i), Arrival: math.Round(t), GPUs: g, Duration: d, Weight: 1}
+		if len(opts.Models) > 0 {
+			jobs[i].Model = opts.Models[rng.IntN(len(opts.Models))]
+		}
+	}
+	return jobs
+}
+
+// AssignModels gives jobs without a model one of models, chosen by a
+// seeded generator so runs are repeatable.
+func AssignModels(jobs []Job, models []string, seed uint64) {
+	if len(models) == 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xfeed))
+	for i := range jobs {
+		if jobs[i].Model == "" {
+			jobs[i].Model = models[rng.IntN(len(models))]
+		}
+	}
+}
