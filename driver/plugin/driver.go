@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"os/user"
 	"path/filepath"
+	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul-template/signals"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/client/lib/cgroupslib"
 	"github.com/hashicorp/nomad/client/lib/cpustats"
 	"github.com/hashicorp/nomad/client/lib/numalib"
 	"github.com/hashicorp/nomad/drivers/shared/eventer"
@@ -21,6 +25,11 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/driver/lane"
+	"github.com/caravan-gpu/caravan/driver/metrics"
+	"github.com/caravan-gpu/caravan/driver/switcher"
 	"github.com/caravan-gpu/caravan/driver/task"
 )
 
@@ -31,10 +40,17 @@ type Driver struct {
 	eventer *eventer.Eventer
 	tasks   *task.Store
 
+	metrics *metrics.Metrics
+
 	mu          sync.RWMutex
 	settings    *settings
 	nomadConfig *base.ClientDriverConfig
 	compute     cpustats.Compute
+	backend     gpu.Backend
+	backendErr  error
+	coord       *lane.Coordinator
+	switchWhy   string
+	metricsSrv  *http.Server
 }
 
 var _ drivers.DriverPlugin = (*Driver)(nil)
@@ -49,6 +65,7 @@ func New(ctx context.Context, logger hclog.Logger) *Driver {
 		eventer:  eventer.NewEventer(ctx, logger),
 		tasks:    task.NewStore(),
 		settings: s,
+		metrics:  metrics.New(),
 	}
 }
 
@@ -82,6 +99,37 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 		d.nomadConfig = &base.ClientDriverConfig{Topology: numalib.Scan(numalib.PlatformScanners(true))}
 	}
 	d.compute = d.nomadConfig.Topology.Compute()
+
+	// A backend that fails to open makes the driver unhealthy rather than
+	// failing SetConfig, so the fingerprint can say what is wrong.
+	if d.backend != nil {
+		_ = d.backend.Close()
+	}
+	d.backend, d.backendErr = openBackend(s, d.logger)
+	driverVersion := ""
+	if d.backend != nil {
+		driverVersion, _, _ = d.backend.Versions()
+	}
+	choice, err := switcher.Select(s.SwitchMechanism, s.CUDACheckpointPath, s.GPUBackend == "nvml", driverVersion)
+	if err != nil {
+		return fmt.Errorf("caravan-driver config: %w", err)
+	}
+	d.switchWhy = choice.Reason
+	if d.coord == nil {
+		d.coord = lane.New(d.ctx, lane.Options{
+			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
+			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
+			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed},
+		})
+	}
+	if s.MetricsAddress != "" && d.metricsSrv == nil {
+		srv, addr, err := d.metrics.Serve(s.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("caravan-driver config: metrics_address: %w", err)
+		}
+		d.metricsSrv = srv
+		d.logger.Info("serving Prometheus metrics", "address", addr.String())
+	}
 	return nil
 }
 
@@ -89,6 +137,12 @@ func (d *Driver) config() (*settings, *base.ClientDriverConfig, cpustats.Compute
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.settings, d.nomadConfig, d.compute
+}
+
+func (d *Driver) gpuBackend() (gpu.Backend, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.backend, d.backendErr
 }
 
 func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, error) {
@@ -121,14 +175,80 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 const fingerprintPeriod = 15 * time.Second
 
 func (d *Driver) buildFingerprint() *drivers.Fingerprint {
-	return &drivers.Fingerprint{
-		Attributes: map[string]*pstructs.Attribute{
-			"driver.caravan":         pstructs.NewBoolAttribute(true),
-			"driver.caravan.version": pstructs.NewStringAttribute(Version),
-		},
-		Health:            drivers.HealthStateHealthy,
-		HealthDescription: drivers.DriverHealthy,
+	s, _, _ := d.config()
+	d.mu.RLock()
+	switchWhy := d.switchWhy
+	mechanism := ""
+	if d.coord != nil {
+		mechanism = d.coord.Mechanism()
 	}
+	d.mu.RUnlock()
+	attrs := map[string]*pstructs.Attribute{
+		"driver.caravan":             pstructs.NewBoolAttribute(true),
+		"driver.caravan.version":     pstructs.NewStringAttribute(Version),
+		"driver.caravan.gpu_backend": pstructs.NewStringAttribute(s.GPUBackend),
+		"driver.caravan.cgroups":     pstructs.NewStringAttribute(cgroupMode()),
+		"driver.caravan.mps":         pstructs.NewBoolAttribute(mpsActive(s)),
+	}
+	if mechanism != "" {
+		attrs["driver.caravan.switch_mechanism"] = pstructs.NewStringAttribute(mechanism)
+	}
+	fp := &drivers.Fingerprint{Attributes: attrs, Health: drivers.HealthStateHealthy, HealthDescription: drivers.DriverHealthy}
+	if switchWhy != "" {
+		fp.HealthDescription = "healthy; switching: " + switchWhy
+	}
+	backend, err := d.gpuBackend()
+	if err != nil {
+		fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, err.Error()
+		return fp
+	}
+	if backend == nil {
+		return fp
+	}
+	devs, err := backend.Devices()
+	if err != nil {
+		fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, "GPU backend "+backend.Name()+": "+err.Error()
+		return fp
+	}
+	healthy, sick := 0, []string{}
+	for _, dev := range devs {
+		if dev.MIGEnabled {
+			continue
+		}
+		h, err := backend.Health(dev.UUID)
+		if err == nil && h.Healthy {
+			healthy++
+		} else if err != nil {
+			sick = append(sick, dev.UUID+": "+err.Error())
+		} else {
+			sick = append(sick, dev.UUID+": "+h.Reason)
+		}
+	}
+	attrs["driver.caravan.gpus"] = pstructs.NewIntAttribute(int64(healthy+len(sick)), "")
+	attrs["driver.caravan.gpus_healthy"] = pstructs.NewIntAttribute(int64(healthy), "")
+	if drv, cuda, err := backend.Versions(); err == nil {
+		attrs["driver.caravan.nvidia_driver"] = pstructs.NewStringAttribute(drv)
+		attrs["driver.caravan.cuda"] = pstructs.NewStringAttribute(cuda)
+	}
+	if len(sick) > 0 {
+		attrs["driver.caravan.unhealthy_gpus"] = pstructs.NewStringAttribute(strings.Join(sick, "; "))
+	}
+	if healthy == 0 && len(sick) > 0 {
+		fp.Health, fp.HealthDescription = drivers.HealthStateUnhealthy, "no healthy GPU: "+strings.Join(sick, "; ")
+	}
+	return fp
+}
+
+// cgroupMode names the cgroups the executor will put tasks in; "off" means
+// tasks run without CPU and memory limits.
+func cgroupMode() string {
+	switch cgroupslib.GetMode() {
+	case cgroupslib.CG1:
+		return "v1"
+	case cgroupslib.CG2:
+		return "v2"
+	}
+	return "off"
 }
 
 // resolveUser picks the user a task runs as and refuses root unless the
@@ -166,6 +286,30 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err != nil {
 		return nil, nil, err
 	}
+	backend, backendErr := d.gpuBackend()
+	spec, grants, err := planSpec(s, cfg, tc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("caravan task config: %w", err)
+	}
+	if backendErr != nil && spec.Budget.Enforced() {
+		return nil, nil, fmt.Errorf("cannot enforce the GPU memory budget: %w", backendErr)
+	}
+	spec.User = runAs
+	spec.IterationFile = filepath.Join(cfg.TaskDir().Dir, "caravan-iterations")
+	if err := prepareIterationFile(spec.IterationFile, runAs); err != nil {
+		return nil, nil, fmt.Errorf("iteration file: %w", err)
+	}
+	env := budget.TaskEnv(cfg.Env, cfg.DeviceEnv, grants, spec.Budget, budget.EnvOptions{
+		MPS: mpsActive(s), MPSPipeDirectory: s.MPSPipeDirectory,
+		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend),
+	})
+	env[lane.IterationEnv] = spec.IterationFile
+	if spec.Lane != nil {
+		env["CARAVAN_LANE"] = spec.Lane.Key.String()
+	}
+	if s.GPUBackend == "sim" {
+		env["CARAVAN_SIM_STATE_DIR"] = s.Sim.StateDir
+	}
 
 	handle := drivers.NewTaskHandle(task.HandleVersion)
 	handle.Config = cfg
@@ -182,7 +326,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	ps, err := exec.Launch(&executor.ExecCommand{
 		Cmd:              tc.Command,
 		Args:             tc.Args,
-		Env:              envList(cfg.Env),
+		Env:              envList(env),
 		User:             runAs,
 		TaskDir:          cfg.TaskDir().Dir,
 		WorkDir:          tc.WorkDir,
@@ -193,25 +337,71 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	})
 	if err != nil {
 		client.Kill()
+		if strings.Contains(err.Error(), "cgroup") {
+			err = fmt.Errorf("%w (driver.caravan.cgroups = %s: the host's cgroups are not usable by the executor)", err, cgroupMode())
+		}
 		return nil, nil, fmt.Errorf("launch %s: %w", tc.Command, err)
 	}
 
 	startedAt := time.Now().Round(time.Millisecond)
-	h := task.NewHandle(exec, client, ps.Pid, cfg, task.Spec{}, startedAt, logger)
+	h := task.NewHandle(exec, client, ps.Pid, cfg, spec, startedAt, logger)
 	state := task.State{
 		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(client.ReattachConfig()),
 		TaskConfig:     cfg,
 		Pid:            ps.Pid,
 		StartedAt:      startedAt,
+		Spec:           spec,
 	}
 	if err := handle.SetDriverState(&state); err != nil {
 		_ = exec.Shutdown("", 0)
 		client.Kill()
 		return nil, nil, fmt.Errorf("store driver state: %w", err)
 	}
-	d.tasks.Set(cfg.ID, h)
-	go h.Run()
+	d.adopt(h, backend, s, false)
 	return handle, nil, nil
+}
+
+// adopt starts tracking a task that runs now: its exit, its budget and its
+// lane.
+func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspended bool) {
+	describe(h)
+	d.tasks.Set(h.Config.ID, h)
+	go func() {
+		h.Run()
+		if d.coord != nil {
+			d.coord.Leave(h.Config.ID)
+		}
+	}()
+	go d.watch(h, backend, s.watchdogInterval)
+	d.joinLane(h, backend, suspended)
+}
+
+// describe puts the task's GPU spec in its InspectTask attributes.
+func describe(h *task.Handle) {
+	for _, g := range h.Spec.Budget.GPUs {
+		h.SetAttr("caravan.budget."+g.UUID, strconv.FormatUint(g.LimitMiB, 10)+" MiB")
+	}
+	if h.Spec.Budget.Enforced() {
+		h.SetAttr("caravan.budget_policy", string(h.Spec.Budget.Policy))
+	}
+	if h.Spec.Lane != nil {
+		h.SetAttr("caravan.lane", h.Spec.Lane.Key.String())
+	}
+}
+
+func deviceMemory(b gpu.Backend) map[string]uint64 {
+	if b == nil {
+		return nil
+	}
+	devs, err := b.Devices()
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]uint64, len(devs))
+	for _, dev := range devs {
+		out[dev.UUID] = dev.MemoryMiB
+	}
+	return out
 }
 
 func envList(env map[string]string) []string {
@@ -238,7 +428,7 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if err != nil {
 		return fmt.Errorf("RecoverTask: reattach config: %w", err)
 	}
-	_, _, compute := d.config()
+	s, _, compute := d.config()
 	logger := d.logger.With("alloc_id", handle.Config.AllocID, "task_name", handle.Config.Name)
 	exec, client, err := executor.ReattachToExecutor(rc, logger, compute)
 	if err != nil {
@@ -248,9 +438,13 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if cfg == nil {
 		cfg = handle.Config
 	}
+	// The budget comes from the stored state, never from the env again.
 	h := task.NewHandle(exec, client, state.Pid, cfg, state.Spec, state.StartedAt, logger)
-	d.tasks.Set(cfg.ID, h)
-	go h.Run()
+	backend, _ := d.gpuBackend()
+	suspended := anyStopped(state.Pid)
+	d.adopt(h, backend, s, suspended)
+	h.SetAttr("caravan.recovered", "true")
+	d.emit(h, fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended), nil, nil)
 	return nil
 }
 
@@ -279,6 +473,10 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	if !ok {
 		return drivers.ErrTaskNotFound
 	}
+	// A suspended task must run again to receive its stop signal.
+	if d.coord != nil {
+		d.coord.Leave(taskID)
+	}
 	if err := h.Exec.Shutdown(signal, timeout); err != nil {
 		if h.PluginClient.Exited() {
 			return nil
@@ -298,11 +496,18 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	if h.IsRunning() && !force {
 		return errors.New("DestroyTask: task is still running; stop it first or force")
 	}
+	if d.coord != nil {
+		d.coord.Leave(taskID)
+	}
 	if !h.PluginClient.Exited() {
 		if err := h.Exec.Shutdown("", 0); err != nil {
 			h.Logger.Error("destroying executor failed", "error", err)
 		}
 		h.PluginClient.Kill()
+	}
+	for _, g := range h.GPUUsage() {
+		d.metrics.TaskGPUMemory.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
+		d.metrics.TaskGPUBudget.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
 	}
 	d.tasks.Delete(taskID)
 	return nil
@@ -321,7 +526,23 @@ func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Dur
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
-	return h.Exec.Stats(ctx, interval)
+	in, err := h.Exec.Stats(ctx, interval)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *drivers.TaskResourceUsage)
+	go func() {
+		defer close(out)
+		for usage := range in {
+			d.addGPUStats(h, usage)
+			select {
+			case out <- usage:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
 }
 
 func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, error) {

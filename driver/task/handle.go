@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/nomad/drivers/shared/executor"
 	"github.com/hashicorp/nomad/plugins/drivers"
+
+	"github.com/caravan-gpu/caravan/driver/budget"
 )
 
 // Handle is one running (or finished) task.
@@ -35,6 +37,33 @@ type Handle struct {
 	// ended: the driver killed it on purpose (budget breach, failed resume).
 	killReason string
 	attrs      map[string]string
+	gpuUsage   []budget.Usage
+	breached   bool
+}
+
+// SetGPUUsage records the watchdog's latest sample.
+func (h *Handle) SetGPUUsage(u []budget.Usage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gpuUsage = u
+}
+
+// GPUUsage is the watchdog's latest sample.
+func (h *Handle) GPUUsage() []budget.Usage {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.gpuUsage
+}
+
+// NoteBreach records whether the task is over budget now and reports whether
+// that is news, so that a warning is given once per breach rather than on
+// every sample.
+func (h *Handle) NoteBreach(over bool) (changed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	changed = over != h.breached
+	h.breached = over
+	return changed
 }
 
 // NewHandle returns a handle for a process that is running now.

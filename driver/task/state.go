@@ -3,6 +3,9 @@ package task
 import (
 	"time"
 
+	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/driver/lane"
+
 	"github.com/hashicorp/nomad/plugins/drivers"
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 )
@@ -22,5 +25,21 @@ type State struct {
 	Spec           Spec
 }
 
-// Spec is the GPU side of a task: its budget and its lane.
-type Spec struct{}
+// Spec is the GPU side of a task: its budget and its lane. It is decided
+// once, at StartTask, from the device plugin's grants and the task config.
+type Spec struct {
+	Budget budget.Budget
+	// Lane is nil when the task does not share a lane.
+	Lane *LaneSpec
+	// IterationFile is where the task marks its iteration boundaries.
+	IterationFile string
+	// User is the user the task runs as.
+	User string
+}
+
+// LaneSpec places a task in a lane.
+type LaneSpec struct {
+	Key       lane.Key
+	MemoryMiB uint64
+	Profile   lane.Profile
+}

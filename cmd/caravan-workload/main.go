@@ -1,0 +1,55 @@
+// Command caravan-workload is a synthetic deep-learning training job: it
+// holds persistent and cyclic ephemeral GPU memory on the simulated backend,
+// reports iterations/s as JSON lines, and can misbehave on purpose. It reads
+// its GPU and budget from the caravan env contract.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/caravan-gpu/caravan/driver/workload"
+)
+
+func main() {
+	var c workload.Config
+	var mode string
+	flag.IntVar(&c.Iterations, "iterations", 20, "iterations to run")
+	flag.DurationVar(&c.IterationTime, "iteration-time", 200*time.Millisecond, "duration of one iteration")
+	flag.Uint64Var(&c.PersistentMiB, "persistent-mib", 1024, "memory held for the whole run")
+	flag.Uint64Var(&c.EphemeralMiB, "ephemeral-mib", 512, "peak memory allocated and freed within each iteration")
+	flag.IntVar(&c.Steps, "steps", 4, "steps of the ephemeral ramp per pass")
+	flag.StringVar(&mode, "mode", "normal", "normal, exceed, leak, crash or ignore-signals")
+	flag.IntVar(&c.ExceedAfter, "after", 3, "iteration at which exceed and crash modes act")
+	flag.Uint64Var(&c.LeakMiB, "leak-mib", 256, "memory leaked per iteration in leak mode")
+	flag.StringVar(&c.GPU, "gpu", "", "GPU UUID (default: from the caravan env)")
+	flag.StringVar(&c.ProgressFile, "progress-file", "", "file rewritten with the latest progress JSON")
+	flag.Parse()
+	c.Mode = workload.Mode(mode)
+
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if err := c.FromEnv(env); err != nil {
+		fmt.Fprintln(os.Stderr, "caravan-workload:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if c.Mode == workload.ModeIgnoreSignal {
+		stop()
+		ctx = context.Background()
+	}
+	if err := workload.Run(ctx, c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "caravan-workload:", err)
+		os.Exit(1)
+	}
+}

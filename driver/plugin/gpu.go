@@ -1,0 +1,347 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/drivers"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/gpu/nvml"
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/driver/lane"
+	"github.com/caravan-gpu/caravan/driver/proctree"
+	"github.com/caravan-gpu/caravan/driver/task"
+)
+
+// openBackend opens the configured GPU backend; nil for "none".
+func openBackend(s *settings, logger hclog.Logger) (gpu.Backend, error) {
+	switch s.GPUBackend {
+	case "sim":
+		b, err := sim.New(s.Sim.FleetFile, s.Sim.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("gpu_backend sim: %w", err)
+		}
+		if err := openSimState(b, s.Sim.StateDir); err != nil {
+			return nil, fmt.Errorf("gpu_backend sim: %w", err)
+		}
+		return b, nil
+	case "nvml":
+		b, err := nvml.New(logger.Named("nvml"))
+		if err != nil {
+			return nil, fmt.Errorf("gpu_backend nvml: %w", err)
+		}
+		return b, nil
+	}
+	return nil, nil
+}
+
+// openSimState lets tasks that run as unprivileged users record their
+// simulated GPU memory, as any user may allocate on a real GPU: the
+// per-GPU process directories are world-writable and sticky.
+func openSimState(b *sim.Backend, stateDir string) error {
+	devs, err := b.Devices()
+	if err != nil {
+		return err
+	}
+	dirs := []string{filepath.Join(stateDir, "procs")}
+	for _, d := range devs {
+		dirs = append(dirs, filepath.Join(stateDir, "procs", d.UUID))
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, 0o1777); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mpsActive reports whether MPS client limits apply to tasks on this node.
+func mpsActive(s *settings) bool {
+	switch s.MPS {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	dir := s.MPSPipeDirectory
+	if dir == "" {
+		dir = "/tmp/nvidia-mps"
+	}
+	_, err := os.Stat(filepath.Join(dir, "control"))
+	return err == nil
+}
+
+// planSpec decides a task's budget and lane from its grants (read from the
+// device env only, which a job cannot set) and its config.
+func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, []reservation.Grant, error) {
+	grants, err := reservation.FromEnv(cfg.DeviceEnv)
+	if err != nil {
+		return task.Spec{}, nil, fmt.Errorf("device reservation: %w", err)
+	}
+	var limit uint64
+	if tc.GPUMemory != "" {
+		if limit, err = budget.ParseMiB(tc.GPUMemory); err != nil {
+			return task.Spec{}, nil, fmt.Errorf("gpu_memory: %w", err)
+		}
+		if limit == 0 {
+			return task.Spec{}, nil, fmt.Errorf("gpu_memory: must be more than 0")
+		}
+	}
+	policy := s.BudgetPolicy
+	if tc.GPUMemoryPolicy != "" {
+		policy = tc.GPUMemoryPolicy
+	}
+	if _, err := parsePolicy("gpu_memory_policy", policy); err != nil {
+		return task.Spec{}, nil, err
+	}
+	b, err := budget.Plan(grants, limit, budget.Policy(policy))
+	if err != nil {
+		return task.Spec{}, nil, err
+	}
+	profile, err := tc.MemoryProfile.parse()
+	if err != nil {
+		return task.Spec{}, nil, err
+	}
+	spec := task.Spec{Budget: b}
+	for _, g := range grants {
+		if g.Lane < 0 {
+			continue
+		}
+		laneMiB := g.MemoryMiB
+		if profile.Known && profile.PersistentMiB+profile.EphemeralMiB > laneMiB {
+			return task.Spec{}, nil, fmt.Errorf("memory_profile: persistent + ephemeral (%d MiB) does not fit in lane %s:%d of %d MiB",
+				profile.PersistentMiB+profile.EphemeralMiB, g.GPUUUID, g.Lane, laneMiB)
+		}
+		spec.Lane = &task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile}
+		break // a task shares at most one lane
+	}
+	return spec, grants, nil
+}
+
+func (p MemoryProfile) parse() (lane.Profile, error) {
+	var out lane.Profile
+	if p.Persistent == "" && p.Ephemeral == "" {
+		return out, nil
+	}
+	var err error
+	if p.Persistent != "" {
+		if out.PersistentMiB, err = budget.ParseMiB(p.Persistent); err != nil {
+			return out, fmt.Errorf("memory_profile.persistent: %w", err)
+		}
+	}
+	if p.Ephemeral != "" {
+		if out.EphemeralMiB, err = budget.ParseMiB(p.Ephemeral); err != nil {
+			return out, fmt.Errorf("memory_profile.ephemeral: %w", err)
+		}
+	}
+	out.Known = true
+	return out, nil
+}
+
+// prepareIterationFile creates the task's iteration file, owned by the
+// task's user so that the job can append to it.
+func prepareIterationFile(path, username string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	u, err := user.Lookup(username)
+	if err != nil {
+		return nil
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return os.Chown(path, uid, gid)
+}
+
+// taskProcs returns the task's processes (pid → name) and which of them hold
+// GPU memory according to the last watchdog sample.
+func taskProcs(h *task.Handle) (map[int]string, []int, []int) {
+	tree := proctree.Tree(h.Pid)
+	names := make(map[int]string, len(tree))
+	for _, p := range tree {
+		names[p.PID] = p.Comm
+	}
+	var gpuPIDs []int
+	for _, u := range h.GPUUsage() {
+		for _, p := range u.Procs {
+			if _, ok := names[p.PID]; ok {
+				gpuPIDs = append(gpuPIDs, p.PID)
+			}
+		}
+	}
+	return names, proctree.PIDs(tree), gpuPIDs
+}
+
+// watch samples the task's GPU memory until it exits and enforces its
+// budget.
+func (d *Driver) watch(h *task.Handle, backend gpu.Backend, interval time.Duration) {
+	if backend == nil {
+		return
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		d.sampleAndEnforce(h, backend)
+		select {
+		case <-h.Done:
+			return
+		case <-d.ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// sampleAndEnforce takes one watchdog sample and acts on a breach. It
+// returns the breach, if any.
+func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.Breach {
+	names, pids, _ := taskProcs(h)
+	if len(pids) == 0 {
+		return nil
+	}
+	b := h.Spec.Budget
+	if !b.Enforced() {
+		// Nothing to enforce; still sample the granted GPUs for stats.
+		b = budget.Budget{GPUs: []budget.GPU{{UUID: budget.AnyGPU}}}
+	}
+	usage, err := budget.Measure(backend, b, names)
+	if err != nil {
+		h.Logger.Warn("GPU memory sample failed", "error", err)
+		return nil
+	}
+	h.SetGPUUsage(usage)
+	for _, u := range usage {
+		d.metrics.TaskGPUMemory.WithLabelValues(h.Config.AllocID, h.Config.Name, u.UUID).Set(float64(u.UsedMiB))
+		d.metrics.TaskGPUBudget.WithLabelValues(h.Config.AllocID, h.Config.Name, u.UUID).Set(float64(u.LimitMiB))
+	}
+	if !h.Spec.Budget.Enforced() {
+		return nil
+	}
+	breach := budget.Check(h.Spec.Budget, usage)
+	if !h.NoteBreach(breach != nil) || breach == nil {
+		return breach
+	}
+	reason := breach.Reason()
+	d.metrics.Breaches.WithLabelValues(string(breach.Policy)).Inc()
+	annotations := map[string]string{
+		"gpu": breach.UUID, "used_mib": strconv.FormatUint(breach.UsedMiB, 10),
+		"budget_mib": strconv.FormatUint(breach.LimitMiB, 10), "policy": string(breach.Policy),
+	}
+	if breach.Policy == budget.PolicyWarn {
+		d.emit(h, "warning: "+reason, annotations, nil)
+		return breach
+	}
+	d.emit(h, reason+"; killing the task (gpu_memory_policy = \"kill\")", annotations, errors.New(reason))
+	d.kill(h, reason)
+	return breach
+}
+
+// kill ends a task on the driver's own account and records why.
+func (d *Driver) kill(h *task.Handle, reason string) {
+	h.MarkKilled(reason)
+	_, pids, _ := taskProcs(h)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// The executor reaps the main process and anything left in its cgroup.
+	go func() { _ = h.Exec.Shutdown("SIGKILL", 0) }()
+}
+
+// emit sends a task event that Nomad shows in `nomad alloc status`.
+func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string, err error) {
+	ev := &drivers.TaskEvent{
+		TaskID: h.Config.ID, AllocID: h.Config.AllocID, TaskName: h.Config.Name,
+		Timestamp: time.Now(), Message: msg, Annotations: annotations, Err: err,
+	}
+	if e := d.eventer.EmitEvent(ev); e != nil {
+		h.Logger.Warn("task event dropped", "error", e, "message", msg)
+	}
+	h.Logger.Info(msg)
+}
+
+// joinLane places the task in its lane; suspended says it is stopped now.
+func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
+	spec := h.Spec.Lane
+	if spec == nil || d.coord == nil {
+		return
+	}
+	var counter *lane.IterationCounter
+	if h.Spec.IterationFile != "" {
+		counter = lane.NewIterationCounter(h.Spec.IterationFile)
+	}
+	gpuUUID := spec.Key.GPU
+	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
+		TaskID:  h.Config.ID,
+		Name:    h.Config.Name,
+		Profile: spec.Profile,
+		Procs: func() ([]int, []int) {
+			_, pids, gpuPIDs := taskProcs(h)
+			return pids, gpuPIDs
+		},
+		GPUMemoryMiB: func() uint64 {
+			if backend == nil {
+				return 0
+			}
+			names, _, _ := taskProcs(h)
+			usage, err := budget.Measure(backend, budget.Budget{GPUs: []budget.GPU{{UUID: gpuUUID}}}, names)
+			if err != nil || len(usage) == 0 {
+				return 0
+			}
+			return usage[0].UsedMiB
+		},
+		Iterations: counter,
+	}, suspended)
+}
+
+// laneEvent turns a coordinator event into a task event.
+func (d *Driver) laneEvent(e lane.Event) {
+	h, ok := d.tasks.Get(e.TaskID)
+	if !ok {
+		return
+	}
+	d.emit(h, e.Message, e.Annotations, e.Err)
+	if e.Annotations != nil && e.Annotations["mechanism"] != "" {
+		for _, k := range []string{"suspend_latency", "resume_latency"} {
+			if v, ok := e.Annotations[k]; ok {
+				h.SetAttr("caravan.last_"+k, v)
+			}
+		}
+	}
+}
+
+// resumeFailed ends a task whose resume failed, so that Nomad's restart
+// policy brings it back rather than leaving it stopped forever.
+func (d *Driver) resumeFailed(taskID string, err error) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return
+	}
+	d.kill(h, "resume after a lane switch failed: "+err.Error())
+}
+
+// anyStopped reports whether a recovered task's processes are stopped, as
+// when the driver restarted while the task waited for its turn.
+func anyStopped(pid int) bool {
+	for _, p := range proctree.Tree(pid) {
+		if p.State == 'T' {
+			return true
+		}
+	}
+	return false
+}
+
