@@ -206,3 +206,15 @@ func (a *API) Leader(ctx context.Context, key string) (string, error) {
 	}
 	return string(pair.Value), nil
 }
+
+// Ping checks that the agent answers and the cluster has a leader.
+func (a *API) Ping(ctx context.Context) error {
+	leader, err := a.c.Status().LeaderWithQueryOptions(q(ctx))
+	if err != nil {
+		return err
+	}
+	if leader == "" {
+		return errors.New("consul has no leader")
+	}
+	return nil
+}
