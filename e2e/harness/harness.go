@@ -131,9 +131,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Tasks run as an unprivileged user and must reach their alloc dirs.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return nil, err
+		}
 		c.Dir, c.ownDir = dir, true
 	}
 	if err := c.start(ctx); err != nil {
+		err = fmt.Errorf("%w\n%s", err, c.logTails(60))
 		c.Stop()
 		return nil, err
 	}
@@ -177,6 +182,8 @@ log_level  = "INFO"
 ports {
   http     = %d
   grpc     = %d
+  grpc_tls = -1
+  https    = -1
   dns      = -1
   serf_lan = %d
   serf_wan = %d
@@ -426,6 +433,23 @@ func (c *Cluster) waitAllocsTerminal(timeout time.Duration) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// logTails returns the last lines of each agent log.
+func (c *Cluster) logTails(lines int) string {
+	var b strings.Builder
+	for _, path := range c.LogPaths() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(all) > lines {
+			all = all[len(all)-lines:]
+		}
+		fmt.Fprintf(&b, "==== last lines of %s ====\n%s\n", path, strings.Join(all, "\n"))
+	}
+	return b.String()
 }
 
 // LogPaths returns the agents' log files.

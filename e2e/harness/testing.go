@@ -24,9 +24,6 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	defer cancel()
 	c, err := Start(ctx, opts)
 	if err != nil {
-		if c != nil {
-			c.dumpLogs(t)
-		}
 		t.Fatalf("start cluster: %v", err)
 	}
 	t.Cleanup(func() {
@@ -42,17 +39,7 @@ func StartT(t testing.TB, opts Options) *Cluster {
 }
 
 func (c *Cluster) dumpLogs(t testing.TB) {
-	for _, path := range c.LogPaths() {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(string(data), "\n")
-		if len(lines) > 300 {
-			lines = lines[len(lines)-300:]
-		}
-		t.Logf("==== last lines of %s ====\n%s", path, strings.Join(lines, "\n"))
-	}
+	t.Log(c.logTails(300))
 }
 
 // Jobspec returns the path of a file in the repository's jobspecs/.
