@@ -1,11 +1,16 @@
 package plugin
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	log "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl"
+	"github.com/hashicorp/hcl/hcl/ast"
+	"github.com/mitchellh/mapstructure"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/helper/testlog"
@@ -48,17 +53,41 @@ func simFiles(t testing.TB, fleet string) (fleetPath, stateDir string) {
 // agent sends to SetConfig, through the same hclspec path the agent takes.
 func encodeConfig(t *testing.T, body string) ([]byte, error) {
 	t.Helper()
-	raw := hclutils.HclConfigToInterface(t, "config {\n"+body+"\n}")
-	if raw == nil {
-		raw = map[string]interface{}{}
+	return encodeConfigBytes(body)
+}
+
+// encodeConfigBytes parses HCL as the agent parses its config file (HCL 1
+// into a generic map), then decodes it with the plugin's spec.
+func encodeConfigBytes(body string) ([]byte, error) {
+	root, err := hcl.Parse("config {\n" + body + "\n}")
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]interface{}
+	if err := hcl.DecodeObject(&m, root.Node.(*ast.ObjectList).Items[0]); err != nil {
+		return nil, err
+	}
+	var flat map[string]interface{}
+	if err := mapstructure.WeakDecode(m, &flat); err != nil {
+		return nil, err
+	}
+	var raw interface{} = map[string]interface{}{}
+	if c, ok := flat["config"]; ok && c != nil {
+		raw = c
 	}
 	spec, diags := hclspecutils.Convert(configSpec)
-	must.False(t, diags.HasErrors(), must.Sprint(diags))
+	if diags.HasErrors() {
+		return nil, diags
+	}
 	val, diags, errs := hclutils.ParseHclInterface(raw, spec, nil)
 	if diags.HasErrors() {
 		return nil, errs[0]
 	}
 	return msgpack.Marshal(val, val.Type())
+}
+
+func openNothing(*settings, log.Logger) (gpu.Backend, error) {
+	return nil, errors.New("no GPU backend here")
 }
 
 // newSimDevice returns the plugin configured with body on top of a sim

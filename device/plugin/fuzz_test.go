@@ -1,0 +1,74 @@
+package plugin
+
+import (
+	"testing"
+
+	"github.com/hashicorp/nomad/plugins/base"
+)
+
+func FuzzParseMemoryMiB(f *testing.F) {
+	for _, s := range []string{"20GiB", "512 MiB", "1.5GB", "2048", "", "GiB", "1e9TiB", "0.0001k", "9999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		mib, err := ParseMemoryMiB(s)
+		if err == nil && mib >= 1<<40 {
+			t.Fatalf("%q parsed to an impossible %d MiB", s, mib)
+		}
+	})
+}
+
+// FuzzPartitionRule checks that any rule that validates cuts any GPU into
+// lanes that fit in it, or says why not.
+func FuzzPartitionRule(f *testing.F) {
+	f.Add("NVIDIA H100*", "", 4, "", "512MiB", 2, uint64(81559))
+	f.Add("", "GPU-1", 0, "20GiB", "", 1, uint64(40960))
+	f.Add("[", "", 2, "", "", 0, uint64(1))
+	f.Fuzz(func(t *testing.T, model, uuid string, lanes int, laneMem, reserved string, slots int, gpuMiB uint64) {
+		r, err := PartitionRule{Model: model, UUID: uuid, Lanes: lanes, LaneMemory: laneMem,
+			ReservedMemory: reserved, Slots: slots}.validate()
+		if err != nil {
+			return
+		}
+		if r.slots < 1 || r.slots > maxSlots {
+			t.Fatalf("validated rule has %d slots", r.slots)
+		}
+		_ = r.matches("NVIDIA H100 80GB HBM3", "GPU-1")
+		n, laneMiB, err := r.cut(gpuMiB)
+		if err != nil {
+			return
+		}
+		if n < 1 || n > maxLanes || laneMiB == 0 {
+			t.Fatalf("cut %d MiB into %d lanes of %d MiB", gpuMiB, n, laneMiB)
+		}
+		if uint64(n)*(laneMiB+r.reservedMemoryMiB) > gpuMiB {
+			t.Fatalf("%d lanes of %d+%d MiB overflow a %d MiB GPU", n, laneMiB, r.reservedMemoryMiB, gpuMiB)
+		}
+	})
+}
+
+// FuzzSetConfig feeds arbitrary bytes where the agent sends msgpack: a bad
+// config must be an error, never a crash.
+func FuzzSetConfig(f *testing.F) {
+	for _, body := range []string{
+		`backend = "sim"`,
+		`backend = "nvml"
+fingerprint_period = "5s"
+partition {
+  model = "*"
+  lanes = 2
+}`,
+	} {
+		data, err := encodeConfigBytes(body)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte{0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := New(testLogger(t))
+		d.openBackend = openNothing
+		_ = d.SetConfig(&base.Config{PluginConfig: data})
+	})
+}

@@ -1,0 +1,362 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// deviceFleet is the heterogeneous fleet of the device tests: 2x H100 80GB,
+// 2x A100 40GB and 4x T4.
+const deviceFleet = harness.DefaultFleet
+
+// h100Lanes cuts every H100 into four lanes; the A100s and T4s stay whole.
+const h100Lanes = `
+    partition {
+      model = "NVIDIA H100*"
+      lanes = 4
+    }
+`
+
+const laneGroup = "NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]"
+
+// The device tests run tasks with raw_exec, so they exercise the device
+// plugin and Nomad's scheduler on their own; the caravan driver has its own
+// tests. The jobspecs default to the caravan driver.
+const deviceTestDriver = "raw_exec"
+
+func TestDevice(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: deviceFleet, DeviceConfig: h100Lanes})
+
+	t.Run("lanes appear as devices", func(t *testing.T) {
+		node := waitDeviceGroups(t, c, map[string]int{
+			laneGroup:               8,
+			"NVIDIA A100-SXM4-40GB": 2,
+			"Tesla T4":              4,
+		})
+		for _, d := range node.NodeResources.Devices {
+			if d.Name == "NVIDIA H100 80GB HBM3" {
+				t.Fatalf("an H100 cut into lanes is also offered whole: %v", d.Instances)
+			}
+			if d.Name != laneGroup {
+				continue
+			}
+			must.Eq(t, "nvidia", d.Vendor)
+			must.Eq(t, "gpu", d.Type)
+			for _, in := range d.Instances {
+				must.StrContains(t, in.ID, ":lane")
+				must.True(t, in.Healthy)
+			}
+			mem := d.Attributes["memory"]
+			must.Eq(t, int64(20389), *mem.IntVal)
+			must.Eq(t, "MiB", mem.Unit)
+			must.Eq(t, int64(4), *d.Attributes["lanes_per_gpu"].IntVal)
+			must.Eq(t, int64(25), *d.Attributes["lane_share"].IntVal)
+		}
+		out := c.NomadCLI(t, "node", "status", "-verbose", node.ID)
+		must.StrContains(t, out, "nvidia/gpu/"+laneGroup)
+		must.StrContains(t, out, "nvidia/gpu/Tesla T4")
+	})
+
+	t.Run("a job asking for 10 GiB lands on a lane", func(t *testing.T) {
+		for i := 0; i < 3; i++ {
+			job := runDeviceJob(t, c, "device-lane.nomad.hcl", fmt.Sprintf("lane-%d", i), map[string]string{"min_memory": "10 GiB"})
+			alloc := waitRunning(t, c, job)
+			dev := allocDevice(t, alloc)
+			must.Eq(t, laneGroup, dev.Name)
+			must.StrContains(t, dev.DeviceIDs[0], ":lane")
+		}
+
+		// The task sees the lane's grant in its environment.
+		job := "lane-0"
+		allocs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
+		must.NoError(t, err)
+		logs := waitLogs(t, c, allocs[0].ID, "CARAVAN_DEV_")
+		var grant reservation.Grant
+		for _, line := range strings.Split(logs, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok && strings.HasPrefix(k, reservation.EnvPrefix) {
+				grant, err = reservation.Parse(v)
+				must.NoError(t, err)
+			}
+		}
+		must.Eq(t, uint64(20389), grant.MemoryMiB)
+		must.Eq(t, 25, grant.SharePercent)
+		must.StrContains(t, logs, "CUDA_VISIBLE_DEVICES="+grant.GPUUUID)
+
+		// The lane's memory comes from the processes granted it: put 5000 MiB
+		// on the task's process in the simulated GPU and read it back from
+		// the node's device stats.
+		pid := pidWithEnv(t, grant.EnvName()+"="+grant.EnvValue())
+		must.NoError(t, sim.SetProcessMemory(c.StateDir, grant.GPUUUID, pid, 5000))
+		node, err := c.Node()
+		must.NoError(t, err)
+		out := waitCLI(t, c, "5000 / 20389 MiB", "node", "status", "-verbose", node.ID)
+		must.StrContains(t, lineWith(out, "["+grant.InstanceID+"]"), "5000 / 20389 MiB")
+		out = waitCLI(t, c, "memory_used", "node", "status", "-verbose", "-stats", node.ID)
+		must.StrContains(t, out, "lane_share")
+
+		// Nomad shows an allocation's device stats beside its task's own
+		// stats, so they appear when the task driver reports task stats.
+		out = c.NomadCLI(t, "alloc", "status", "-stats", allocs[0].ID)
+		if strings.Contains(out, "Memory Stats") || strings.Contains(out, "CPU Stats") {
+			must.StrContains(t, out, "Device Stats")
+			must.StrContains(t, out, "memory_used")
+		} else {
+			t.Logf("%s reports no task stats here, so Nomad shows no device stats for the allocation", deviceTestDriver)
+		}
+		stopJobs(t, c, "lane-0", "lane-1", "lane-2")
+	})
+
+	t.Run("a whole-GPU job never gets a GPU cut into lanes", func(t *testing.T) {
+		// Only the A100s are 40 GiB whole GPUs; the 80 GiB H100s are lanes.
+		var jobs []string
+		for i := 0; i < 3; i++ {
+			jobs = append(jobs, *runDeviceJob(t, c, "device-whole.nomad.hcl", fmt.Sprintf("whole-%d", i), map[string]string{"min_memory": "40 GiB"}).ID)
+		}
+		running, waiting := 0, 0
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			running, waiting = 0, 0
+			for _, id := range jobs {
+				allocs, _, err := c.Nomad.Jobs().Allocations(id, false, nil)
+				must.NoError(t, err)
+				if len(allocs) > 0 && allocs[0].ClientStatus == "running" {
+					running++
+				} else if len(allocs) == 0 && hasBlockedEval(t, c, id) {
+					waiting++
+				}
+			}
+			if running == 2 && waiting == 1 {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		must.Eq(t, 2, running)
+		must.Eq(t, 1, waiting)
+		for _, id := range jobs {
+			allocs, _, _ := c.Nomad.Jobs().Allocations(id, false, nil)
+			for _, stub := range allocs {
+				alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
+				must.NoError(t, err)
+				dev := allocDevice(t, alloc)
+				must.Eq(t, "NVIDIA A100-SXM4-40GB", dev.Name)
+				must.StrNotContains(t, dev.DeviceIDs[0], "h100")
+			}
+		}
+		stopJobs(t, c, jobs...)
+	})
+
+	t.Run("a model affinity is honoured", func(t *testing.T) {
+		for i, model := range []string{"Tesla T4", "NVIDIA A100-SXM4-40GB", "Tesla T4", "NVIDIA A100-SXM4-40GB"} {
+			job := runDeviceJob(t, c, "device-affinity.nomad.hcl", fmt.Sprintf("affinity-%d", i), map[string]string{"model": model})
+			alloc := waitRunning(t, c, job)
+			dev := allocDevice(t, alloc)
+			must.Eq(t, model, dev.Name, must.Sprintf("job %d preferred %s", i, model))
+		}
+	})
+}
+
+func TestDevice_FourLanesFillAndTheFifthWaits(t *testing.T) {
+	// One H100 cut into four lanes, beside a GPU too small for the job.
+	fleet := `{
+  "gpus": [
+    {"uuid": "GPU-h100", "model": "NVIDIA H100 80GB HBM3", "architecture": "hopper",
+     "compute_capability": "9.0", "memory_mib": 81559, "sm_count": 132},
+    {"uuid": "GPU-p4", "model": "Tesla P4", "architecture": "pascal",
+     "compute_capability": "6.1", "memory_mib": 7680, "sm_count": 20}
+  ]
+}`
+	c := harness.StartT(t, harness.Options{Fleet: fleet, DeviceConfig: h100Lanes})
+	waitDeviceGroups(t, c, map[string]int{laneGroup: 4, "Tesla P4": 1})
+
+	lanes := map[string]string{}
+	for i := 0; i < 4; i++ {
+		job := runDeviceJob(t, c, "device-lane.nomad.hcl", fmt.Sprintf("fill-%d", i), map[string]string{"min_memory": "10 GiB"})
+		alloc := waitRunning(t, c, job)
+		id := allocDevice(t, alloc).DeviceIDs[0]
+		must.MapNotContainsKey(t, lanes, id, must.Sprintf("lane %s granted twice", id))
+		lanes[id] = *job.ID
+	}
+	must.MapLen(t, 4, lanes)
+
+	fifth := runDeviceJob(t, c, "device-lane.nomad.hcl", "fill-4", map[string]string{"min_memory": "10 GiB"})
+	deadline := time.Now().Add(30 * time.Second)
+	for !hasBlockedEval(t, c, *fifth.ID) {
+		must.True(t, time.Now().Before(deadline), must.Sprint("the fifth job has no blocked evaluation"))
+		time.Sleep(250 * time.Millisecond)
+	}
+	allocs, _, err := c.Nomad.Jobs().Allocations(*fifth.ID, false, nil)
+	must.NoError(t, err)
+	must.SliceEmpty(t, allocs, must.Sprint("the fifth job was placed although all four lanes are taken"))
+
+	// Freeing a lane lets the fifth job in, on the lane that was freed.
+	var freed string
+	for id, job := range lanes {
+		freed = id
+		stopJobs(t, c, job)
+		break
+	}
+	alloc := waitRunning(t, c, fifth)
+	must.Eq(t, freed, allocDevice(t, alloc).DeviceIDs[0])
+}
+
+// runDeviceJob registers a jobspec from jobspecs/ under id.
+func runDeviceJob(t *testing.T, c *harness.Cluster, file, id string, vars map[string]string) *api.Job {
+	t.Helper()
+	all := map[string]string{"driver": deviceTestDriver}
+	for k, v := range vars {
+		all[k] = v
+	}
+	job, err := c.ParseJobspec(c.Jobspec(file), all)
+	must.NoError(t, err)
+	job.ID, job.Name = &id, &id
+	_, _, err = c.Nomad.Jobs().Register(job, nil)
+	must.NoError(t, err)
+	return job
+}
+
+func waitRunning(t *testing.T, c *harness.Cluster, job *api.Job) *api.Allocation {
+	t.Helper()
+	stubs := c.WaitAllocs(t, *job.ID, 1, 90*time.Second, harness.Running)
+	alloc, _, err := c.Nomad.Allocations().Info(stubs[0].ID, nil)
+	must.NoError(t, err)
+	return alloc
+}
+
+func allocDevice(t *testing.T, alloc *api.Allocation) *api.AllocatedDeviceResource {
+	t.Helper()
+	for _, task := range alloc.AllocatedResources.Tasks {
+		for _, d := range task.Devices {
+			must.Len(t, 1, d.DeviceIDs)
+			return d
+		}
+	}
+	t.Fatalf("allocation %s has no device", alloc.ID)
+	return nil
+}
+
+func hasBlockedEval(t *testing.T, c *harness.Cluster, jobID string) bool {
+	t.Helper()
+	evals, _, err := c.Nomad.Jobs().Evaluations(jobID, nil)
+	must.NoError(t, err)
+	for _, e := range evals {
+		if e.Status == "blocked" {
+			return true
+		}
+	}
+	return false
+}
+
+func stopJobs(t *testing.T, c *harness.Cluster, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		_, _, err := c.Nomad.Jobs().Deregister(id, true, nil)
+		must.NoError(t, err)
+	}
+	for _, id := range ids {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			allocs, _, err := c.Nomad.Jobs().Allocations(id, true, nil)
+			done := err == nil
+			for _, a := range allocs {
+				done = done && (a.ClientStatus != "running" && a.ClientStatus != "pending")
+			}
+			if done {
+				break
+			}
+			must.True(t, time.Now().Before(deadline), must.Sprintf("job %s did not stop", id))
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+}
+
+// waitDeviceGroups waits until the node shows exactly these caravan device
+// groups with these instance counts.
+func waitDeviceGroups(t *testing.T, c *harness.Cluster, want map[string]int) *api.Node {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var got map[string]int
+	for time.Now().Before(deadline) {
+		node, err := c.Node()
+		if err == nil && node.NodeResources != nil {
+			got = map[string]int{}
+			for _, d := range node.NodeResources.Devices {
+				if d.Vendor == "nvidia" && d.Type == "gpu" {
+					got[d.Name] = len(d.Instances)
+				}
+			}
+			if fmt.Sprint(got) == fmt.Sprint(want) {
+				return node
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("device groups: want %v, have %v", want, got)
+	return nil
+}
+
+func waitLogs(t *testing.T, c *harness.Cluster, allocID, want string) string {
+	t.Helper()
+	return waitCLI(t, c, want, "alloc", "logs", allocID, "work")
+}
+
+// waitCLI runs a nomad command until its output contains want.
+func waitCLI(t *testing.T, c *harness.Cluster, want string, args ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var out string
+	for time.Now().Before(deadline) {
+		out, _ = c.NomadCommand(args...)
+		if strings.Contains(out, want) {
+			return out
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("nomad %s: no %q in:\n%s", strings.Join(args, " "), want, out)
+	return ""
+}
+
+// pidWithEnv finds a process whose environment holds kv, as a task's
+// processes hold the CARAVAN_DEV_ variable Reserve gave the task.
+func pidWithEnv(t *testing.T, kv string) int {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/[0-9]*/environ")
+	must.NoError(t, err)
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, e := range bytes.Split(data, []byte{0}) {
+			if string(e) == kv {
+				pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				must.NoError(t, err)
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no process has %s in its environment", kv)
+	return 0
+}
+
+func lineWith(out, substr string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, substr) {
+			return line
+		}
+	}
+	return ""
+}
