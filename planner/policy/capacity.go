@@ -74,6 +74,9 @@ func (s *Snapshot) ResetCache() { s.cap = nil }
 // runningModel is the model index a running job holds, from its GPUModel
 // or its placement; with one model in the cluster that model.
 func (c *capacity) runningModel(s *Snapshot, j *Job) int {
+	if len(c.models) == 1 {
+		return 0
+	}
 	if j.GPUModel != "" {
 		if m := c.find(j.GPUModel); m >= 0 {
 			return m

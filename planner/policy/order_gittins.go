@@ -3,7 +3,6 @@ package policy
 import (
 	"math"
 	"slices"
-	"strconv"
 )
 
 // SizeDistribution is a sorted sample of job sizes in GPU-seconds, with
@@ -106,6 +105,8 @@ type gittinsOrder struct {
 	sizes *SizeDistribution // nil: learn from Snapshot.CompletedSizes
 	delta float64
 	table []float64 // compat: reference index per sample
+
+	reasons []string
 }
 
 func newGittinsOrder(q queues, sizes *SizeDistribution, delta float64) *gittinsOrder {
@@ -113,6 +114,9 @@ func newGittinsOrder(q queues, sizes *SizeDistribution, delta float64) *gittinsO
 		delta = q.cuts[0]
 	}
 	o := &gittinsOrder{q: q, sizes: sizes, delta: delta}
+	for _, r := range q.reasons {
+		o.reasons = append(o.reasons, r+"; highest Gittins index first")
+	}
 	if q.compat && sizes.Len() > 0 {
 		o.table = sizes.referenceGittins(delta)
 	}
@@ -147,7 +151,7 @@ func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 	for i := range ds {
 		g := o.index(dist, s.Jobs[i].Attained)
 		ds[i].k2, ds[i].k3 = -g, 0
-		ds[i].Reason += "; Gittins index " + strconv.FormatFloat(g, 'g', 4, 64)
+		ds[i].Reason = o.reasons[ds[i].Queue]
 	}
 	return inf
 }

@@ -29,6 +29,7 @@ type occupancy struct {
 	c    *capacity
 	used [][]int   // used[node][gpu]: lanes taken; whole-GPU jobs take all
 	who  [][][]int // who[node][gpu]: jobs on its lanes
+	free []int     // free[node]: wholly free GPUs, -1 until counted
 }
 
 // newOccupancy marks the GPUs of every job that keeps running this round.
@@ -70,50 +71,73 @@ func (o *occupancy) freeOn(s *Snapshot, n int, model string, buf []int) []int {
 	return buf
 }
 
+// freeCount is the number of wholly free GPUs of model index m on node n,
+// counted once per round and kept up to date by take.
+func (o *occupancy) freeCount(s *Snapshot, n, m int) int {
+	if o.c.nodeType[n] == -2 { // mixed node: count it out
+		return len(o.freeOn(s, n, o.c.models[m], nil))
+	}
+	if o.c.nodeType[n] != m {
+		return 0
+	}
+	if o.free == nil {
+		o.free = make([]int, len(s.Nodes))
+		for k := range o.free {
+			o.free[k] = -1
+		}
+	}
+	if o.free[n] < 0 {
+		o.free[n] = len(o.freeOn(s, n, o.c.models[m], nil))
+	}
+	return o.free[n]
+}
+
 // placeWhole finds whole GPUs for j on the decided model, or un-runs d.
 func (o *occupancy) placeWhole(s *Snapshot, j *Job, d *Decision) {
 	g := max(j.GPUs, 1)
-	type cand struct{ node, free int }
-	var cands []cand
-	var buf []int
-	total := 0
+	m := o.c.find(d.GPUModel)
+	if m < 0 {
+		d.Run = false
+		return
+	}
+	best, total := -1, 0
 	for n := range s.Nodes {
-		if o.c.nodeType[n] == -1 {
-			continue
-		}
-		k := len(o.freeOn(s, n, d.GPUModel, buf))
-		if k > 0 {
-			cands = append(cands, cand{n, k})
-			total += k
+		k := o.freeCount(s, n, m)
+		total += k
+		if k >= g && (best < 0 || k < o.freeCount(s, best, m)) {
+			best = n
 		}
 	}
 	if total < g {
 		d.Run = false
-		d.Reason += "; waits: free GPUs are fragmented"
+		d.Reason = "waits: free GPUs are fragmented"
 		return
-	}
-	// Best fit on one node.
-	best := -1
-	for ci, cd := range cands {
-		if cd.free >= g && (best < 0 || cd.free < cands[best].free) {
-			best = ci
-		}
 	}
 	var slots []Slot
 	take := func(n, k int) {
-		for _, gi := range o.freeOn(s, n, d.GPUModel, buf)[:k] {
+		for _, gi := range o.freeOn(s, n, d.GPUModel, nil)[:k] {
 			o.used[n][gi] = s.Nodes[n].GPUs[gi].LaneCount()
 			slots = append(slots, Slot{Node: n, GPU: gi, Lane: -1})
 		}
+		if o.free != nil && o.free[n] >= 0 {
+			o.free[n] -= k
+		}
 	}
 	if best >= 0 {
-		take(cands[best].node, g)
+		take(best, g)
 	} else {
-		slices.SortStableFunc(cands, func(a, b cand) int { return b.free - a.free })
+		// Spread over the nodes with the most free GPUs.
+		var nodes []int
+		for n := range s.Nodes {
+			if o.freeCount(s, n, m) > 0 {
+				nodes = append(nodes, n)
+			}
+		}
+		slices.SortStableFunc(nodes, func(a, b int) int { return o.freeCount(s, b, m) - o.freeCount(s, a, m) })
 		left := g
-		for _, cd := range cands {
-			k := min(left, cd.free)
-			take(cd.node, k)
+		for _, n := range nodes {
+			k := min(left, o.freeCount(s, n, m))
+			take(n, k)
 			if left -= k; left == 0 {
 				break
 			}

@@ -44,12 +44,12 @@ func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose model
 			if k.fits(j) {
 				k.keep(j, d)
 			} else {
-				d.Reason += "; preempted for higher-ranked jobs"
+				d.Reason = r.join(d.Reason, "; preempted for higher-ranked jobs")
 			}
 			continue
 		}
 		if startsBlocked {
-			d.Reason += "; waits behind the head of the queue"
+			d.Reason = r.join(d.Reason, "; waits behind the head of the queue")
 			continue
 		}
 		m := -1
@@ -57,13 +57,13 @@ func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose model
 			m = choose(j, free, g)
 		}
 		if m < 0 {
-			d.Reason += "; waits: not enough free GPUs"
+			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
 			startsBlocked = blocking
 			continue
 		}
 		d.Run, d.GPUModel = true, c.models[m]
 		free[m] -= g
-		d.Reason += "; starts"
+		d.Reason = r.join(d.Reason, "; starts")
 	}
 	return free
 }

@@ -96,9 +96,9 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 		if free[pk.model] >= g {
 			free[pk.model] -= g
 			d.Run, d.GPUModel = true, c.models[pk.model]
-			d.Reason += "; matched to " + d.GPUModel
+			d.Reason = r.join(d.Reason, "; matched to "+d.GPUModel)
 		} else {
-			d.Reason += "; matched to " + c.models[pk.model] + ", waits for it"
+			d.Reason = r.join(d.Reason, "; matched to "+c.models[pk.model]+", waits for it")
 		}
 	}
 	// Keep the GPUs busy: the rest start in rank order on their fastest
@@ -111,7 +111,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 		if m := fastestFree(c, j, free, max(j.GPUs, 1)); m >= 0 {
 			free[m] -= max(j.GPUs, 1)
 			d.Run, d.GPUModel = true, c.models[m]
-			d.Reason += "; backfills " + d.GPUModel
+			d.Reason = r.join(d.Reason, "; backfills "+d.GPUModel)
 		}
 	}
 }

@@ -88,22 +88,41 @@ func (p packPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 		occ.placeWhole(s, j, d)
 		if d.Run && len(d.Slots) == 1 && laneFits(s, j, d.Slots[0]) {
 			sl := d.Slots[0]
-			occ.used[sl.Node][sl.GPU] = 1
+			occ.used[sl.Node][sl.GPU] = 1 // take already counted it as not free
 			occ.who[sl.Node][sl.GPU] = append(occ.who[sl.Node][sl.GPU], i)
 			d.Slots[0].Lane, d.Lane = 0, true
 		}
 	}
+	// GPUs with a lane job and a free lane, the only places to join.
+	var open []Slot
+	for n := range s.Nodes {
+		for _, g := range occ.c.byNode[n] {
+			if len(occ.who[n][g]) > 0 && occ.used[n][g] < s.Nodes[n].GPUs[g].LaneCount() {
+				open = append(open, Slot{Node: n, GPU: g})
+			}
+		}
+	}
 	for _, i := range r.Order {
+		if len(open) == 0 {
+			break
+		}
 		j, d := &s.Jobs[i], &r.Decisions[i]
 		if d.Run || j.State == Running || j.GPUs > 1 {
 			continue
 		}
-		if sl, ok := p.bestLane(s, occ, i); ok {
-			occ.used[sl.Node][sl.GPU]++
-			occ.who[sl.Node][sl.GPU] = append(occ.who[sl.Node][sl.GPU], i)
-			d.Run, d.Lane, d.Slots = true, true, []Slot{sl}
-			d.GPUModel = s.Nodes[sl.Node].GPUs[sl.GPU].Model
-			d.Reason += "; shares a GPU lane"
+		k, ok := p.bestLane(s, occ, i, open)
+		if !ok {
+			continue
+		}
+		sl := open[k]
+		sl.Lane = occ.used[sl.Node][sl.GPU]
+		occ.used[sl.Node][sl.GPU]++
+		occ.who[sl.Node][sl.GPU] = append(occ.who[sl.Node][sl.GPU], i)
+		d.Run, d.Lane, d.Slots = true, true, []Slot{sl}
+		d.GPUModel = s.Nodes[sl.Node].GPUs[sl.GPU].Model
+		d.Reason = r.join(d.Reason, "; shares a GPU lane")
+		if occ.used[sl.Node][sl.GPU] >= s.Nodes[sl.Node].GPUs[sl.GPU].LaneCount() {
+			open = append(open[:k], open[k+1:]...)
 		}
 	}
 }
@@ -115,33 +134,33 @@ func laneFits(s *Snapshot, j *Job, sl Slot) bool {
 		(j.GPUMemoryMB == 0 || gpu.LaneMemoryMB == 0 || j.GPUMemoryMB <= gpu.LaneMemoryMB)
 }
 
-// bestLane is the shared GPU where job i and its partners gain the most.
-func (p packPlacer) bestLane(s *Snapshot, occ *occupancy, i int) (Slot, bool) {
+// bestLane is the open GPU where job i and its partners gain the most
+// combined throughput (in solo units, above 1), as an index into open.
+func (p packPlacer) bestLane(s *Snapshot, occ *occupancy, i int, open []Slot) (int, bool) {
 	j := &s.Jobs[i]
-	best, bestGain := Slot{}, 1.0
-	found := false
-	for n := range s.Nodes {
-		for _, g := range occ.c.byNode[n] {
-			who := occ.who[n][g]
-			gpu := &s.Nodes[n].GPUs[g]
-			if len(who) == 0 || occ.used[n][g] >= gpu.LaneCount() || !laneFits(s, j, Slot{n, g, 0}) {
-				continue
-			}
-			// Combined throughput of the GPU after joining, in solo units.
-			gain := 1.0
-			for _, o := range who {
-				gain *= p.coloc.Factor(gpu.Model, j.Model, s.Jobs[o].Model)
-			}
-			for _, o := range who {
-				gain += p.coloc.Factor(gpu.Model, s.Jobs[o].Model, j.Model)
-			}
-			gain -= float64(len(who) - 1) // the partners' solo share before
-			if gain > bestGain {
-				best, bestGain, found = Slot{Node: n, GPU: g, Lane: occ.used[n][g]}, gain, true
+	best, bestGain := -1, 1.0
+	for k, sl := range open {
+		gpu := &s.Nodes[sl.Node].GPUs[sl.GPU]
+		if !laneFits(s, j, sl) {
+			continue
+		}
+		who := occ.who[sl.Node][sl.GPU]
+		gain := 1.0
+		for _, o := range who {
+			gain *= p.coloc.Factor(gpu.Model, j.Model, s.Jobs[o].Model)
+		}
+		for _, o := range who {
+			gain += p.coloc.Factor(gpu.Model, s.Jobs[o].Model, j.Model)
+		}
+		gain -= float64(len(who) - 1) // the partners' solo share before
+		if gain > bestGain {
+			best, bestGain = k, gain
+			if p.coloc == nil {
+				break // one factor for every pair: the first open lane is as good
 			}
 		}
 	}
-	return best, found
+	return best, best >= 0
 }
 
 func median(v []float64) float64 {

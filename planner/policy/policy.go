@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"cmp"
 	"math"
 	"slices"
 )
@@ -57,6 +56,10 @@ type Result struct {
 	// Wake is the number of seconds until the policy wants to plan again
 	// even if no job arrives or completes; +Inf for never.
 	Wake float64
+
+	items   []sortItem // sort scratch, reused across rounds
+	slots   []int
+	reasons map[[2]string]string
 }
 
 // Plan runs the policy on s. Pass the previous round's Result (or a new
@@ -88,28 +91,87 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 }
 
 // sortOrder sorts r.Order by the orderer's keys, then arrival, then job
-// index, so that ties resolve the same way every run.
+// index, so that ties resolve the same way every run. It sorts a compact
+// copy of the keys: planning rounds are dominated by this sort.
 func sortOrder(s *Snapshot, r *Result) {
 	ds := r.Decisions
-	slices.SortFunc(r.Order, func(a, b int) int {
-		da, db := &ds[a], &ds[b]
-		if c := cmp.Compare(da.k1, db.k1); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(da.k2, db.k2); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(da.k3, db.k3); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(s.Jobs[a].Arrival, s.Jobs[b].Arrival); c != 0 {
-			return c
-		}
-		return a - b
-	})
-	for rank, j := range r.Order {
-		ds[j].Rank = rank
+	items := r.items[:0]
+	// Lay the items out in last round's order first: orders change little
+	// between rounds, and the sort runs in near-linear time on input that
+	// is already nearly sorted.
+	top := -1
+	for i := range s.Jobs {
+		top = max(top, s.Jobs[i].PrevRank)
 	}
+	if top >= 0 && top < 4*len(ds) {
+		slot := r.slots[:0]
+		for k := 0; k <= top; k++ {
+			slot = append(slot, -1)
+		}
+		for i := range s.Jobs {
+			if pr := s.Jobs[i].PrevRank; pr >= 0 && slot[pr] < 0 {
+				slot[pr] = i
+			}
+		}
+		for _, i := range slot {
+			if i >= 0 {
+				d := &ds[i]
+				items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+				ds[i].Rank = -1 // placed
+			}
+		}
+		r.slots = slot
+	}
+	for i := range ds {
+		if d := &ds[i]; d.Rank >= 0 {
+			items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+		}
+	}
+	slices.SortFunc(items, func(a, b sortItem) int {
+		switch {
+		case a.k1 != b.k1:
+			return less(a.k1, b.k1)
+		case a.k2 != b.k2:
+			return less(a.k2, b.k2)
+		case a.k3 != b.k3:
+			return less(a.k3, b.k3)
+		case a.arrival != b.arrival:
+			return less(a.arrival, b.arrival)
+		}
+		return a.job - b.job
+	})
+	for rank, it := range items {
+		r.Order[rank] = it.job
+		ds[it.job].Rank = rank
+	}
+	r.items = items
+}
+
+type sortItem struct {
+	k1, k2, k3, arrival float64
+	job                 int
+}
+
+func less(a, b float64) int {
+	if a < b {
+		return -1
+	}
+	return 1
 }
 
 var inf = math.Inf(1)
+
+// join appends a placement note to a reason. Rounds repeat the same few
+// notes for thousands of jobs, so joined strings are kept and reused.
+func (r *Result) join(reason, note string) string {
+	k := [2]string{reason, note}
+	if s, ok := r.reasons[k]; ok {
+		return s
+	}
+	if r.reasons == nil || len(r.reasons) > 4096 {
+		r.reasons = map[[2]string]string{}
+	}
+	s := reason + note
+	r.reasons[k] = s
+	return s
+}

@@ -20,7 +20,8 @@ func (s *simulator) planRound() {
 		s.active[w] = i
 		w++
 		s.settle(js)
-		j := js.Job
+		snapJobs = append(snapJobs, js.Job)
+		j := &snapJobs[len(snapJobs)-1]
 		if js.rates != nil {
 			j.RemainingWork = max(js.work, 0)
 			j.Remaining = j.RemainingWork / maxRate(js.rates)
@@ -30,7 +31,6 @@ func (s *simulator) planRound() {
 		if s.cfg.Compat {
 			j.Wait = js.promoWait
 		}
-		snapJobs = append(snapJobs, j)
 	}
 	s.active = s.active[:w]
 	s.snap.Jobs = snapJobs

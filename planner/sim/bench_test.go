@@ -1,0 +1,35 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+// BenchmarkPhilly runs the full Philly-derived trace (82,247 jobs) on
+// n256g8 (2,048 GPUs), one sub-benchmark per policy. Target: ≤ 3 s and
+// ≤ 500 MB per run on two cores.
+func BenchmarkPhilly(b *testing.B) {
+	jobs, err := trace.LoadJobs(sharedData(b, "philly/philly.csv"), "philly")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl, _ := trace.ParseShorthand("n256g8")
+	for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare"} {
+		b.Run(name, func(b *testing.B) {
+			p, err := policy.Parse(name, policy.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := Run(Config{Cluster: cl, Policy: p}, jobs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(res.Summary.AvgJCT, "avgJCT_s")
+			}
+		})
+	}
+}

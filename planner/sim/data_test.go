@@ -1,0 +1,37 @@
+package sim
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// sharedData finds the shared data folder: $CARAVAN_SHARED_DATA, or
+// ../shared/data next to the repository root (the folder with go.mod).
+// It skips the test when the data is absent.
+func sharedData(tb testing.TB, rel string) string {
+	tb.Helper()
+	base := os.Getenv("CARAVAN_SHARED_DATA")
+	if base == "" {
+		dir, err := os.Getwd()
+		if err != nil {
+			tb.Skipf("shared data: %v", err)
+		}
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				tb.Skip("shared data: no go.mod above the working directory")
+			}
+			dir = parent
+		}
+		base = filepath.Join(dir, "..", "shared", "data")
+	}
+	p := filepath.Join(base, rel)
+	if _, err := os.Stat(p); err != nil {
+		tb.Skipf("shared data %s not available (set CARAVAN_SHARED_DATA): %v", p, err)
+	}
+	return p
+}
