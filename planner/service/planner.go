@@ -28,6 +28,10 @@ import (
 // historyLimit bounds the completed-job sizes kept for 2D-Gittins.
 const historyLimit = 10000
 
+// placementGrace is how long a job must have waited before the planner
+// changes its placement.
+const placementGrace = 3 * time.Second
+
 // recordsPerJob bounds the decision history kept per job.
 const recordsPerJob = 20
 
@@ -423,11 +427,12 @@ type target struct {
 // targets turns the policy's decisions into what each job should look
 // like in Nomad.
 func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*cluster.Job, r *policy.Result) []target {
-	hasLanes := false
+	lanes, whole := false, false
 	mhzPerCore := 0.0
 	for _, n := range state.Nodes {
 		for _, g := range n.GPUs {
-			hasLanes = hasLanes || g.Lanes()
+			lanes = lanes || g.Lanes()
+			whole = whole || !g.Lanes()
 		}
 		if n.CPUCores > 0 && mhzPerCore == 0 {
 			mhzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
@@ -439,9 +444,17 @@ func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*
 		j := index[i]
 		t := target{key: j.Key(), namespace: j.Namespace, id: j.ID, decision: d, job: j,
 			want: rewrite.Target{Priority: policy.NomadPriority(d.Band)}, placeable: !j.Running()}
-		if t.placeable && d.Run {
-			pl := &rewrite.Placement{Model: d.GPUModel}
-			if hasLanes {
+		// A job that just arrived may be placed by Nomad any moment, and a
+		// device constraint written then would replace its new allocation;
+		// placement goes only to jobs that have waited a while.
+		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
+		if t.placeable && d.Run && settled {
+			pl := &rewrite.Placement{}
+			// One model in the cluster: a model constraint would only churn.
+			if len(state.Models()) > 1 {
+				pl.Model = d.GPUModel
+			}
+			if lanes && whole {
 				lane := d.Lane
 				pl.Lane = &lane
 			}

@@ -1,0 +1,46 @@
+# Example configuration of `caravan planner run -config jobspecs/planner.hcl`.
+# Every setting is optional; the values below are the defaults unless noted.
+# docs/planner.md is the full reference.
+
+log_level = "info"
+
+http {
+  # The HTTP API: /v1/status, /v1/queue, /v1/explain/<job>, /v1/metrics.
+  address = "127.0.0.1:4680"
+}
+
+nomad {
+  # Empty: $NOMAD_ADDR, else Consul's "nomad" service. The token comes from
+  # $NOMAD_TOKEN when empty; TLS from the NOMAD_CACERT/NOMAD_CLIENT_* env.
+  address = ""
+}
+
+consul {
+  # Registration, the leader lock and KV. Set enabled = false to run a
+  # single planner without Consul.
+  enabled        = true
+  check_interval = "1s"
+}
+
+planning {
+  # An ordering policy with optional placement and sizing steps, as
+  # `caravan sim` takes them: las, gittins, fifo, las+match, las+pack,
+  # gittins+match+synergy, ...
+  policy = "las+match"
+
+  # Every job in these namespaces is managed; elsewhere jobs opt in with
+  # job meta caravan.policy.
+  namespaces = []
+
+  # 2D-LAS/2D-Gittins queue cuts in GPU-seconds (default 3250, 7200).
+  # The demo uses short cuts so that demotions happen within a minute.
+  queue_cuts   = [30, 120]
+  promote_knob = 0
+
+  interval     = "10s"
+  min_interval = "1s"
+
+  max_writes_per_second = 100
+  write_burst           = 50
+  write_workers         = 4
+}
