@@ -69,14 +69,16 @@ type Cluster struct {
 	NomadBin  string
 	ConsulBin string
 
-	opts        Options
-	nomadConfig string
-	ownDir      bool
+	opts         Options
+	serverConfig string
+	clientConfig string
+	ownDir       bool
 
-	mu     sync.Mutex
-	nomad  *exec.Cmd
-	consul *exec.Cmd
-	exited map[*exec.Cmd]chan struct{}
+	mu          sync.Mutex
+	nomadServer *exec.Cmd
+	nomadClient *exec.Cmd
+	consul      *exec.Cmd
+	exited      map[*exec.Cmd]chan struct{}
 }
 
 // RepoRoot walks up from the working directory to caravan's go.mod.
@@ -153,7 +155,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		fleet = DefaultFleet
 	}
 	pluginDir := filepath.Join(c.Dir, "plugins")
-	for _, d := range []string{c.StateDir, pluginDir, filepath.Join(c.Dir, "nomad-data"), filepath.Join(c.Dir, "consul-data")} {
+	for _, d := range []string{c.StateDir, pluginDir, filepath.Join(c.Dir, "nomad-server"), filepath.Join(c.Dir, "nomad-client"), filepath.Join(c.Dir, "consul-data")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -169,7 +171,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 
-	ports, err := freePorts(9)
+	ports, err := freePorts(11)
 	if err != nil {
 		return err
 	}
@@ -205,14 +207,16 @@ ports {
 	}
 
 	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[5])
-	c.nomadConfig = filepath.Join(c.Dir, "nomad.hcl")
-	nomadHCL := fmt.Sprintf(`
+	// Server and client are separate agents: the client registers only once
+	// the server's keyring exists (a combined agent waits a 15 s retry for
+	// that), and a client restart leaves the server's state alone.
+	c.serverConfig = filepath.Join(c.Dir, "nomad-server.hcl")
+	serverHCL := fmt.Sprintf(`
 data_dir   = %q
-plugin_dir = %q
 bind_addr  = "127.0.0.1"
 log_level  = "DEBUG"
 datacenter = "dc1"
-name       = "caravan-e2e"
+name       = "caravan-server"
 
 ports {
   http = %d
@@ -231,8 +235,34 @@ server {
   bootstrap_expect = 1
 }
 
+consul {
+  address = %q
+}
+`, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr)
+	c.clientConfig = filepath.Join(c.Dir, "nomad-client.hcl")
+	clientHCL := fmt.Sprintf(`
+data_dir   = %q
+plugin_dir = %q
+bind_addr  = "127.0.0.1"
+log_level  = "DEBUG"
+datacenter = "dc1"
+name       = "caravan-client"
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+
 client {
   enabled = true
+  servers = ["127.0.0.1:%d"]
   options {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
     "driver.allowlist"     = "caravan,raw_exec"
@@ -273,9 +303,12 @@ plugin "caravan-driver" {
 %s
   }
 }
-`, filepath.Join(c.Dir, "nomad-data"), pluginDir, ports[5], ports[6], ports[7], c.opts.ClientConfig,
+`, filepath.Join(c.Dir, "nomad-client"), pluginDir, ports[8], ports[9], ports[10], ports[6], c.opts.ClientConfig,
 		c.ConsulAddr, c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
-	if err := os.WriteFile(c.nomadConfig, []byte(nomadHCL), 0o644); err != nil {
+	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.clientConfig, []byte(clientHCL), 0o644); err != nil {
 		return err
 	}
 	cfg := api.DefaultConfig()
@@ -283,23 +316,40 @@ plugin "caravan-driver" {
 	if c.Nomad, err = api.NewClient(cfg); err != nil {
 		return err
 	}
-	return c.startNomad(ctx)
-}
 
-func (c *Cluster) startNomad(ctx context.Context) error {
-	c.opts.Logf("starting nomad on %s", c.NomadAddr)
-	cmd, err := c.spawn("nomad", c.NomadBin, "agent", "-config", c.nomadConfig)
+	c.opts.Logf("starting nomad server on %s", c.NomadAddr)
+	start := time.Now()
+	cmd, err := c.spawn("nomad-server", c.NomadBin, "agent", "-config", c.serverConfig)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.nomad = cmd
+	c.nomadServer = cmd
 	c.mu.Unlock()
-	if err := c.waitHTTP(ctx, "nomad", c.NomadAddr+"/v1/agent/health", nil); err != nil {
+	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
+		return strings.Contains(body, "KeyID")
+	}); err != nil {
 		return err
 	}
-	_, err = c.WaitNodeReady(ctx)
-	return err
+	c.opts.Logf("nomad server has a leader and a keyring after %s", time.Since(start).Round(time.Millisecond))
+	return c.startClient(ctx)
+}
+
+func (c *Cluster) startClient(ctx context.Context) error {
+	c.opts.Logf("starting nomad client")
+	cmd, err := c.spawn("nomad-client", c.NomadBin, "agent", "-config", c.clientConfig)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nomadClient = cmd
+	c.mu.Unlock()
+	start := time.Now()
+	if _, err = c.WaitNodeReady(ctx); err != nil {
+		return err
+	}
+	c.opts.Logf("nomad client ready with caravan's driver and GPUs in %s", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // WaitNodeReady waits until the Nomad client node is ready, the caravan driver
@@ -360,22 +410,24 @@ func (c *Cluster) node() (*api.Node, error) {
 // Node returns the single client node.
 func (c *Cluster) Node() (*api.Node, error) { return c.node() }
 
-// RestartNomad stops the Nomad agent gracefully and starts it again on the same
-// data directory. Tasks keep running across the restart, as they do when an
-// operator restarts a client.
-func (c *Cluster) RestartNomad(ctx context.Context) error {
+// RestartClient stops the Nomad client agent gracefully and starts it again on
+// the same data directory. Tasks keep running across the restart, as they do
+// when an operator restarts a client, and the driver must recover them.
+func (c *Cluster) RestartClient(ctx context.Context) error {
 	c.mu.Lock()
-	cmd := c.nomad
+	cmd := c.nomadClient
 	c.mu.Unlock()
 	if cmd != nil {
 		c.stopProcess(cmd, syscall.SIGINT, 30*time.Second)
 	}
-	return c.startNomad(ctx)
+	return c.startClient(ctx)
 }
 
 // Stop purges every job, stops both agents and kills anything they left
 // behind, so that no process outlives the cluster.
 func (c *Cluster) Stop() {
+	start := time.Now()
+	defer func() { c.opts.Logf("cluster stopped in %s", time.Since(start).Round(time.Millisecond)) }()
 	if c.Nomad != nil && c.nomadRunning() {
 		if jobs, _, err := c.Nomad.Jobs().List(nil); err == nil {
 			for _, j := range jobs {
@@ -385,10 +437,13 @@ func (c *Cluster) Stop() {
 		}
 	}
 	c.mu.Lock()
-	nomad, consul := c.nomad, c.consul
+	client, server, consul := c.nomadClient, c.nomadServer, c.consul
 	c.mu.Unlock()
-	if nomad != nil {
-		c.stopProcess(nomad, syscall.SIGINT, 20*time.Second)
+	if client != nil {
+		c.stopProcess(client, syscall.SIGINT, 20*time.Second)
+	}
+	if server != nil {
+		c.stopProcess(server, syscall.SIGINT, 20*time.Second)
 	}
 	if consul != nil {
 		c.stopProcess(consul, syscall.SIGINT, 10*time.Second)
@@ -404,11 +459,11 @@ func (c *Cluster) Stop() {
 func (c *Cluster) nomadRunning() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.nomad == nil {
+	if c.nomadServer == nil {
 		return false
 	}
 	select {
-	case <-c.exited[c.nomad]:
+	case <-c.exited[c.nomadServer]:
 		return false
 	default:
 		return true
@@ -454,7 +509,7 @@ func (c *Cluster) logTails(lines int) string {
 
 // LogPaths returns the agents' log files.
 func (c *Cluster) LogPaths() []string {
-	return []string{filepath.Join(c.Dir, "consul.log"), filepath.Join(c.Dir, "nomad.log")}
+	return []string{filepath.Join(c.Dir, "consul.log"), filepath.Join(c.Dir, "nomad-server.log"), filepath.Join(c.Dir, "nomad-client.log")}
 }
 
 func (c *Cluster) spawn(name, bin string, args ...string) (*exec.Cmd, error) {
@@ -501,7 +556,7 @@ func (c *Cluster) agentExited() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for cmd, done := range c.exited {
-		if cmd != c.nomad && cmd != c.consul {
+		if cmd != c.nomadServer && cmd != c.nomadClient && cmd != c.consul {
 			continue
 		}
 		select {

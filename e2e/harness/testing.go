@@ -150,12 +150,12 @@ func (c *Cluster) Env() []string {
 	return append(agentEnv(), "NOMAD_ADDR="+c.NomadAddr, "CONSUL_HTTP_ADDR="+c.ConsulAddr)
 }
 
-// RestartNomadT restarts the Nomad agent for a test.
-func (c *Cluster) RestartNomadT(t testing.TB) {
+// RestartClientT restarts the Nomad client agent for a test.
+func (c *Cluster) RestartClientT(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := c.RestartNomad(ctx); err != nil {
-		t.Fatalf("restart nomad: %v", err)
+	if err := c.RestartClient(ctx); err != nil {
+		t.Fatalf("restart nomad client: %v", err)
 	}
 }
