@@ -344,4 +344,3 @@ func anyStopped(pid int) bool {
 	}
 	return false
 }
-

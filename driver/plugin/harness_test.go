@@ -20,12 +20,21 @@ import (
 // newHarness starts a driver behind Nomad's gRPC plugin harness, configured
 // with conf (defaults filled in).
 func newHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *Driver) {
+	h, d, _ := newStoppableHarness(t, conf)
+	return h, d
+}
+
+// newStoppableHarness also returns a func that ends the driver's background
+// work, as the death of the plugin process would.
+func newStoppableHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *Driver, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	d := New(ctx, hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: os.Stderr}))
 	h := dtestutil.NewDriverHarness(t, d)
-	t.Cleanup(h.Kill)
+	// No h.Kill at cleanup: MkAllocDir's cleanup closes the client, which
+	// stops the server over gRPC, and a second, direct Stop races with it
+	// inside go-plugin.
 	if conf.DefaultUser == "" {
 		conf.DefaultUser = "root"
 		conf.AllowRoot = true
@@ -33,7 +42,7 @@ func newHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *Driver) {
 	var data []byte
 	must.NoError(t, base.MsgPackEncode(&data, conf.withDefaults()))
 	must.NoError(t, h.SetConfig(&base.Config{PluginConfig: data}))
-	return h, d
+	return h, d, cancel
 }
 
 // newTask returns a task config for command with its alloc dir, cgroup and

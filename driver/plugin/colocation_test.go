@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/driver/workload"
+)
+
+func laneGrant(slot int) reservation.Grant {
+	return reservation.Grant{InstanceID: "GPU-test:lane0:slot" + string(rune('0'+slot)), GPUUUID: "GPU-test",
+		Lane: 0, Slot: slot, Slots: 2, MemoryMiB: 8192, SharePercent: 100}
+}
+
+func TestCoLocatedTasksThatDoNotFitAlternateAndBothComplete(t *testing.T) {
+	conf, _ := simConfig(t)
+	conf.TimeSliceQuantum = "300ms"
+	conf.IterationGrace = "200ms"
+	h, _ := newHarness(t, conf)
+	events := collectEvents(t, h)
+	w := workload.Config{Iterations: 8, IterationTime: 100 * time.Millisecond, PersistentMiB: 5000, EphemeralMiB: 1000}
+	profile := TaskConfig{MemoryProfile: MemoryProfile{Persistent: "5000MiB", Ephemeral: "1000MiB"}}
+	a := workloadTask(t, h, "a", w, profile, grantEnv(laneGrant(0)))
+	b := workloadTask(t, h, "b", w, profile, grantEnv(laneGrant(1)))
+	_, _, err := h.StartTask(a)
+	must.NoError(t, err)
+	_, _, err = h.StartTask(b)
+	must.NoError(t, err)
+
+	ra := waitExit(t, h, a.ID, 30*time.Second)
+	rb := waitExit(t, h, b.ID, 30*time.Second)
+	must.Eq(t, 0, ra.ExitCode)
+	must.Eq(t, 0, rb.ExitCode)
+	// 2 x 5000 persistent + 1000 ephemeral > 8192: they must have taken turns.
+	must.SliceNotEmpty(t, events(a.ID, "take turns"))
+	suspends := len(events(a.ID, "suspended in GPU-test/lane0 via sigstop")) + len(events(b.ID, "suspended in GPU-test/lane0 via sigstop"))
+	must.Greater(t, 1, suspends)
+	must.SliceNotEmpty(t, events(b.ID, "resumed in GPU-test/lane0"))
+	d := h.Impl().(*Driver)
+	must.Positive(t, testutil.CollectAndCount(d.metrics.SwitchSeconds))
+}
+
+func TestCoLocatedTasksThatFitRunConcurrently(t *testing.T) {
+	conf, _ := simConfig(t)
+	conf.TimeSliceQuantum = "200ms"
+	h, _ := newHarness(t, conf)
+	events := collectEvents(t, h)
+	w := workload.Config{Iterations: 5, IterationTime: 100 * time.Millisecond, PersistentMiB: 3000, EphemeralMiB: 1000}
+	profile := TaskConfig{MemoryProfile: MemoryProfile{Persistent: "3000MiB", Ephemeral: "1000MiB"}}
+	a := workloadTask(t, h, "a", w, profile, grantEnv(laneGrant(0)))
+	b := workloadTask(t, h, "b", w, profile, grantEnv(laneGrant(1)))
+	_, _, err := h.StartTask(a)
+	must.NoError(t, err)
+	_, _, err = h.StartTask(b)
+	must.NoError(t, err)
+	must.Eq(t, 0, waitExit(t, h, a.ID, 20*time.Second).ExitCode)
+	must.Eq(t, 0, waitExit(t, h, b.ID, 20*time.Second).ExitCode)
+	must.SliceNotEmpty(t, events(b.ID, "run concurrently"))
+	must.SliceEmpty(t, events(a.ID, "suspended in"))
+}

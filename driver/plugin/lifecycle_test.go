@@ -1,0 +1,170 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/drivers"
+	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/driver/workload"
+)
+
+func TestPluginInfoCapabilitiesAndFingerprint(t *testing.T) {
+	conf, stateDir := simConfig(t)
+	h, _ := newHarness(t, conf)
+	caps, err := h.Capabilities()
+	must.NoError(t, err)
+	must.True(t, caps.SendSignals)
+	must.True(t, caps.Exec)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := h.Fingerprint(ctx)
+	must.NoError(t, err)
+	fp := <-ch
+	must.Eq(t, drivers.HealthStateHealthy, fp.Health)
+	must.Eq(t, "sim", *fp.Attributes["driver.caravan.gpu_backend"].String)
+	must.Eq(t, "sigstop", *fp.Attributes["driver.caravan.switch_mechanism"].String)
+	must.Eq(t, int64(1), *fp.Attributes["driver.caravan.gpus_healthy"].Int)
+
+	// A GPU fault shows in the next fingerprint.
+	must.NoError(t, os.MkdirAll(stateDir+"/faults", 0o755))
+	must.NoError(t, os.WriteFile(stateDir+"/faults/GPU-test", []byte("Xid 79: fell off the bus\n"), 0o644))
+	d := h.Impl().(*Driver)
+	fp = d.buildFingerprint()
+	must.Eq(t, drivers.HealthStateUnhealthy, fp.Health)
+	must.StrContains(t, fp.HealthDescription, "fell off the bus")
+}
+
+func TestBadPluginConfigNamesTheField(t *testing.T) {
+	cases := []struct {
+		conf Config
+		want string
+	}{
+		{Config{GPUBackend: "cuda"}, "gpu_backend:"},
+		{Config{GPUBackend: "sim"}, "sim.fleet_file:"},
+		{Config{WatchdogInterval: "soon"}, "watchdog_interval:"},
+		{Config{TimeSliceQuantum: "-1s"}, "time_slice_quantum:"},
+		{Config{BudgetPolicy: "ignore"}, "budget_policy:"},
+		{Config{SwitchMechanism: "freeze"}, "switch_mechanism:"},
+		{Config{MPS: "maybe"}, "mps:"},
+		{Config{MeasureIterations: -2}, "measure_iterations:"},
+	}
+	for _, c := range cases {
+		_, err := c.conf.parse()
+		must.ErrorContains(t, err, c.want)
+	}
+}
+
+func TestStopTaskSignalsThenKillsAfterTimeout(t *testing.T) {
+	conf, _ := simConfig(t)
+	h, _ := newHarness(t, conf)
+	cfg := workloadTask(t, h, "stubborn", workload.Config{Iterations: 1000, IterationTime: 100 * time.Millisecond,
+		Mode: workload.ModeIgnoreSignal}, TaskConfig{}, nil)
+	_, _, err := h.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h.WaitUntilStarted(cfg.ID, 5*time.Second))
+	time.Sleep(300 * time.Millisecond) // let it install its signal handling
+	start := time.Now()
+	must.NoError(t, h.StopTask(cfg.ID, 700*time.Millisecond, "SIGTERM"))
+	took := time.Since(start)
+	must.Greater(t, 600*time.Millisecond, took) // it ignored SIGTERM for the whole timeout
+	res := waitExit(t, h, cfg.ID, 5*time.Second)
+	must.Eq(t, 9, res.Signal)
+	must.NoError(t, h.DestroyTask(cfg.ID, false))
+}
+
+func TestSignalExecAndStats(t *testing.T) {
+	conf, _ := simConfig(t)
+	h, _ := newHarness(t, conf)
+	grant := reservation.Grant{InstanceID: "GPU-test", GPUUUID: "GPU-test", Lane: -1, Slots: 1, MemoryMiB: 8192}
+	cfg := workloadTask(t, h, "busy", workload.Config{Iterations: 1000, IterationTime: 100 * time.Millisecond,
+		PersistentMiB: 3000, EphemeralMiB: 100}, TaskConfig{}, grantEnv(grant))
+	_, _, err := h.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h.WaitUntilStarted(cfg.ID, 5*time.Second))
+
+	res, err := h.ExecTask(cfg.ID, []string{"/bin/sh", "-c", "echo exec-ok"}, 5*time.Second)
+	must.NoError(t, err)
+	must.StrContains(t, string(res.Stdout), "exec-ok")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// CPU and memory over gRPC, as Nomad sees them.
+	remote, err := h.TaskStats(ctx, cfg.ID, 100*time.Millisecond)
+	must.NoError(t, err)
+	select {
+	case u := <-remote:
+		must.NotNil(t, u.ResourceUsage.CpuStats)
+		must.NotNil(t, u.ResourceUsage.MemoryStats)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no stats over gRPC")
+	}
+	// Nomad's driver protocol has no field for device stats, so GPU memory
+	// is checked on the driver itself (and is exported as metrics).
+	stats, err := h.Impl().TaskStats(ctx, cfg.ID, 100*time.Millisecond)
+	must.NoError(t, err)
+	var gpuMiB int64
+	deadline := time.After(5 * time.Second)
+	for gpuMiB < 3000 {
+		select {
+		case u := <-stats:
+			must.NotNil(t, u.ResourceUsage.CpuStats)
+			must.NotNil(t, u.ResourceUsage.MemoryStats)
+			for _, g := range u.ResourceUsage.DeviceStats {
+				if s := g.InstanceStats["GPU-test"]; s != nil {
+					gpuMiB = *s.Summary.IntNumeratorVal
+				}
+			}
+		case <-deadline:
+			t.Fatalf("no GPU memory in task stats (last %d MiB)", gpuMiB)
+		}
+	}
+
+	d := h.Impl().(*Driver)
+	must.Eq(t, float64(8192), testutil.ToFloat64(d.metrics.TaskGPUBudget.WithLabelValues(cfg.AllocID, cfg.Name, "GPU-test")))
+	must.GreaterEq(t, float64(3000), testutil.ToFloat64(d.metrics.TaskGPUMemory.WithLabelValues(cfg.AllocID, cfg.Name, "GPU-test")))
+
+	must.NoError(t, h.SignalTask(cfg.ID, "SIGTERM"))
+	r := waitExit(t, h, cfg.ID, 5*time.Second)
+	must.NotEq(t, 0, r.ExitCode+r.Signal)
+	must.ErrorContains(t, h.SignalTask("nope", "SIGTERM"), "task not found")
+}
+
+func TestRecoverTaskKeepsBudgetInNewDriver(t *testing.T) {
+	conf, _ := simConfig(t)
+	h1, _, stopDriver := newStoppableHarness(t, conf)
+	grant := reservation.Grant{InstanceID: "GPU-test", GPUUUID: "GPU-test", Lane: -1, Slots: 1, MemoryMiB: 2048}
+	// It exceeds its budget only after the first driver is gone.
+	cfg := workloadTask(t, h1, "survivor", workload.Config{Iterations: 100, IterationTime: 200 * time.Millisecond,
+		PersistentMiB: 1024, EphemeralMiB: 256, Mode: workload.ModeExceed, ExceedAfter: 8}, TaskConfig{}, grantEnv(grant))
+	handle, _, err := h1.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h1.WaitUntilStarted(cfg.ID, 5*time.Second))
+	// The plugin process goes away; the executor and the task stay. (The
+	// harness itself is closed at cleanup: closing it twice races inside
+	// go-plugin.)
+	stopDriver()
+
+	h2, _ := newHarness(t, conf)
+	events := collectEvents(t, h2)
+	must.NoError(t, h2.RecoverTask(handle))
+	status, err := h2.InspectTask(cfg.ID)
+	must.NoError(t, err)
+	must.Eq(t, drivers.TaskStateRunning, status.State)
+	must.Eq(t, "2048 MiB", status.DriverAttributes["caravan.budget.GPU-test"])
+	must.Eq(t, "true", status.DriverAttributes["caravan.recovered"])
+
+	res := waitExit(t, h2, cfg.ID, 20*time.Second)
+	must.ErrorContains(t, res.Err, "of its 2048 MiB budget")
+	must.SliceNotEmpty(t, events(cfg.ID, "recovered by a new driver process"))
+	must.NoError(t, h2.DestroyTask(cfg.ID, true))
+}
+
+var _ = dtestutil.NewDriverHarness
