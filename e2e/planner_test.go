@@ -235,7 +235,8 @@ func TestPlannerPinsFasterModel(t *testing.T) {
 		return len(cons) > 0
 	})
 	must.Eq(t, "NVIDIA H100 80GB HBM3", cons[0].RTarget)
-	allocs := c.WaitAllocs(t, "resnet-1", 1, 90*time.Second, harness.Running)
+	allocs := c.WaitAllocs(t, "resnet-1", 1, 120*time.Second, harness.Complete)
+	must.Len(t, 1, allocs, must.Sprint("pinned before placement: no allocation was replaced"))
 
 	alloc, _, err := c.Nomad.Allocations().Info(allocs[0].ID, nil)
 	must.NoError(t, err)

@@ -448,7 +448,10 @@ func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*
 		// device constraint written then would replace its new allocation;
 		// placement goes only to jobs that have waited a while.
 		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
-		if t.placeable && d.Run && settled {
+		// A matched model is pinned while the job still waits for it, so
+		// the constraint is in place before GPUs free up and Nomad places
+		// the job; writing it at that moment would replace the allocation.
+		if t.placeable && settled && (d.Run || d.GPUModel != "") {
 			pl := &rewrite.Placement{}
 			// One model in the cluster: a model constraint would only churn.
 			if len(state.Models()) > 1 {
