@@ -1,0 +1,86 @@
+package command
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func runSim(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(append([]string{"sim"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-policy", "las"}, "flag -cluster is required"},
+		{[]string{"-cluster", "n1g4"}, "flag -policy is required"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-compat", "yarn"}, "flag -compat"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-fairness", "2"}, "flag -fairness"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-queue-cuts", "9,3"}, "flag -queue-cuts"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-format", "csv"}, "flag -format"},
+		{[]string{"-cluster", "n1g4", "-policy", "teleport"}, "flag -policy"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runSim(t, tc.args...)
+			must.Eq(t, 2, code)
+			must.StrContains(t, stderr, tc.want)
+		})
+	}
+}
+
+func TestSimRuntimeError(t *testing.T) {
+	code, _, stderr := runSim(t, "-cluster", "n1g4", "-policy", "las", "-trace", "/nonexistent/trace.csv", "-format", "philly")
+	must.Eq(t, 1, code)
+	must.StrContains(t, stderr, "/nonexistent/trace.csv")
+}
+
+func TestSimJSONAndOutputs(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.csv")
+	must.NoError(t, os.WriteFile(trace, []byte("job_id,num_gpu,submit_time,duration\n0,1,0,100\n1,1,10,50\n2,2,20,30\n"), 0o644))
+	out := filepath.Join(dir, "out")
+	code, stdout, stderr := runSim(t, "--trace", trace, "--cluster", "n1g2", "--policy", "fifo,las", "--json", "--out", out)
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	var rep struct {
+		Policies []map[string]any `json:"policies"`
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	must.Eq(t, 2, len(rep.Policies))
+	for _, p := range rep.Policies {
+		for _, k := range []string{"policy", "jobs", "avg_jct", "median_jct", "p95_jct", "p99_jct", "makespan"} {
+			_, ok := p[k]
+			must.True(t, ok, must.Sprintf("missing %s", k))
+		}
+	}
+	// FIFO on 2 GPUs: job 0 runs 0..100, job 1 10..60, job 2 waits for
+	// both GPUs until 100 and ends at 130: JCTs 100, 50, 110.
+	must.Eq(t, any(float64(3)), rep.Policies[0]["jobs"])
+	must.InDelta(t, 260.0/3, rep.Policies[0]["avg_jct"].(float64), 1e-9)
+	for _, f := range []string{"summary.json", "fifo.jobs.csv", "las.jobs.csv", "plots.svg"} {
+		_, err := os.Stat(filepath.Join(out, f))
+		must.NoError(t, err)
+	}
+	csv, err := os.ReadFile(filepath.Join(out, "fifo.jobs.csv"))
+	must.NoError(t, err)
+	must.Eq(t, 4, strings.Count(string(csv), "\n"))
+}
+
+func TestSimSyntheticTable(t *testing.T) {
+	code, stdout, _ := runSim(t, "-cluster", "n4g8", "-policy", "fifo,las", "-jobs", "200", "-load", "30")
+	must.Eq(t, 0, code)
+	must.StrContains(t, stdout, "avg ÷ first")
+	must.StrContains(t, stdout, "synthetic(jobs=200")
+}

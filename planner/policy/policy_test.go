@@ -1,0 +1,299 @@
+package policy
+
+import (
+	"math"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func nodes(model string, n, gpus int) []Node {
+	var out []Node
+	for i := 0; i < n; i++ {
+		node := Node{ID: model, CPUs: 24, MemoryGB: 500, Healthy: true}
+		for g := 0; g < gpus; g++ {
+			node.GPUs = append(node.GPUs, GPU{Model: model, Healthy: true, Lanes: 2})
+		}
+		out = append(out, node)
+	}
+	return out
+}
+
+func job(id string, arrival float64, gpus int) Job {
+	return Job{ID: id, Arrival: arrival, GPUs: gpus, PrevQueue: -1, PrevRank: -1, Remaining: -1}
+}
+
+func plan(t *testing.T, name string, cfg Config, s *Snapshot) *Result {
+	t.Helper()
+	p, err := Parse(name, cfg)
+	must.NoError(t, err)
+	return p.Plan(s, nil)
+}
+
+func ranked(s *Snapshot, r *Result) []string {
+	var ids []string
+	for _, i := range r.Order {
+		ids = append(ids, s.Jobs[i].ID)
+	}
+	return ids
+}
+
+func running(s *Snapshot, r *Result) []string {
+	var ids []string
+	for _, i := range r.Order {
+		if r.Decisions[i].Run {
+			ids = append(ids, s.Jobs[i].ID)
+		}
+	}
+	return ids
+}
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		name              string
+		order, place, err string
+		sized, blocking   bool
+	}{
+		{name: "fifo", order: "fifo", place: "count", blocking: true},
+		{name: "fjf", order: "fifo", place: "count"},
+		{name: "las", order: "las", place: "count"},
+		{name: "allox", order: "fifo", place: "match"},
+		{name: "hare", order: "hare", place: "fastest"},
+		{name: "pack", order: "las", place: "pack"},
+		{name: "gittins+consolidated", order: "gittins", place: "consolidated"},
+		{name: "LAS+match+synergy-greedy", order: "las", place: "match", sized: true},
+		{name: "lifo", err: `unknown order "lifo"`},
+		{name: "las+teleport", err: `unknown step "teleport"`},
+	}
+	sens, err := NewSensitivity([]SensitivityRow{{Model: "m", GPUs: 1, CPUsPerGPU: 3, MemGBPerGPU: 62.5, Throughput: 1}})
+	must.NoError(t, err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse(tc.name, Config{Sensitivity: sens})
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.order, p.Order.Name())
+			must.Eq(t, tc.place, p.Place.Name())
+			must.Eq(t, tc.sized, p.Size != nil)
+			must.Eq(t, tc.blocking, p.Blocking)
+		})
+	}
+	_, err = Parse("las+synergy", Config{})
+	must.ErrorContains(t, err, "needs a sensitivity table")
+}
+
+func TestLASQueuesAndPreemption(t *testing.T) {
+	// Four GPUs. A (queue 2) and B (queue 1) run; C and D are new. New
+	// jobs rank first; C and D take three GPUs, so B keeps one and A is
+	// preempted.
+	a, b, c, d := job("A", 0, 2), job("B", 1, 1), job("C", 2, 2), job("D", 3, 1)
+	a.State, a.Attained, a.PrevQueue, a.PrevRank = Running, 8000, 2, 1
+	b.State, b.Attained, b.PrevQueue, b.PrevRank = Running, 4000, 1, 0
+	s := &Snapshot{Nodes: nodes("V100", 1, 4), Jobs: []Job{a, b, c, d}}
+	r := plan(t, "las", Config{}, s)
+	must.Eq(t, []string{"C", "D", "B", "A"}, ranked(s, r))
+	must.Eq(t, []string{"C", "D", "B"}, running(s, r))
+	must.Eq(t, 2, r.Decisions[0].Queue)
+	must.Eq(t, 1, r.Decisions[1].Queue)
+	must.StrContains(t, r.Decisions[0].Reason, "preempted")
+	// The next cut crossing among the jobs that run: C reaches 3250 GPU-s
+	// on 2 GPUs after 1625 s (D needs 3250 s, B 7200-4000 = 3200 s).
+	must.Eq(t, 1625.0, r.Wake)
+}
+
+func TestLASKeepsOrderWithinQueue(t *testing.T) {
+	// Both in queue 0; the running one stays ahead even though it arrived
+	// later, so a queue does not thrash.
+	early, late := job("early", 0, 2), job("late", 5, 2)
+	late.State, late.PrevQueue, late.PrevRank = Running, 0, 0
+	early.PrevQueue, early.PrevRank = 0, 1
+	s := &Snapshot{Nodes: nodes("V100", 1, 2), Jobs: []Job{early, late}}
+	r := plan(t, "las", Config{}, s)
+	must.Eq(t, []string{"late", "early"}, ranked(s, r))
+	must.Eq(t, []string{"late"}, running(s, r))
+}
+
+func TestPromoteKnob(t *testing.T) {
+	cases := []struct {
+		wait     float64
+		promoted bool
+	}{{99, false}, {100, true}}
+	for _, tc := range cases {
+		j := job("j", 0, 1)
+		j.Attained, j.Executed, j.Wait = 5000, 50, tc.wait
+		s := &Snapshot{Nodes: nodes("V100", 1, 1), Jobs: []Job{j}}
+		r := plan(t, "las", Config{PromoteKnob: 2}, s)
+		must.Eq(t, tc.promoted, r.Decisions[0].Promoted)
+		if tc.promoted {
+			must.Eq(t, 0, r.Decisions[0].Queue)
+		} else {
+			must.Eq(t, 1, r.Decisions[0].Queue)
+		}
+	}
+}
+
+func TestGittinsIndex(t *testing.T) {
+	// Sizes 100, 200, 1000 with quantum 150. At a=0 the quantum finishes
+	// the 100 job: P = 1/3, E[min(S,150)] = (100+150+150)/3, so the index
+	// is 1/400. At a=100: 200 finishes (1 of 2), used 100+150 -> 1/250.
+	d := NewSizeDistribution([]float64{1000, 100, 200})
+	must.Eq(t, 1.0/400, d.Gittins(0, 150))
+	must.Eq(t, 1.0/250, d.Gittins(100, 150))
+	must.Eq(t, 0.0, d.Gittins(1000, 150))
+
+	// Within a queue a higher index runs first: a job at 100 GPU-s is
+	// closer to finishing than a fresh one.
+	fresh, near := job("fresh", 0, 1), job("near", 1, 1)
+	near.Attained = 100
+	s := &Snapshot{Nodes: nodes("V100", 1, 1), Jobs: []Job{fresh, near}}
+	r := plan(t, "gittins", Config{JobSizes: d, GittinsDelta: 150}, s)
+	must.Eq(t, []string{"near", "fresh"}, ranked(s, r))
+}
+
+func TestReferenceGittinsTable(t *testing.T) {
+	// The reference sums raw sizes: for a = 99 with sizes 100, 200, 1000
+	// and delta 150: idx 0, idx_delta 2 (first above 249), p = 2/3
+	// rounded to 0.66667, e = floor((100 + 200 + 150*1)/3) = 150, and the
+	// index is round(0.66667e6/150, 4) = 4444.4667.
+	d := NewSizeDistribution([]float64{100, 200, 1000})
+	tbl := d.referenceGittins(150)
+	must.Eq(t, 4444.4667, tbl[0])
+}
+
+func TestFIFOBlocksFJFSkips(t *testing.T) {
+	big, small := job("big", 0, 4), job("small", 1, 1)
+	hold := job("hold", -1, 1)
+	hold.State = Running
+	s := &Snapshot{Nodes: nodes("V100", 1, 4), Jobs: []Job{hold, big, small}}
+	must.Eq(t, []string{"hold"}, running(s, plan(t, "fifo", Config{}, s)))
+	must.Eq(t, []string{"hold", "small"}, running(s, plan(t, "fjf", Config{}, s)))
+}
+
+func TestShortestRemaining(t *testing.T) {
+	long, short := job("long", 0, 1), job("short", 1, 4)
+	long.Remaining, short.Remaining = 1000, 300
+	s := &Snapshot{Nodes: nodes("V100", 1, 4), Jobs: []Job{long, short}}
+	must.Eq(t, []string{"short", "long"}, ranked(s, plan(t, "srtf", Config{}, s)))
+	// In GPU-time the 4-GPU job is longer: 1200 > 1000.
+	must.Eq(t, []string{"long", "short"}, ranked(s, plan(t, "srsf", Config{}, s)))
+}
+
+func heteroSnapshot() *Snapshot {
+	s := &Snapshot{Nodes: append(nodes("V100", 1, 2), nodes("K80", 1, 2)...)}
+	// "conv" gains 4x on a V100, "rec" barely gains.
+	rec, conv := job("rec", 0, 2), job("conv", 1, 2)
+	conv.RemainingWork, conv.Throughput = 3600, map[string]float64{"V100": 4, "K80": 1}
+	rec.RemainingWork, rec.Throughput = 1100, map[string]float64{"V100": 1.1, "K80": 1}
+	s.Jobs = []Job{rec, conv}
+	return s
+}
+
+func TestHeterogeneityAwarePlacement(t *testing.T) {
+	for _, name := range []string{"allox", "hare"} {
+		t.Run(name, func(t *testing.T) {
+			s := heteroSnapshot()
+			r := plan(t, name, Config{}, s)
+			must.Eq(t, "K80", r.Decisions[0].GPUModel) // rec
+			must.Eq(t, "V100", r.Decisions[1].GPUModel) // conv
+			must.True(t, r.Decisions[0].Run && r.Decisions[1].Run)
+		})
+	}
+	// The agnostic count placer gives the first-ranked job (rec) the model
+	// with the most free GPUs, the first listed on a tie: V100.
+	s := heteroSnapshot()
+	r := plan(t, "fjf", Config{}, s)
+	must.Eq(t, "V100", r.Decisions[0].GPUModel)
+}
+
+func TestHungarian(t *testing.T) {
+	cost := [][]float64{{4, 1, 3}, {2, 0, 5}, {3, 2, 2}}
+	// Optimum 1 + 2 + 2 = 5: row0->1, row1->0, row2->2.
+	must.Eq(t, []int{1, 0, 2}, hungarian(cost))
+	must.Eq(t, []int{1}, hungarian([][]float64{{5, 1, 9}}))
+}
+
+func TestConsolidatedBestFit(t *testing.T) {
+	// Node 0 has 1 free GPU, node 1 has 4: a 1-GPU job goes to node 0 and
+	// a 4-GPU job to node 1, keeping both on one node.
+	s := &Snapshot{Nodes: nodes("V100", 2, 4)}
+	hold := job("hold", 0, 3)
+	hold.State, hold.Placement = Running, []Slot{{0, 0, -1}, {0, 1, -1}, {0, 2, -1}}
+	s.Jobs = []Job{hold, job("four", 1, 4), job("one", 2, 1)}
+	r := plan(t, "fjf+consolidated", Config{}, s)
+	must.Eq(t, []Slot{{1, 0, -1}, {1, 1, -1}, {1, 2, -1}, {1, 3, -1}}, r.Decisions[1].Slots)
+	must.Eq(t, []Slot{{0, 3, -1}}, r.Decisions[2].Slots)
+}
+
+func TestPackJoinsLanes(t *testing.T) {
+	// One GPU with two lanes: a running lane job and a waiting one-GPU job
+	// that shares it when the pair gains (0.7 + 0.8 > 1), not when it
+	// loses (0.4 + 0.5).
+	cases := []struct {
+		self, partner float64
+		joins         bool
+	}{{0.7, 0.8, true}, {0.4, 0.5, false}}
+	for _, tc := range cases {
+		col := NewColocation([]ColocationSample{
+			{GPU: "v100", Self: "b", Partner: "a", Factor: tc.self},
+			{GPU: "v100", Self: "a", Partner: "b", Factor: tc.partner},
+		}, nil)
+		a, b := job("a", 0, 1), job("b", 1, 1)
+		a.Model, b.Model = "a", "b"
+		a.State, a.Placement = Running, []Slot{{0, 0, 0}}
+		s := &Snapshot{Nodes: nodes("V100", 1, 1), Jobs: []Job{a, b}}
+		r := plan(t, "fjf+pack", Config{Colocation: col}, s)
+		must.Eq(t, tc.joins, r.Decisions[1].Run)
+		if tc.joins {
+			must.True(t, r.Decisions[1].Lane)
+			must.Eq(t, []Slot{{0, 0, 1}}, r.Decisions[1].Slots)
+		}
+	}
+}
+
+func TestSynergyGreedyVersusTune(t *testing.T) {
+	// One node: 4 GPUs, 12 CPUs (3 per GPU), ample memory. "cpu" triples
+	// its speed with 6 CPUs per GPU; "flat" does not care.
+	var rows []SensitivityRow
+	for _, c := range []float64{1, 3, 6} {
+		for _, m := range []float64{62.5, 125} {
+			rows = append(rows, SensitivityRow{"cpu", 1, c, m, c / 3 * 1.0},
+				SensitivityRow{"flat", 1, c, m, 1})
+		}
+	}
+	sens, err := NewSensitivity(rows)
+	must.NoError(t, err)
+	mk := func() *Snapshot {
+		s := &Snapshot{Nodes: nodes("V100", 1, 4)}
+		s.Nodes[0].CPUs, s.Nodes[0].MemoryGB = 12, 500
+		for i, m := range []string{"cpu", "cpu", "flat", "flat"} {
+			j := job(m+string(rune('0'+i)), float64(i), 1)
+			j.Model = m
+			s.Jobs = append(s.Jobs, j)
+		}
+		return s
+	}
+	// GREEDY in rank order: the two cpu jobs take 6 CPUs each, nothing is
+	// left for the flat jobs (they run starved, at the grid minimum).
+	s := mk()
+	r := plan(t, "fjf+count+synergy-greedy", Config{Sensitivity: sens}, s)
+	must.Eq(t, 6.0, r.Decisions[0].CPUs)
+	must.Eq(t, 0.0, r.Decisions[2].CPUs)
+	// TUNE: the flat jobs shrink to 1 CPU (no loss), freeing 4 CPUs that
+	// lift the first cpu job to 6; the second stays at its share (3).
+	s = mk()
+	r = plan(t, "fjf+count+synergy-tune", Config{Sensitivity: sens}, s)
+	must.Eq(t, 1.0, r.Decisions[2].CPUs)
+	must.Eq(t, 6.0, r.Decisions[0].CPUs)
+	must.Eq(t, 2.0, r.Decisions[0].Speedup)
+	must.True(t, r.Decisions[1].Speedup >= 1)
+	must.True(t, math.Abs(r.Decisions[3].Speedup-1) < 1e-9)
+}
+
+func TestNomadPriority(t *testing.T) {
+	must.Eq(t, 80, NomadPriority(0))
+	must.Eq(t, 60, NomadPriority(2))
+	must.Eq(t, 10, NomadPriority(20))
+}
