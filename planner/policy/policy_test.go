@@ -196,7 +196,7 @@ func TestHeterogeneityAwarePlacement(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := heteroSnapshot()
 			r := plan(t, name, Config{}, s)
-			must.Eq(t, "K80", r.Decisions[0].GPUModel) // rec
+			must.Eq(t, "K80", r.Decisions[0].GPUModel)  // rec
 			must.Eq(t, "V100", r.Decisions[1].GPUModel) // conv
 			must.True(t, r.Decisions[0].Run && r.Decisions[1].Run)
 		})
