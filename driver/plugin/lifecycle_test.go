@@ -70,7 +70,8 @@ func TestStopTaskSignalsThenKillsAfterTimeout(t *testing.T) {
 	_, _, err := h.StartTask(cfg)
 	must.NoError(t, err)
 	must.NoError(t, h.WaitUntilStarted(cfg.ID, 5*time.Second))
-	time.Sleep(300 * time.Millisecond) // let it install its signal handling
+	// Its first progress line comes after it has started ignoring signals.
+	must.StrContains(t, readLog(t, cfg, "stdout"), `"iteration":1`)
 	start := time.Now()
 	must.NoError(t, h.StopTask(cfg.ID, 700*time.Millisecond, "SIGTERM"))
 	took := time.Since(start)
