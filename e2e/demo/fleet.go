@@ -16,4 +16,11 @@ const demoFleet = `{
 }`
 
 // demoPartitions cuts each H100 into four lanes; other GPUs stay whole.
-const demoPartitions = ``
+const demoPartitions = `
+    partition {
+      model           = "*H100*"
+      lanes           = 4
+      reserved_memory = "1GiB"
+      slots           = 2
+    }
+`
