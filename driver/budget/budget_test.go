@@ -1,0 +1,70 @@
+package budget
+
+import (
+	"testing"
+
+	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/shoenig/test/must"
+)
+
+func TestParseMiB(t *testing.T) {
+	cases := map[string]uint64{"4096": 4096, "512MiB": 512, "512 MB": 512, "4GiB": 4096, "1.5G": 1536, "1TiB": 1 << 20, "2048k": 2}
+	for in, want := range cases {
+		got, err := ParseMiB(in)
+		must.NoError(t, err, must.Sprint(in))
+		must.Eq(t, want, got, must.Sprint(in))
+	}
+	for _, bad := range []string{"", "GiB", "4 parsecs", "1e9999", "-1"} {
+		_, err := ParseMiB(bad)
+		must.Error(t, err, must.Sprint(bad))
+	}
+}
+
+func FuzzParseMiB(f *testing.F) {
+	for _, s := range []string{"4096", "4GiB", "1.5 g", "..", "9999999999999TiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseMiB(s)
+		if err == nil && v >= 1<<40 {
+			t.Fatalf("%q parsed to %d, past the limit", s, v)
+		}
+	})
+}
+
+func TestPlanAndEnv(t *testing.T) {
+	grants := []reservation.Grant{
+		{InstanceID: "b", GPUUUID: "GPU-b", Lane: 0, Slots: 2, MemoryMiB: 8000, SharePercent: 50},
+		{InstanceID: "a", GPUUUID: "GPU-a", Lane: -1, Slots: 1, MemoryMiB: 40000, SharePercent: 100},
+	}
+	b, err := Plan(grants, 0, PolicyKill)
+	must.NoError(t, err)
+	must.SliceLen(t, 2, b.GPUs)
+	env := Env(grants, b, EnvOptions{MPS: true, FrameworkHints: true, DeviceMemoryMiB: map[string]uint64{"GPU-a": 80000, "GPU-b": 16000}})
+	must.Eq(t, "GPU-a,GPU-b", env["CUDA_VISIBLE_DEVICES"])
+	must.Eq(t, "0=40000M,1=8000M", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
+	must.Eq(t, "50", env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
+	must.Eq(t, "0.500", env["XLA_PYTHON_CLIENT_MEM_FRACTION"])
+
+	_, err = Plan(grants, 9000, PolicyKill)
+	must.ErrorContains(t, err, "gpu_memory: 9000 MiB is more than the 8000 MiB granted on GPU-b")
+	lowered, err := Plan(grants, 4000, PolicyWarn)
+	must.NoError(t, err)
+	must.Eq(t, uint64(4000), lowered.GPUs[0].LimitMiB)
+
+	none, err := Plan(nil, 1024, PolicyKill)
+	must.NoError(t, err)
+	g, ok := none.For("GPU-anything")
+	must.True(t, ok)
+	must.Eq(t, uint64(1024), g.LimitMiB)
+}
+
+func TestCheckNamesTheLargestProcess(t *testing.T) {
+	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}}}
+	u := []Usage{{UUID: "GPU-a", LimitMiB: 1000, UsedMiB: 1500, Procs: []ProcUsage{{PID: 7, Name: "python3", UsedMiB: 1200}, {PID: 8, Name: "worker", UsedMiB: 300}}}}
+	br := Check(b, u)
+	must.NotNil(t, br)
+	must.Eq(t, "GPU memory budget exceeded on GPU-a: task uses 1500 MiB of its 1000 MiB budget; pid 7 (python3) holds 1200 MiB", br.Reason())
+	u[0].UsedMiB = 1000
+	must.Nil(t, Check(b, u))
+}

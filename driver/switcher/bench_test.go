@@ -1,0 +1,44 @@
+package switcher
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+
+	"github.com/caravan-gpu/caravan/driver/proctree"
+)
+
+// BenchmarkSuspendResumeSIGSTOP measures one suspend and one resume on the
+// SIGSTOP path, each until the kernel reports the new state.
+func BenchmarkSuspendResumeSIGSTOP(b *testing.B) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pids := []int{cmd.Process.Pid}
+	m := Signals{}
+	ctx := context.Background()
+	until := func(stopped bool) {
+		for {
+			p, err := proctree.Read(pids[0])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if (p.State == 'T') == stopped {
+				return
+			}
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := m.Suspend(ctx, pids, nil); err != nil {
+			b.Fatal(err)
+		}
+		until(true)
+		if err := m.Resume(ctx, pids, nil); err != nil {
+			b.Fatal(err)
+		}
+		until(false)
+	}
+}
