@@ -27,6 +27,10 @@ type Backend struct {
 	mu      sync.Mutex
 	fleet   *Fleet
 	modTime time.Time
+	// Expanded once per fleet load, as every call looks devices up.
+	devices   []gpu.Device
+	byUUID    map[string]gpu.Device
+	unhealthy map[string]string
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -72,6 +76,12 @@ func (b *Backend) current() (*Fleet, error) {
 		return nil, err
 	}
 	b.fleet, b.modTime = f, st.ModTime()
+	b.devices = f.Devices()
+	b.byUUID = make(map[string]gpu.Device, len(b.devices))
+	for _, d := range b.devices {
+		b.byUUID[d.UUID] = d
+	}
+	b.unhealthy = f.unhealthy()
 	return f, nil
 }
 
@@ -93,32 +103,34 @@ func (b *Backend) Versions() (string, string, error) {
 }
 
 func (b *Backend) Devices() ([]gpu.Device, error) {
-	f, err := b.current()
-	if err != nil {
+	if _, err := b.current(); err != nil {
 		return nil, err
 	}
-	return f.Devices(), nil
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]gpu.Device(nil), b.devices...), nil
 }
 
-func (b *Backend) device(uuid string) (gpu.Device, *Fleet, error) {
-	f, err := b.current()
-	if err != nil {
-		return gpu.Device{}, nil, err
+// device returns one device and its fleet-file fault, if any.
+func (b *Backend) device(uuid string) (gpu.Device, string, error) {
+	if _, err := b.current(); err != nil {
+		return gpu.Device{}, "", err
 	}
-	for _, d := range f.Devices() {
-		if d.UUID == uuid {
-			return d, f, nil
-		}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.byUUID[uuid]
+	if !ok {
+		return gpu.Device{}, "", fmt.Errorf("%w %q", gpu.ErrUnknownDevice, uuid)
 	}
-	return gpu.Device{}, nil, fmt.Errorf("%w %q", gpu.ErrUnknownDevice, uuid)
+	return d, b.unhealthy[uuid], nil
 }
 
 func (b *Backend) Health(uuid string) (gpu.Health, error) {
-	_, f, err := b.device(uuid)
+	_, reason, err := b.device(uuid)
 	if err != nil {
 		return gpu.Health{}, err
 	}
-	if reason, ok := f.unhealthy()[uuid]; ok {
+	if reason != "" {
 		return gpu.Health{Reason: reason}, nil
 	}
 	if data, err := os.ReadFile(filepath.Join(b.stateDir, "faults", uuid)); err == nil {
