@@ -418,7 +418,7 @@ func (c *Cluster) RestartClient(ctx context.Context) error {
 	cmd := c.nomadClient
 	c.mu.Unlock()
 	if cmd != nil {
-		c.stopProcess(cmd, syscall.SIGINT, 30*time.Second)
+		c.stopProcess(cmd, syscall.SIGINT, 30*time.Second, false)
 	}
 	return c.startClient(ctx)
 }
@@ -440,13 +440,13 @@ func (c *Cluster) Stop() {
 	client, server, consul := c.nomadClient, c.nomadServer, c.consul
 	c.mu.Unlock()
 	if client != nil {
-		c.stopProcess(client, syscall.SIGINT, 20*time.Second)
+		c.stopProcess(client, syscall.SIGINT, 20*time.Second, true)
 	}
 	if server != nil {
-		c.stopProcess(server, syscall.SIGINT, 20*time.Second)
+		c.stopProcess(server, syscall.SIGINT, 20*time.Second, true)
 	}
 	if consul != nil {
-		c.stopProcess(consul, syscall.SIGINT, 10*time.Second)
+		c.stopProcess(consul, syscall.SIGINT, 10*time.Second, true)
 	}
 	if c.Dir != "" {
 		killLeftovers(c.Dir)
@@ -568,7 +568,11 @@ func (c *Cluster) agentExited() error {
 	return nil
 }
 
-func (c *Cluster) stopProcess(cmd *exec.Cmd, sig syscall.Signal, grace time.Duration) {
+// stopProcess signals cmd and waits for it to exit, killing it after grace.
+// With killGroup it then kills what is left of its process group; a client
+// restart must not, because logmon and the task executors live in that group
+// and survive a restart, as they do under systemd's KillMode=process.
+func (c *Cluster) stopProcess(cmd *exec.Cmd, sig syscall.Signal, grace time.Duration, killGroup bool) {
 	c.mu.Lock()
 	done := c.exited[cmd]
 	c.mu.Unlock()
@@ -576,11 +580,12 @@ func (c *Cluster) stopProcess(cmd *exec.Cmd, sig syscall.Signal, grace time.Dura
 	select {
 	case <-done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
 		<-done
 	}
-	// The group may still hold plugin processes whose parent is gone.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if killGroup {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string) bool) error {
