@@ -232,7 +232,7 @@ func (s *simulator) run() {
 			arrived = true
 		}
 		woke := t >= s.wakeAt
-		if arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) {
+		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() {
 			s.planRound()
 		} else if woke {
 			s.wakeAt = math.Inf(1)
@@ -245,6 +245,15 @@ func (s *simulator) run() {
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, total)
 	}
+}
+
+// frozen says a round cannot change anything: a policy that neither
+// preempts, shares lanes nor resizes running jobs has nothing to start
+// when every GPU is busy. Skipping those rounds keeps congested runs fast.
+func (s *simulator) frozen() bool {
+	p := s.cfg.Policy
+	return !s.cfg.Compat && !p.Order.Preemptive() && p.Size == nil && s.cfg.Lanes <= 1 &&
+		s.busy >= float64(s.gpus)
 }
 
 // advanceTo moves the clock, accounting utilisation. Job progress is
