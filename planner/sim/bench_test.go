@@ -33,3 +33,23 @@ func BenchmarkPhilly(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSynthetic needs no data file: 20,000 Philly-like jobs on n48g8.
+func BenchmarkSynthetic(b *testing.B) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 20000, Seed: 1})
+	cl, _ := trace.ParseShorthand("n48g8")
+	for _, name := range []string{"fjf", "las"} {
+		b.Run(name, func(b *testing.B) {
+			p, err := policy.Parse(name, policy.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Run(Config{Cluster: cl, Policy: p}, jobs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
