@@ -33,13 +33,16 @@ func (d *SizeDistribution) Len() int {
 
 // firstAbove is the index of the first sample strictly greater than v.
 func (d *SizeDistribution) firstAbove(v float64) int {
-	i, found := slices.BinarySearch(d.sorted, v)
-	if found {
-		for i < len(d.sorted) && d.sorted[i] <= v {
-			i++
+	lo, hi := 0, len(d.sorted)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if d.sorted[m] <= v {
+			lo = m + 1
+		} else {
+			hi = m
 		}
 	}
-	return i
+	return lo
 }
 
 // Gittins is the Gittins index of a job that has attained a GPU-seconds,
