@@ -63,6 +63,7 @@ func (s *simulator) planRound() {
 	if s.anyLanes {
 		s.refreshLaneRates()
 	}
+	s.blocked = s.pending > 0
 	s.wakeAt = math.Inf(1)
 	if !math.IsInf(r.Wake, 1) {
 		s.wakeAt = s.now + max(r.Wake, 1e-3)

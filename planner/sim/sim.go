@@ -149,6 +149,7 @@ type simulator struct {
 	sizesBuilt int
 	anyLanes   bool
 	laneOcc    map[gpuKey][]int
+	blocked    bool // the last round left a job waiting
 }
 
 type slot = policy.Slot
@@ -232,7 +233,10 @@ func (s *simulator) run() {
 			arrived = true
 		}
 		woke := t >= s.wakeAt
-		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() {
+		if changed {
+			s.blocked = false
+		}
+		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() && !s.queuedBehind(changed || woke) {
 			s.planRound()
 		} else if woke {
 			s.wakeAt = math.Inf(1)
@@ -254,6 +258,14 @@ func (s *simulator) frozen() bool {
 	p := s.cfg.Policy
 	return !s.cfg.Compat && !p.Order.Preemptive() && p.Size == nil && s.cfg.Lanes <= 1 &&
 		s.busy >= float64(s.gpus)
+}
+
+// queuedBehind says a round would only add arrivals behind a blocked head
+// of a strict FIFO queue: they rank last and nothing has freed up since the
+// head failed to fit.
+func (s *simulator) queuedBehind(other bool) bool {
+	p := s.cfg.Policy
+	return s.blocked && !other && p.Blocking && !p.Order.Preemptive() && p.Size == nil && s.cfg.Lanes <= 1 && !s.cfg.Compat
 }
 
 // advanceTo moves the clock, accounting utilisation. Job progress is
