@@ -4,7 +4,7 @@ import "strings"
 
 // DefaultColocationFactor is the speed a job keeps on a shared GPU when no
 // measurement covers the pair: roughly the median of Gavel's measured
-// co-location throughputs.
+// co-location throughputs (0.51 on K80, 0.58 on P100, 0.65 on V100).
 const DefaultColocationFactor = 0.6
 
 // Colocation is the slowdown model for jobs sharing a GPU: the fraction of
