@@ -127,24 +127,28 @@ func sortOrder(s *Snapshot, r *Result) {
 			items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
 		}
 	}
-	slices.SortFunc(items, func(a, b sortItem) int {
-		switch {
-		case a.k1 != b.k1:
-			return less(a.k1, b.k1)
-		case a.k2 != b.k2:
-			return less(a.k2, b.k2)
-		case a.k3 != b.k3:
-			return less(a.k3, b.k3)
-		case a.arrival != b.arrival:
-			return less(a.arrival, b.arrival)
-		}
-		return a.job - b.job
-	})
+	if !slices.IsSortedFunc(items, compareItems) {
+		slices.SortFunc(items, compareItems)
+	}
 	for rank, it := range items {
 		r.Order[rank] = it.job
 		ds[it.job].Rank = rank
 	}
 	r.items = items
+}
+
+func compareItems(a, b sortItem) int {
+	switch {
+	case a.k1 != b.k1:
+		return less(a.k1, b.k1)
+	case a.k2 != b.k2:
+		return less(a.k2, b.k2)
+	case a.k3 != b.k3:
+		return less(a.k3, b.k3)
+	case a.arrival != b.arrival:
+		return less(a.arrival, b.arrival)
+	}
+	return a.job - b.job
 }
 
 type sortItem struct {
