@@ -51,6 +51,11 @@ type Driver struct {
 	coord       *lane.Coordinator
 	switchWhy   string
 	metricsSrv  *http.Server
+
+	// recoveryEvents holds each recovered task's event until Nomad waits on
+	// the task: while a client restores its allocations it has no handler for
+	// task events yet and drops them.
+	recoveryEvents sync.Map // task ID → message
 }
 
 var _ drivers.DriverPlugin = (*Driver)(nil)
@@ -444,7 +449,7 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	suspended := anyStopped(state.Pid)
 	d.adopt(h, backend, s, suspended)
 	h.SetAttr("caravan.recovered", "true")
-	d.emit(h, fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended), nil, nil)
+	d.recoveryEvents.Store(handle.Config.ID, fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended))
 	return nil
 }
 
@@ -452,6 +457,9 @@ func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *drivers.E
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
+	}
+	if msg, ok := d.recoveryEvents.LoadAndDelete(taskID); ok {
+		d.emit(h, msg.(string), nil, nil)
 	}
 	ch := make(chan *drivers.ExitResult, 1)
 	go func() {

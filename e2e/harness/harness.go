@@ -72,6 +72,7 @@ type Cluster struct {
 	opts         Options
 	serverConfig string
 	clientConfig string
+	clientAddr   string
 	ownDir       bool
 
 	mu          sync.Mutex
@@ -240,6 +241,7 @@ consul {
 }
 `, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr)
 	c.clientConfig = filepath.Join(c.Dir, "nomad-client.hcl")
+	c.clientAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[8])
 	clientHCL := fmt.Sprintf(`
 data_dir   = %q
 plugin_dir = %q
@@ -345,11 +347,41 @@ func (c *Cluster) startClient(ctx context.Context) error {
 	c.nomadClient = cmd
 	c.mu.Unlock()
 	start := time.Now()
+	// After a restart the server still shows the node ready from before, so
+	// first wait for the new client agent itself.
+	if err := c.waitHTTP(ctx, "nomad client", c.clientAddr+"/v1/agent/health?type=client", nil); err != nil {
+		return err
+	}
+	if err := c.waitDriverFingerprintSince(ctx, start); err != nil {
+		return err
+	}
 	if _, err = c.WaitNodeReady(ctx); err != nil {
 		return err
 	}
 	c.opts.Logf("nomad client ready with caravan's driver and GPUs in %s", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// waitDriverFingerprintSince waits until the server holds a caravan driver
+// fingerprint taken after since, proof that the (re)started client reported in.
+func (c *Cluster) waitDriverFingerprintSince(ctx context.Context, since time.Time) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := c.agentExited(); err != nil {
+			return err
+		}
+		if node, err := c.node(); err == nil {
+			if d := node.Drivers["caravan"]; d != nil && d.UpdateTime.After(since) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return errors.New("the restarted nomad client did not report a caravan driver fingerprint within 60s")
 }
 
 // WaitNodeReady waits until the Nomad client node is ready, the caravan driver
