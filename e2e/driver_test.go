@@ -51,7 +51,13 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 	b := c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)
 	for _, job := range []*api.Job{a, b} {
 		allocs := c.WaitAllocs(t, *job.ID, 1, 3*time.Minute, harness.Terminal)
+		// The client may report the final status a beat before the task's
+		// last events, so read the status until the events are in.
 		out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out, "resumed in") && time.Now().Before(deadline); {
+			time.Sleep(500 * time.Millisecond)
+			out = c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+		}
 		must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprint(out))
 		must.StrContains(t, out, "take turns")
 		must.StrContains(t, out, "suspended in GPU-lane/lane0 via sigstop")
