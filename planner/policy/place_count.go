@@ -21,7 +21,8 @@ type modelChooser func(j *Job, free []int, g int) int
 // order and decides Run and GPUModel by counting free GPUs per model:
 // running jobs keep their model if it still has room for them (all of
 // them, for non-preemptive orders), pending jobs start where choose says.
-// It returns the GPUs left free per model.
+// With a nil choose it leaves pending jobs to the caller. It returns the
+// GPUs left free per model.
 func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser) []int {
 	c := s.capacity()
 	k := keeper{c: c, s: s, free: append([]int(nil), c.total...)}
@@ -47,6 +48,9 @@ func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose model
 				d.Reason = r.join(d.Reason, "; preempted for higher-ranked jobs")
 			}
 			continue
+		}
+		if choose == nil {
+			continue // the caller places pending jobs itself
 		}
 		if startsBlocked {
 			d.Reason = r.join(d.Reason, "; waits behind the head of the queue")

@@ -29,12 +29,11 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	c := s.capacity()
 	// Running jobs first (matching never preempts), and collect the
 	// pending ones in rank order.
-	free := walkByCount(s, r, preemptive, true, func(*Job, []int, int) int { return -1 })
+	free := walkByCount(s, r, preemptive, blocking, nil)
 	var pending []int
 	for _, i := range r.Order {
 		if s.Jobs[i].State == Pending {
 			pending = append(pending, i)
-			r.Decisions[i].Reason = trimWait(r.Decisions[i].Reason)
 		}
 	}
 	if len(pending) == 0 {
@@ -112,19 +111,10 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 			free[m] -= max(j.GPUs, 1)
 			d.Run, d.GPUModel = true, c.models[m]
 			d.Reason = r.join(d.Reason, "; backfills "+d.GPUModel)
+		} else {
+			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
 		}
 	}
-}
-
-func trimWait(reason string) string {
-	const suffix = "; waits behind the head of the queue"
-	const suffix2 = "; waits: not enough free GPUs"
-	for _, sfx := range []string{suffix, suffix2} {
-		if len(reason) >= len(sfx) && reason[len(reason)-len(sfx):] == sfx {
-			return reason[:len(reason)-len(sfx)]
-		}
-	}
-	return reason
 }
 
 // hungarian solves the rectangular assignment problem (rows <= columns)
