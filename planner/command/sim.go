@@ -112,6 +112,9 @@ func (c *simCommand) Run(args []string) int {
 	code, err := c.run(&f)
 	if err != nil {
 		c.ui.Error("caravan sim: " + err.Error())
+		if code == 2 {
+			c.ui.Error(`Run "caravan sim -help" for usage.`)
+		}
 	}
 	return code
 }
@@ -190,7 +193,11 @@ type simReport struct {
 func (c *simCommand) run(f *simFlags) (int, error) {
 	cl, err := trace.LoadCluster(f.cluster)
 	if err != nil {
-		return 1, err
+		var pe *trace.ParseError
+		if errors.As(err, &pe) || errors.Is(err, os.ErrNotExist) {
+			return 1, err
+		}
+		return 2, fmt.Errorf("flag -cluster: %w", err) // a malformed nNgG or mix
 	}
 	cfg := policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias"}
 	cfg.QueueCuts, _ = parseCuts(f.queueCuts)

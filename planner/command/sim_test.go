@@ -31,6 +31,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-format", "csv"}, "flag -format"},
 		{[]string{"-cluster", "n1g4", "-policy", "teleport"}, "flag -policy"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
+		{[]string{"-cluster", "n0g4", "-policy", "las"}, "flag -cluster"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
