@@ -10,7 +10,14 @@ import (
 type SizeDistribution struct {
 	sorted []float64
 	prefix []float64 // prefix[i] = sum(sorted[:i])
+
+	// A log-scale bucket index narrows each search to a few samples:
+	// start[k] is the first sample in bucket k or above.
+	start      []int32
+	lmin, scal float64
 }
+
+const sizeBuckets = 4096
 
 // NewSizeDistribution copies and sorts samples.
 func NewSizeDistribution(samples []float64) *SizeDistribution {
@@ -20,7 +27,28 @@ func NewSizeDistribution(samples []float64) *SizeDistribution {
 	for i, v := range d.sorted {
 		d.prefix[i+1] = d.prefix[i] + v
 	}
+	if n := len(d.sorted); n > 0 {
+		d.lmin = math.Log(max(d.sorted[0], 1e-9))
+		if span := math.Log(max(d.sorted[n-1], 1e-9)) - d.lmin; span > 0 {
+			d.scal = sizeBuckets / span
+		}
+		d.start = make([]int32, sizeBuckets+1)
+		i := 0
+		for k := 0; k <= sizeBuckets; k++ {
+			for i < n && d.bucket(d.sorted[i]) < k {
+				i++
+			}
+			d.start[k] = int32(i)
+		}
+	}
 	return d
+}
+
+// bucket is monotone in v, so a sample in a lower bucket than v is below
+// v and one in a higher bucket is above it.
+func (d *SizeDistribution) bucket(v float64) int {
+	k := int((math.Log(max(v, 1e-9)) - d.lmin) * d.scal)
+	return min(max(k, 0), sizeBuckets-1)
 }
 
 // Len is the number of samples.
@@ -34,6 +62,10 @@ func (d *SizeDistribution) Len() int {
 // firstAbove is the index of the first sample strictly greater than v.
 func (d *SizeDistribution) firstAbove(v float64) int {
 	lo, hi := 0, len(d.sorted)
+	if d.start != nil {
+		k := d.bucket(v)
+		lo, hi = int(d.start[k]), int(d.start[k+1])
+	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if d.sorted[m] <= v {

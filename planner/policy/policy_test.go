@@ -297,3 +297,16 @@ func TestNomadPriority(t *testing.T) {
 	must.Eq(t, 60, NomadPriority(2))
 	must.Eq(t, 10, NomadPriority(20))
 }
+
+func TestFirstAboveMatchesLinearScan(t *testing.T) {
+	samples := []float64{0, 0, 1, 1, 1, 2.5, 60, 60, 61, 1144, 1144, 13136, 254884, 1e7}
+	d := NewSizeDistribution(samples)
+	probes := append([]float64{-5, 0.5, 3, 1e8, 59.9, 60.1}, samples...)
+	for _, v := range probes {
+		want := 0
+		for want < len(d.sorted) && d.sorted[want] <= v {
+			want++
+		}
+		must.Eq(t, want, d.firstAbove(v), must.Sprintf("v=%v", v))
+	}
+}

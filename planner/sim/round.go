@@ -81,6 +81,9 @@ func maxRate(rates map[string]float64) float64 {
 // learnSizes refreshes the completed-size distribution 2D-Gittins may learn
 // from, whenever it has grown by a tenth.
 func (s *simulator) learnSizes() {
+	if s.cfg.Policy.Order.Name() != "gittins" {
+		return // only 2D-Gittins reads the completed sizes
+	}
 	if n := len(s.sizes); n >= 10 && float64(n) >= 1.1*float64(s.sizesBuilt) {
 		s.snap.CompletedSizes = policy.NewSizeDistribution(s.sizes)
 		s.sizesBuilt = n
