@@ -34,10 +34,10 @@ func BenchmarkPhilly(b *testing.B) {
 	}
 }
 
-// BenchmarkSynthetic needs no data file: 20,000 Philly-like jobs on n48g8.
+// BenchmarkSynthetic needs no data file: 10,000 Philly-like jobs on n64g8.
 func BenchmarkSynthetic(b *testing.B) {
-	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 20000, Seed: 1})
-	cl, _ := trace.ParseShorthand("n48g8")
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 10000, Seed: 1})
+	cl, _ := trace.ParseShorthand("n64g8")
 	for _, name := range []string{"fjf", "las"} {
 		b.Run(name, func(b *testing.B) {
 			p, err := policy.Parse(name, policy.Config{})
