@@ -52,7 +52,7 @@ type PlanningBlock struct {
 	MinInterval string    `hcl:"min_interval,optional"`
 	QueueCuts   []float64 `hcl:"queue_cuts,optional"`
 	PromoteKnob float64   `hcl:"promote_knob,optional"`
-	MaxWrites   float64   `hcl:"max_writes_per_second,optional"`
+	MaxWrites   *float64  `hcl:"max_writes_per_second,optional"`
 	WriteBurst  int       `hcl:"write_burst,optional"`
 	Writers     int       `hcl:"write_workers,optional"`
 	DryRun      bool      `hcl:"dry_run,optional"`
@@ -183,11 +183,12 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 			return nil, bad("planning.promote_knob", "must be >= 0, got %g", p.PromoteKnob)
 		}
 		s.PromoteKnob = p.PromoteKnob
-		if p.MaxWrites < 0 {
-			return nil, bad("planning.max_writes_per_second", "must be >= 0 (0: unlimited), got %g", p.MaxWrites)
-		}
-		if p.MaxWrites > 0 {
-			s.MaxWrites = p.MaxWrites
+		// A pointer, so that an explicit 0 (unlimited) differs from unset.
+		if p.MaxWrites != nil {
+			if *p.MaxWrites < 0 {
+				return nil, bad("planning.max_writes_per_second", "must be >= 0 (0: unlimited), got %g", *p.MaxWrites)
+			}
+			s.MaxWrites = *p.MaxWrites
 		}
 		if p.WriteBurst < 0 {
 			return nil, bad("planning.write_burst", "must be >= 0, got %d", p.WriteBurst)

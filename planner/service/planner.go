@@ -438,10 +438,19 @@ func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*
 			mhzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
 		}
 	}
+	models := state.Models()
+	heteroAware := p.policy.Place != nil && (p.policy.Place.Name() == "match" || p.policy.Place.Name() == "fastest")
 	out := make([]target, 0, len(r.Order))
 	for _, i := range r.Order {
 		d := r.Decisions[i]
 		j := index[i]
+		// The policy names a model only for jobs that start now. A waiting
+		// job with a throughput profile is pinned to its fastest model in
+		// the cluster, so that the constraint is in place before GPUs free
+		// up and Nomad places it on whatever is free.
+		if !d.Run && d.GPUModel == "" && heteroAware && !j.Running() {
+			d.GPUModel = fastestModel(snap.Jobs[i].Throughput, models)
+		}
 		t := target{key: j.Key(), namespace: j.Namespace, id: j.ID, decision: d, job: j,
 			want: rewrite.Target{Priority: policy.NomadPriority(d.Band)}, placeable: !j.Running()}
 		// A job that just arrived may be placed by Nomad any moment, and a
@@ -474,6 +483,18 @@ func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*
 		out = append(out, t)
 	}
 	return out
+}
+
+// fastestModel is the model in models with the highest throughput, or ""
+// when the job has no throughput for any of them.
+func fastestModel(throughput map[string]float64, models []string) string {
+	best, bestRate := "", 0.0
+	for _, m := range models {
+		if t := throughput[m]; t > bestRate {
+			best, bestRate = m, t
+		}
+	}
+	return best
 }
 
 // apply writes the targets that differ from what Nomad has, with a few

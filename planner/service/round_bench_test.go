@@ -1,0 +1,58 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
+	"github.com/hashicorp/nomad/api"
+)
+
+// BenchmarkRoundApplies1000PriorityChanges times one planning round in which
+// every one of 1,000 managed jobs needs a new priority, against the
+// in-process Nomad fake. "unlimited" measures the planner's own cost;
+// "default-rate-limit" adds the default write limit (100/s, burst 50), which
+// is what bounds a round's wall time on a real Nomad.
+func BenchmarkRoundApplies1000PriorityChanges(b *testing.B) {
+	const jobs = 1000
+	for _, bc := range []struct {
+		name   string
+		limits string
+	}{
+		{"unlimited", "max_writes_per_second = 0"},
+		{"default-rate-limit", ""},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			fake := nomadxtest.New()
+			fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 8})}
+			for i := 0; i < jobs; i++ {
+				fake.Submit(managedJob(fmt.Sprintf("job-%04d", i), 1, nil))
+			}
+			cfg, err := ParseConfig("planner.hcl", []byte("planning {\n"+bc.limits+"\n}\n"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := New(cfg, fake, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				for j := 0; j < jobs; j++ {
+					fake.Update("default", fmt.Sprintf("job-%04d", j), func(job *api.Job) { job.Priority = ptr(50) })
+				}
+				b.StartTimer()
+				round, err := p.Round(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if round.Jobs != jobs || round.Writes != jobs {
+					b.Fatalf("round planned %d jobs and wrote %d, want %d and %d", round.Jobs, round.Writes, jobs, jobs)
+				}
+			}
+		})
+	}
+}
