@@ -34,8 +34,11 @@ type Client interface {
 	// JobAllocations lists one job's allocations.
 	JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
 	// RegisterJob writes job only if its JobModifyIndex is still
-	// modifyIndex, and returns ErrConflict otherwise.
-	RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) error
+	// modifyIndex, and returns ErrConflict otherwise. It returns the job's
+	// new JobModifyIndex.
+	RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error)
+	// JobVersions lists the versions Nomad keeps of a job, newest first.
+	JobVersions(ctx context.Context, namespace, id string) ([]*api.Job, error)
 	// SchedulerConfig reads the scheduler configuration.
 	SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration, error)
 	// SetSchedulerConfig writes cfg if its ModifyIndex is still current and
@@ -110,13 +113,25 @@ func (a *API) JobAllocations(ctx context.Context, namespace, id string) ([]*api.
 	return allocs, err
 }
 
-func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) error {
+func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
 	w := (&api.WriteOptions{Namespace: ptrValue(job.Namespace)}).WithContext(ctx)
-	_, _, err := a.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: modifyIndex}, w)
-	if err != nil && IsConflict(err) {
-		return fmt.Errorf("%w: %v", ErrConflict, err)
+	resp, _, err := a.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: modifyIndex}, w)
+	if err != nil {
+		if IsConflict(err) {
+			return 0, fmt.Errorf("%w: %v", ErrConflict, err)
+		}
+		return 0, err
 	}
-	return err
+	return resp.JobModifyIndex, nil
+}
+
+func (a *API) JobVersions(ctx context.Context, namespace, id string) ([]*api.Job, error) {
+	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
+	versions, _, _, err := a.c.Jobs().Versions(id, false, q)
+	if err != nil && is404(err) {
+		return nil, fmt.Errorf("job %q in namespace %q: %w", id, namespace, ErrNotFound)
+	}
+	return versions, err
 }
 
 func (a *API) SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration, error) {

@@ -161,7 +161,7 @@ func TestWriterRaceStress(t *testing.T) {
 					j.Meta = map[string]string{}
 				}
 				j.Meta[string(rune('a'+i%26))+string(rune('a'+i/26))] = "1"
-				if fake.RegisterJob(context.Background(), j, *j.JobModifyIndex) == nil {
+				if _, err := fake.RegisterJob(context.Background(), j, *j.JobModifyIndex); err == nil {
 					return
 				}
 			}
@@ -187,4 +187,31 @@ func TestLimiter(t *testing.T) {
 	now = now.Add(10 * time.Millisecond)
 	mu.Unlock()
 	must.NoError(t, l.Wait(context.Background()))
+}
+
+// Nomad checks EnforceIndex before the write goes through Raft, so a user's
+// unchecked `nomad job run` can land between the check and the planner's
+// write. The planner finds the version it replaced and writes it back with
+// its own change on top.
+func TestWriterRestoresEditLandingBetweenIndexCheckAndWrite(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	slipped := false
+	fake.AfterIndexCheck = func(*api.Job) {
+		if slipped {
+			return
+		}
+		slipped = true
+		user := fake.Get("default", "j")
+		user.Meta = map[string]string{"owner": "user"}
+		fake.Submit(user)
+	}
+	w := &Writer{Nomad: fake}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 70})
+	must.NoError(t, res.Err)
+	must.Eq(t, Written, res.Outcome)
+	must.Eq(t, 1, res.Restored)
+	got := fake.Get("default", "j")
+	must.Eq(t, "user", got.Meta["owner"], must.Sprint("the user's edit survives"))
+	must.Eq(t, 70, *got.Priority)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/planner/nomadx"
+	"github.com/hashicorp/nomad/api"
 )
 
 // Outcome is what became of one write.
@@ -26,8 +27,11 @@ type Result struct {
 	Outcome   Outcome
 	Change    Change
 	Conflicts int // CAS conflicts retried
-	Live      bool
-	Err       error
+	// Restored counts concurrent edits that our write replaced and that
+	// were written back with our change on top.
+	Restored int
+	Live     bool
+	Err      error
 }
 
 // Writer applies targets to jobs on Nomad.
@@ -48,7 +52,40 @@ func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Resu
 		attempts = 10
 	}
 	var res Result
+	// restore is a version of the job that our own write overwrote, with
+	// restoreOver the index of that write; the next attempt rewrites it
+	// instead of a fresh read.
+	var restore *api.Job
+	var restoreOver uint64
+	live := false
 	for attempt := 0; attempt < attempts; attempt++ {
+		if restore != nil {
+			job := restore
+			restore = nil
+			Rewrite(job, t, live)
+			written, err := w.Nomad.RegisterJob(ctx, job, restoreOver)
+			if err == nil {
+				res.Restored++
+				if restore, err = w.overwritten(ctx, namespace, id, restoreOver, written); err != nil {
+					res.Outcome, res.Err = Failed, err
+					return res
+				}
+				if restore == nil {
+					res.Outcome = Written
+					return res
+				}
+				restoreOver = written
+				continue
+			}
+			if !nomadx.IsConflict(err) {
+				res.Outcome, res.Err = Failed, err
+				return res
+			}
+			// Someone wrote after ours; that write was made on top of
+			// ours or after it, so a fresh read carries the lost edit's
+			// successor. Fall through to a fresh read.
+			res.Conflicts++
+		}
 		job, err := w.Nomad.Job(ctx, namespace, id)
 		if errors.Is(err, nomadx.ErrNotFound) {
 			res.Outcome = Skipped
@@ -62,7 +99,7 @@ func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Resu
 			res.Outcome = Skipped
 			return res
 		}
-		live := false
+		live = false
 		if t.Placement != nil {
 			// Placement may only change while nothing of the job is placed;
 			// ask Nomad now rather than trust the round's snapshot.
@@ -91,10 +128,19 @@ func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Resu
 		if job.JobModifyIndex != nil {
 			index = *job.JobModifyIndex
 		}
-		err = w.Nomad.RegisterJob(ctx, job, index)
+		written, err := w.Nomad.RegisterJob(ctx, job, index)
 		if err == nil {
-			res.Outcome, res.Change = Written, change
-			return res
+			res.Change = change
+			if restore, err = w.overwritten(ctx, namespace, id, index, written); err != nil {
+				res.Outcome, res.Err = Failed, err
+				return res
+			}
+			if restore == nil {
+				res.Outcome = Written
+				return res
+			}
+			restoreOver = written
+			continue
 		}
 		if !nomadx.IsConflict(err) {
 			res.Outcome, res.Err = Failed, err
@@ -111,6 +157,33 @@ func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Resu
 	res.Outcome = Failed
 	res.Err = fmt.Errorf("job %s/%s changed %d times while being rewritten; left for the next round", namespace, id, res.Conflicts)
 	return res
+}
+
+// overwritten returns the version that our write at index written replaced
+// if it is not the one we read at index read, nil otherwise. Nomad checks
+// EnforceIndex before it applies a write through Raft, so a write without
+// an index check (a user's `nomad job run`) can land between the check and
+// our write, and ours would silently replace it.
+func (w *Writer) overwritten(ctx context.Context, namespace, id string, read, written uint64) (*api.Job, error) {
+	versions, err := w.Nomad.JobVersions(ctx, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("check job %s/%s for a concurrent edit: %w", namespace, id, err)
+	}
+	for i, v := range versions {
+		if v.JobModifyIndex == nil || *v.JobModifyIndex != written {
+			continue
+		}
+		if i+1 < len(versions) {
+			prev := versions[i+1]
+			if prev.JobModifyIndex != nil && *prev.JobModifyIndex > read {
+				return prev, nil
+			}
+		}
+		return nil, nil
+	}
+	// Our version is no longer kept: many writes came after it, and the
+	// newest of them stands.
+	return nil, nil
 }
 
 // backoff spreads retries so that two writers on one job stop colliding.

@@ -15,17 +15,27 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
+// trackedVersions is how many versions of a job the fake keeps, as Nomad's
+// default job_tracked_versions does.
+const trackedVersions = 6
+
 // Fake is an in-memory Nomad.
 type Fake struct {
 	mu      sync.Mutex
 	index   uint64
 	jobs    map[string]*api.Job
+	history map[string][]*api.Job // every stored version, oldest first
 	NodeSet []*api.NodeListStub
 	Allocs  []*api.AllocationListStub
 	Sched   api.SchedulerConfiguration
 	// BeforeRegister runs before each RegisterJob is decided, outside the
 	// lock; tests use it to slip in a concurrent edit.
 	BeforeRegister func(job *api.Job)
+	// AfterIndexCheck runs after RegisterJob's index check passed and
+	// before the job is stored, outside the lock: a real Nomad checks
+	// EnforceIndex before it applies the write through Raft, and an
+	// unchecked write can land in between. Tests slip one in here.
+	AfterIndexCheck func(job *api.Job)
 	// Registers counts successful RegisterJob calls; Conflicts the refused.
 	Registers, Conflicts int
 	changes              chan struct{}
@@ -35,7 +45,7 @@ var _ nomadx.Client = (*Fake)(nil)
 
 // New returns an empty fake.
 func New() *Fake {
-	return &Fake{index: 10, jobs: map[string]*api.Job{}, changes: make(chan struct{}, 1)}
+	return &Fake{index: 10, jobs: map[string]*api.Job{}, history: map[string][]*api.Job{}, changes: make(chan struct{}, 1)}
 }
 
 func clone(j *api.Job) *api.Job {
@@ -90,6 +100,11 @@ func (f *Fake) store(j *api.Job) uint64 {
 		j.Priority = &p
 	}
 	f.jobs[cluster.Key(n, *j.ID)] = j
+	h := append(f.history[cluster.Key(n, *j.ID)], clone(j))
+	if len(h) > trackedVersions {
+		h = h[len(h)-trackedVersions:]
+	}
+	f.history[cluster.Key(n, *j.ID)] = h
 	select {
 	case f.changes <- struct{}{}:
 	default:
@@ -171,7 +186,7 @@ func (f *Fake) JobAllocations(_ context.Context, namespace, id string) ([]*api.A
 	return out, nil
 }
 
-func (f *Fake) RegisterJob(_ context.Context, job *api.Job, modifyIndex uint64) error {
+func (f *Fake) RegisterJob(_ context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
 	if f.BeforeRegister != nil {
 		f.BeforeRegister(job)
 	}
@@ -184,12 +199,31 @@ func (f *Fake) RegisterJob(_ context.Context, job *api.Job, modifyIndex uint64) 
 	}
 	if curIndex != modifyIndex {
 		f.Conflicts++
-		return fmt.Errorf("%w: Enforcing job modify index %d: job exists with conflicting job modify index: %d",
+		return 0, fmt.Errorf("%w: Enforcing job modify index %d: job exists with conflicting job modify index: %d",
 			nomadx.ErrConflict, modifyIndex, curIndex)
 	}
+	if f.AfterIndexCheck != nil {
+		f.mu.Unlock()
+		f.AfterIndexCheck(job)
+		f.mu.Lock()
+	}
 	f.Registers++
-	f.store(job)
-	return nil
+	return f.store(job), nil
+}
+
+// JobVersions returns every stored version of a job, newest first.
+func (f *Fake) JobVersions(_ context.Context, namespace, id string) ([]*api.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.history[cluster.Key(namespace, id)]
+	if len(h) == 0 {
+		return nil, fmt.Errorf("job %q in namespace %q: %w", id, namespace, nomadx.ErrNotFound)
+	}
+	out := make([]*api.Job, 0, len(h))
+	for i := len(h) - 1; i >= 0; i-- {
+		out = append(out, clone(h[i]))
+	}
+	return out, nil
 }
 
 func (f *Fake) SchedulerConfig(context.Context) (*api.SchedulerConfiguration, error) {
