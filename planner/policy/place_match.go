@@ -89,7 +89,9 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	}
 	// Highest position first: those are the jobs the matching runs first.
 	slices.SortStableFunc(picks, func(a, b pick) int { return b.pos - a.pos })
+	matched := make(map[int]bool, len(picks))
 	for _, pk := range picks {
+		matched[pk.job] = true
 		j, d := &s.Jobs[pk.job], &r.Decisions[pk.job]
 		g := max(j.GPUs, 1)
 		if free[pk.model] >= g {
@@ -101,10 +103,11 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 		}
 	}
 	// Keep the GPUs busy: the rest start in rank order on their fastest
-	// free model.
+	// free model. That includes window jobs the matching could not cost,
+	// such as live jobs whose run time is unknown.
 	for _, i := range pending {
 		j, d := &s.Jobs[i], &r.Decisions[i]
-		if d.Run || slices.Contains(win, i) {
+		if d.Run || matched[i] {
 			continue
 		}
 		if m := fastestFree(c, j, free, max(j.GPUs, 1)); m >= 0 {

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"os"
 	"testing"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -10,16 +9,8 @@ import (
 
 // A pending job whose run time is unknown (Remaining -1, no RemainingWork,
 // as every live job without a throughput profile is) must still start when
-// GPUs are free. The live planner works around this by giving profiled jobs
-// RemainingWork = 1; jobs without a profile have no such workaround.
-//
-// It fails against planner/policy as of this commit: the job sits in the
-// matching window with an infinite cost on every model, so it is neither
-// matched nor backfilled. Set CARAVAN_KNOWN_POLICY_BUGS=1 to run it.
+// GPUs are free: the matching cannot cost it, so it backfills.
 func TestMatchPlacesJobWithUnknownRunTimeOnFreeGPUs(t *testing.T) {
-	if os.Getenv("CARAVAN_KNOWN_POLICY_BUGS") == "" {
-		t.Skip("known planner/policy bug; CARAVAN_KNOWN_POLICY_BUGS=1 runs it")
-	}
 	pol, err := policy.Parse("las+match", policy.Config{})
 	must.NoError(t, err)
 	snap := &policy.Snapshot{
