@@ -25,13 +25,18 @@ variable "profile" {
   default     = ""
 }
 
+variable "model" {
+  description = "GPU model to run on, as the user's own choice (the planner keeps it); empty: the planner may choose"
+  default     = ""
+}
+
 job "train" {
   id   = var.name
   name = var.name
   type = "batch"
 
   meta = {
-    "caravan.policy"  = "las"
+    "caravan.policy"  = "default" # the policy the planner runs
     "caravan.profile" = var.profile
   }
 
@@ -64,6 +69,14 @@ job "train" {
 
         device "nvidia/gpu" {
           count = 1
+
+          dynamic "constraint" {
+            for_each = var.model == "" ? [] : [var.model]
+            content {
+              attribute = "${device.attr.model}"
+              value     = constraint.value
+            }
+          }
         }
       }
     }

@@ -1,6 +1,8 @@
-// Command demo starts a local Consul and Nomad with caravan's plugins on a
-// simulated heterogeneous GPU fleet, submits the sample jobs and shows what
-// happened. Ctrl-C stops everything. `make demo` runs it.
+// Command demo starts a local Consul and Nomad with caravan on a simulated
+// heterogeneous GPU fleet, runs caravan's planner beside them, and submits
+// jobs that show the planner at work: a long job demoted and preempted by a
+// short one, a job matched to its fastest GPU model, and small jobs packed
+// into H100 lanes. Ctrl-C stops everything. `make demo` runs it.
 package main
 
 import (
@@ -8,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -21,7 +24,7 @@ import (
 )
 
 func main() {
-	once := flag.Bool("once", false, "show the cluster and the jobs' outcome, then stop (for tests)")
+	once := flag.Bool("once", false, "show the planner's decisions for about 30 s, then stop (for tests)")
 	flag.Parse()
 	if err := run(*once); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -33,7 +36,7 @@ func run(once bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	say("starting Consul and Nomad with caravan on a simulated GPU fleet ...")
+	say("== starting Consul and Nomad with caravan on a simulated GPU fleet ...")
 	c, err := harness.Start(ctx, harness.Options{
 		Fleet:        demoFleet,
 		DeviceConfig: demoPartitions,
@@ -42,8 +45,9 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
+	say("  cluster state in %s", c.Dir)
 	defer func() {
-		say("stopping Consul and Nomad ...")
+		say("\n== stopping Consul and Nomad ...")
 		c.Stop()
 		say("stopped; nothing left running")
 	}()
@@ -54,59 +58,141 @@ func run(once bool) error {
 	}
 	showGPUs(node)
 
-	jobs, err := filepath.Glob(filepath.Join(c.RepoRoot, "jobspecs", "demo-*.nomad.hcl"))
+	say("\n== turning on Nomad's preemption, which enforces the planner's priority bands")
+	out, err := caravan(c, "setup")
+	say("$ caravan setup\n%s", strings.TrimSpace(out))
+	if err != nil {
+		return fmt.Errorf("caravan setup: %w", err)
+	}
+
+	profiles := filepath.Join(c.Dir, "profiles.json")
+	if err := os.WriteFile(profiles, []byte(demoProfiles), 0o644); err != nil {
+		return err
+	}
+	out, err = caravan(c, "profile", "import", profiles)
+	say("\n== importing a throughput profile: resnet runs 6x faster on an H100 than on a T4\n$ caravan profile import profiles.json\n%s", strings.TrimSpace(out))
+	if err != nil {
+		return fmt.Errorf("caravan profile import: %w", err)
+	}
+
+	say("\n== starting the planner (policy las+match; a job that passes 5 GPU-s drops a priority band)")
+	planner, err := startPlanner(c)
 	if err != nil {
 		return err
 	}
-	jobs = append([]string{c.Jobspec("hello.nomad.hcl")}, jobs...)
-	vars := map[string]string{"workload": filepath.Join(c.BinDir, "caravan-workload")}
-	for _, path := range jobs {
-		job, err := c.ParseJobspec(path, usedVars(path, vars))
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
-			return fmt.Errorf("register %s: %w", path, err)
-		}
-		say("submitted %s (%s)", *job.ID, filepath.Base(path))
+	defer planner.stop()
+	if err := planner.waitReady(ctx, c); err != nil {
+		return err
 	}
 
-	select {
-	case <-ctx.Done():
+	submit := func(name string, iterations int, profile, model, why string) error {
+		vars := map[string]string{"workload": filepath.Join(c.BinDir, "caravan-workload"), "name": name,
+			"iterations": fmt.Sprint(iterations), "profile": profile, "model": model}
+		job, err := c.ParseJobspec(c.Jobspec("planner-batch.nomad.hcl"), vars)
+		if err != nil {
+			return err
+		}
+		if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
+			return fmt.Errorf("register %s: %w", name, err)
+		}
+		say("  submitted %-10s %s", name, why)
 		return nil
-	case <-time.After(8 * time.Second):
 	}
+
+	say("\n== submitting jobs (jobspecs/planner-batch.nomad.hcl, each one caravan-workload process)")
+	for i := 1; i <= 4; i++ {
+		if err := submit(fmt.Sprintf("long-%d", i), 600, "", "Tesla T4", "2 min of training on a T4; the four fill every T4"); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		if err := submit(fmt.Sprintf("small-%d", i), 600, "", "NVIDIA H100 80GB HBM3", "small enough for a quarter of an H100: packed into a lane"); err != nil {
+			return err
+		}
+	}
+	if err := submit("resnet", 300, "resnet", "", "has the resnet profile; GPUs are free, so Nomad places it at once (the planner pins only jobs that wait)"); err != nil {
+		return err
+	}
+
+	start := time.Now()
+	shortAt := 10 * time.Second
+	shortSent := false
+	show := func() error {
+		say("\n$ caravan queue   (%.0f s in)", time.Since(start).Seconds())
+		out, err := caravan(c, "queue", "-address", planner.addr)
+		fmt.Print(out)
+		return err
+	}
+	if !once {
+		// Interactive: the queue redraws until Ctrl-C; the short job goes
+		// in after the long ones are demoted.
+		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(shortAt):
+			}
+			_ = submit("short", 15, "", "Tesla T4", "3 s of training on a T4: top band, preempts a demoted long job")
+		}()
+		say("\n$ caravan queue -watch   (Ctrl-C stops the demo)")
+		watch := exec.CommandContext(ctx, filepath.Join(c.BinDir, "caravan"), "queue", "-watch", "-address", planner.addr)
+		watch.Env = c.Env()
+		watch.Stdout, watch.Stderr = os.Stdout, os.Stderr
+		_ = watch.Run()
+		return nil
+	}
+	for _, at := range []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second} {
+		for time.Since(start) < at {
+			if !shortSent && time.Since(start) >= shortAt {
+				if err := submit("short", 15, "", "Tesla T4", "3 s of training on a T4: top band, preempts a demoted long job"); err != nil {
+					return err
+				}
+				shortSent = true
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if err := show(); err != nil {
+			return fmt.Errorf("caravan queue: %w", err)
+		}
+	}
+
 	if err := showAllocations(c.Nomad); err != nil {
 		return err
 	}
-
-	out, _ := c.NomadCommand("node", "status", "-verbose", node.ID)
-	say("\n$ nomad node status -verbose %s (devices)\n%s", node.ID[:8], deviceSection(out))
-
-	say("\nThe cluster is yours to explore:\n  export NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n  nomad node status -verbose\n  nomad job status\n  nomad alloc logs <alloc-id>\nNomad's HTTP API is at %s (the web UI needs a Nomad built with its UI assets).",
-		c.NomadAddr, c.ConsulAddr, c.NomadAddr)
-	if once {
-		return nil
+	out, _ = caravan(c, "lanes")
+	say("\n$ caravan lanes   (the small jobs share H100s, a quarter each)\n%s", strings.TrimRight(out, "\n"))
+	explainJobs := []string{"resnet"}
+	if victim := preemptedJob(c.Nomad, "long-1", "long-2", "long-3", "long-4"); victim != "" {
+		explainJobs = append([]string{victim}, explainJobs...)
+		say("\n%s was preempted by short: its allocation was evicted, short ran and completed, and %s came back.", victim, victim)
 	}
-	say("\nPress Ctrl-C to stop.")
-	<-ctx.Done()
+	for _, job := range explainJobs {
+		out, _ = caravan(c, "explain", "-address", planner.addr, job)
+		say("\n$ caravan explain %s\n%s", job, strings.TrimRight(out, "\n"))
+	}
+	say("\nTo explore a cluster like this one, run `make demo` without -once and, in another shell:\n  export NOMAD_ADDR=<the Nomad address above> CONSUL_HTTP_ADDR=<the Consul address>\n  caravan queue -address %s; caravan explain <job>; caravan lanes; nomad job status", planner.addr)
 	return nil
 }
 
-// usedVars passes only the variables a jobspec declares, since Nomad rejects
-// values for undeclared ones.
-func usedVars(path string, vars map[string]string) map[string]string {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	out := map[string]string{}
-	for k, v := range vars {
-		if strings.Contains(string(src), fmt.Sprintf("variable %q", k)) {
-			out[k] = v
+// preemptedJob returns the first of jobs with an allocation that Nomad
+// preempted, or "".
+func preemptedJob(client *api.Client, jobs ...string) string {
+	for _, id := range jobs {
+		allocs, _, err := client.Jobs().Allocations(id, true, nil)
+		if err != nil {
+			continue
+		}
+		for _, a := range allocs {
+			if a.DesiredStatus == "evict" || a.PreemptedByAllocation != "" {
+				return id
+			}
 		}
 	}
-	return out
+	return ""
 }
 
 func showGPUs(node *api.Node) {
@@ -164,18 +250,6 @@ func showAllocations(client *api.Client) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", stub.JobID, stub.ID[:8], stub.ClientStatus, strings.Join(devices, " "))
 	}
 	return w.Flush()
-}
-
-// deviceSection cuts the device part out of `nomad node status -verbose`.
-func deviceSection(out string) string {
-	i := strings.Index(out, "Device Resource Utilization")
-	if i < 0 {
-		i = strings.Index(out, "Device Group Attributes")
-	}
-	if i < 0 {
-		return out
-	}
-	return out[i:]
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }

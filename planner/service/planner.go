@@ -428,11 +428,17 @@ type target struct {
 // like in Nomad.
 func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*cluster.Job, r *policy.Result) []target {
 	lanes, whole := false, false
+	// Which models come as lanes and which as whole GPUs: a model that
+	// comes only one way needs no lane constraint, and the wrong one
+	// would make the job unplaceable.
+	modelLanes, modelWhole := map[string]bool{}, map[string]bool{}
 	mhzPerCore := 0.0
 	for _, n := range state.Nodes {
 		for _, g := range n.GPUs {
 			lanes = lanes || g.Lanes()
 			whole = whole || !g.Lanes()
+			modelLanes[g.Model] = modelLanes[g.Model] || g.Lanes()
+			modelWhole[g.Model] = modelWhole[g.Model] || !g.Lanes()
 		}
 		if n.CPUCores > 0 && mhzPerCore == 0 {
 			mhzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
@@ -466,7 +472,7 @@ func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*
 			if len(state.Models()) > 1 {
 				pl.Model = d.GPUModel
 			}
-			if lanes && whole {
+			if lanes && whole && (pl.Model == "" || modelLanes[pl.Model] && modelWhole[pl.Model]) {
 				lane := d.Lane
 				pl.Lane = &lane
 			}

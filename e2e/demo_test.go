@@ -1,0 +1,60 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/shoenig/test/must"
+)
+
+// make demo in -once mode: the output shows the GPUs and their lanes, the
+// allocations, the queue and the planner's decisions, and the demo leaves
+// no process behind, its planner included.
+func TestDemoShowsPlannerAtWork(t *testing.T) {
+	root, err := harness.RepoRoot()
+	must.NoError(t, err)
+
+	bin := filepath.Join(t.TempDir(), "demo")
+	build := exec.Command("go", "build", "-o", bin, "./e2e/demo")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	demo := exec.CommandContext(ctx, bin, "-once")
+	demo.Dir = root
+	start := time.Now()
+	data, err := demo.CombinedOutput()
+	output := string(data)
+	t.Logf("demo output (%s):\n%s", time.Since(start).Round(time.Second), output)
+	must.NoError(t, err)
+	m := regexp.MustCompile(`cluster state in (\S+)`).FindStringSubmatch(output)
+	must.NotNil(t, m, must.Sprint("the demo names its state directory"))
+	dir := m[1]
+
+	for _, want := range []struct{ what, pattern string }{
+		{"the GPU groups", `nvidia/gpu/Tesla T4\s+4\s+4`},
+		{"the H100 lanes", `lanes_per_gpu=4`},
+		{"caravan setup", `preemption is now on`},
+		{"the profile import", `Imported 1 profile`},
+		{"the queue", `RANK\s+JOB\s+STATE\s+QUEUE\s+PRIORITY`},
+		{"a priority decision", `planner decision: default/\S+\s+priority 50→80`},
+		{"a demotion", `planner decision: default/long-\d\s+priority 80→70`},
+		{"the allocations", `JOB\s+ALLOC\s+STATUS\s+DEVICES`},
+		{"a job packed into an H100 lane", `small-\d\s+\w+\s+running\s+nvidia/gpu/NVIDIA H100.*:lane\d`},
+		{"the short job completing", `short\s+\w+\s+complete`},
+		{"a preemption", `long-\d was preempted by short`},
+		{"an orderly stop", `planner stopped[\s\S]*stopped; nothing left running`},
+	} {
+		must.RegexMatch(t, regexp.MustCompile(want.pattern), output, must.Sprintf("the demo output shows %s", want.what))
+	}
+	must.Len(t, 0, harness.ProcessesUnder(dir), must.Sprint("processes left behind by the demo"))
+}
