@@ -1,0 +1,45 @@
+package service
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/consulx/consulxtest"
+	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// A profiled job that waits for busy GPUs is pinned to its fastest model
+// while it waits, so that Nomad places it there when a GPU frees up.
+func TestRoundPinsWaitingProfiledJobToFastestModel(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1, "H100": 1})}
+	for _, id := range []string{"busy-t4", "busy-h100"} {
+		fake.Submit(managedJob(id, 1, nil))
+		fake.Update("default", id, func(j *api.Job) { j.Status = str("running") })
+	}
+	started := time.Now().Add(-time.Minute)
+	h100 := runningAlloc("busy-h100", "H100-0", started)
+	h100.AllocatedResources.Tasks["train"].Devices[0].Name = "H100"
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("busy-t4", "T4-0", started), h100}
+	fake.Submit(managedJob("resnet", 1, map[string]string{cluster.MetaProfile: "resnet"}))
+
+	consul := consulxtest.NewServer().Client()
+	must.NoError(t, consul.Put(context.Background(), consulx.ProfilesPrefix+"resnet",
+		[]byte(`{"name": "resnet", "throughput": {"H100": 6, "T4": 1}}`)))
+	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul, nil)
+	must.NoError(t, err)
+	must.NoError(t, p.LoadKV(context.Background()))
+	p.setLeader(true, "test")
+
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	devs := fake.Get("default", "resnet").TaskGroups[0].Tasks[0].Resources.Devices
+	must.Len(t, 1, devs[0].Constraints, must.Sprint("the waiting job is pinned to one model"))
+	must.Eq(t, cluster.AttrModel, devs[0].Constraints[0].LTarget)
+	must.Eq(t, "H100", devs[0].Constraints[0].RTarget)
+}
