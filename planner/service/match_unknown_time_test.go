@@ -9,7 +9,8 @@ import (
 
 // A pending job whose run time is unknown (Remaining -1, no RemainingWork,
 // as every live job without a throughput profile is) must still start when
-// GPUs are free: the matching cannot cost it, so it backfills.
+// GPUs are free: las+match once left it unplaced, since matching could not
+// cost it and the backfill skipped jobs in the matching window.
 func TestMatchPlacesJobWithUnknownRunTimeOnFreeGPUs(t *testing.T) {
 	pol, err := policy.Parse("las+match", policy.Config{})
 	must.NoError(t, err)
