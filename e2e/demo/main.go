@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -124,24 +123,23 @@ func run(once bool) error {
 		return err
 	}
 	if !once {
-		// Interactive: the queue redraws until Ctrl-C; the short job goes
-		// in after the long ones are demoted.
-		go func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(shortAt):
-			}
-			_ = submit("short", 15, "", "Tesla T4", "3 s of training on a T4: top band, preempts a demoted long job")
-		}()
-		say("\n$ caravan queue -watch   (Ctrl-C stops the demo)")
-		watch := exec.CommandContext(ctx, filepath.Join(c.BinDir, "caravan"), "queue", "-watch", "-address", planner.addr)
-		watch.Env = c.Env()
-		watch.Stdout, watch.Stderr = os.Stdout, os.Stderr
-		_ = watch.Run()
-		return nil
+		say("\nThe queue is printed every 5 s, with the planner's decisions as they happen; Ctrl-C stops the demo.\nTo watch it live from another shell:\n  export NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n  %s queue -watch -address %s",
+			c.NomadAddr, c.ConsulAddr, filepath.Join(c.BinDir, "caravan"), planner.addr)
 	}
-	for _, at := range []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second} {
+	schedule := []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second}
+	for k := 0; ; k++ {
+		var at time.Duration
+		switch {
+		case k < len(schedule):
+			at = schedule[k]
+		case once:
+			at = -1
+		default:
+			at = schedule[len(schedule)-1] + time.Duration(k-len(schedule)+1)*5*time.Second
+		}
+		if at < 0 {
+			break
+		}
 		for time.Since(start) < at {
 			if !shortSent && time.Since(start) >= shortAt {
 				if err := submit("short", 15, "", "Tesla T4", "3 s of training on a T4: top band, preempts a demoted long job"); err != nil {
@@ -174,7 +172,7 @@ func run(once bool) error {
 		out, _ = caravan(c, "explain", "-address", planner.addr, job)
 		say("\n$ caravan explain %s\n%s", job, strings.TrimRight(out, "\n"))
 	}
-	say("\nTo explore a cluster like this one, run `make demo` without -once and, in another shell:\n  export NOMAD_ADDR=<the Nomad address above> CONSUL_HTTP_ADDR=<the Consul address>\n  caravan queue -address %s; caravan explain <job>; caravan lanes; nomad job status", planner.addr)
+	say("\n`make demo` without -once keeps the cluster and the planner running until Ctrl-C.")
 	return nil
 }
 
