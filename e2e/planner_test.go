@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -376,4 +377,33 @@ func TestPlannerUserEditSurvivesRaces(t *testing.T) {
 		races, time.Since(start).Round(time.Millisecond), conflicts, restored)
 	data, _ := json.Marshal(map[string]int{"races": races, "conflicts": conflicts, "restored": restored})
 	t.Logf("%s", data)
+}
+
+// jobspecs/caravan-planner.nomad.hcl runs the planner as a Nomad job: it
+// registers in Consul with a passing health check and takes the lead.
+func TestPlannerRunsAsNomadJob(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: oneT4})
+	c.RunJobspec(t, c.Jobspec("caravan-planner.nomad.hcl"), map[string]string{
+		"caravan": filepath.Join(c.BinDir, "caravan"), "replicas": "1",
+		"nomad_addr": c.NomadAddr, "consul_addr": c.ConsulAddr,
+	})
+	c.WaitAllocs(t, "caravan-planner", 1, 60*time.Second, harness.Running)
+	var checks []struct {
+		Status, ServiceName, Output string
+	}
+	waitFor(t, 30*time.Second, "caravan-planner is registered in Consul with a passing check", func() bool {
+		resp, err := http.Get("http://" + strings.TrimPrefix(c.ConsulAddr, "http://") + "/v1/health/checks/caravan-planner")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		checks = nil
+		if json.NewDecoder(resp.Body).Decode(&checks) != nil || len(checks) == 0 {
+			return false
+		}
+		return checks[0].Status == "passing"
+	})
+	// The planner writes: a managed job gets its band.
+	c.RunJobspec(t, c.Jobspec("planner-batch.nomad.hcl"), trainVars(c, "under-nomad", 5, ""))
+	waitFor(t, 30*time.Second, "the planner job sets the priority", func() bool { return jobPriority(t, c, "under-nomad") == 80 })
 }
