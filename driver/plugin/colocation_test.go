@@ -36,10 +36,10 @@ func TestCoLocatedTasksThatDoNotFitAlternateAndBothComplete(t *testing.T) {
 	must.Eq(t, 0, ra.ExitCode)
 	must.Eq(t, 0, rb.ExitCode)
 	// 2 x 5000 persistent + 1000 ephemeral > 8192: they must have taken turns.
-	must.SliceNotEmpty(t, events(a.ID, "take turns"))
+	must.SliceNotEmpty(t, waitEvents(events, a.ID, "take turns", 5*time.Second))
 	suspends := len(events(a.ID, "suspended in GPU-test/lane0 via sigstop")) + len(events(b.ID, "suspended in GPU-test/lane0 via sigstop"))
 	must.Greater(t, 1, suspends)
-	must.SliceNotEmpty(t, events(b.ID, "resumed in GPU-test/lane0"))
+	must.SliceNotEmpty(t, waitEvents(events, b.ID, "resumed in GPU-test/lane0", 5*time.Second))
 	d := h.Impl().(*Driver)
 	must.Positive(t, testutil.CollectAndCount(d.metrics.SwitchSeconds))
 }
@@ -59,6 +59,6 @@ func TestCoLocatedTasksThatFitRunConcurrently(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 0, waitExit(t, h, a.ID, 20*time.Second).ExitCode)
 	must.Eq(t, 0, waitExit(t, h, b.ID, 20*time.Second).ExitCode)
-	must.SliceNotEmpty(t, events(b.ID, "run concurrently"))
+	must.SliceNotEmpty(t, waitEvents(events, b.ID, "run concurrently", 5*time.Second))
 	must.SliceEmpty(t, events(a.ID, "suspended in"))
 }

@@ -124,7 +124,7 @@ func TestBudgetBreachKillsTaskAndSaysWhy(t *testing.T) {
 	must.StrContains(t, res.Err.Error(), "of its 2048 MiB budget")
 	must.StrContains(t, res.Err.Error(), "pid ")
 	must.NotEq(t, 0, res.ExitCode+res.Signal)
-	must.SliceNotEmpty(t, events(cfg.ID, "killing the task"))
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "killing the task", 5*time.Second))
 }
 
 func TestBudgetWarnPolicyLetsTaskFinish(t *testing.T) {
@@ -132,7 +132,9 @@ func TestBudgetWarnPolicyLetsTaskFinish(t *testing.T) {
 	h, _ := newHarness(t, conf)
 	events := collectEvents(t, h)
 	grant := reservation.Grant{InstanceID: "GPU-test", GPUUUID: "GPU-test", Lane: -1, Slots: 1, MemoryMiB: 2048}
-	cfg := workloadTask(t, h, "warned", workload.Config{Iterations: 6, IterationTime: 100 * time.Millisecond,
+	// Over budget for about 1.8 s, so that a watchdog on a loaded machine
+	// still samples it many times.
+	cfg := workloadTask(t, h, "warned", workload.Config{Iterations: 20, IterationTime: 100 * time.Millisecond,
 		PersistentMiB: 1024, EphemeralMiB: 512, Mode: workload.ModeExceed, ExceedAfter: 2},
 		TaskConfig{GPUMemoryPolicy: "warn"}, grantEnv(grant))
 	_, _, err := h.StartTask(cfg)
@@ -140,7 +142,20 @@ func TestBudgetWarnPolicyLetsTaskFinish(t *testing.T) {
 	res := waitExit(t, h, cfg.ID, 20*time.Second)
 	must.Eq(t, 0, res.ExitCode)
 	must.NoError(t, res.Err)
-	must.SliceNotEmpty(t, events(cfg.ID, "warning: GPU memory budget exceeded"))
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "warning: GPU memory budget exceeded", 5*time.Second))
+}
+
+// waitEvents polls for matching events: they travel over their own stream
+// and may arrive after the task's exit.
+func waitEvents(events func(taskID, sub string) []*drivers.TaskEvent, taskID, sub string, timeout time.Duration) []*drivers.TaskEvent {
+	deadline := time.Now().Add(timeout)
+	for {
+		found := events(taskID, sub)
+		if len(found) > 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func TestTaskCannotRaiseItsBudgetThroughEnv(t *testing.T) {

@@ -164,7 +164,7 @@ func TestRecoverTaskKeepsBudgetInNewDriver(t *testing.T) {
 
 	res := waitExit(t, h2, cfg.ID, 20*time.Second)
 	must.ErrorContains(t, res.Err, "of its 2048 MiB budget")
-	must.SliceNotEmpty(t, events(cfg.ID, "recovered by a new driver process"))
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "recovered by a new driver process", 5*time.Second))
 	must.NoError(t, h2.DestroyTask(cfg.ID, true))
 }
 
