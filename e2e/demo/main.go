@@ -37,7 +37,7 @@ func run(once bool) error {
 
 	say("== starting Consul and Nomad with caravan on a simulated GPU fleet ...")
 	c, err := harness.Start(ctx, harness.Options{
-		Fleet:        demoFleet,
+		Fleet:        harness.DefaultFleet,
 		DeviceConfig: demoPartitions,
 		Logf:         func(f string, a ...any) { say("  "+f, a...) },
 	})
