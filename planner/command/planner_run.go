@@ -31,6 +31,10 @@ func (c *plannerCommand) Run([]string) int { return cli.RunResultHelp }
 
 type plannerRunCommand struct{ ui cli.Ui }
 
+// nomadDiscoveryTimeout bounds how long the planner waits for Consul to list
+// a passing nomad service when NOMAD_ADDR is unset.
+const nomadDiscoveryTimeout = 2 * time.Minute
+
 func (c *plannerRunCommand) Synopsis() string { return "Run the planner daemon" }
 func (c *plannerRunCommand) Help() string {
 	return helpText("caravan planner run [-config planner.hcl] [-address NOMAD_ADDR] [-token NOMAD_TOKEN]", `
@@ -97,9 +101,24 @@ func (c *plannerRunCommand) Run(args []string) int {
 		token = settings.NomadToken
 	}
 	if address == "" && os.Getenv("NOMAD_ADDR") == "" && consul != nil {
-		found, err := consul.ServiceAddress(ctx, "nomad", "http")
+		// Nomad's service may not pass its check yet when the planner starts
+		// beside it, so keep looking for a while before giving up.
+		var found string
+		var err error
+		deadline := time.Now().Add(nomadDiscoveryTimeout)
+		for {
+			found, err = consul.ServiceAddress(ctx, "nomad", "http")
+			if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+				break
+			}
+			log.Warn("waiting for a passing nomad service in Consul", "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Second):
+			}
+		}
 		if err != nil {
-			return fail(c.ui, "planner run", fmt.Errorf("NOMAD_ADDR is unset and Consul knows no nomad service: %w", err))
+			return fail(c.ui, "planner run", fmt.Errorf("NOMAD_ADDR is unset and Consul knows no passing nomad service after %s: %w", nomadDiscoveryTimeout, err))
 		}
 		address = "http://" + found
 		log.Info("found Nomad through Consul", "address", address)
