@@ -46,23 +46,72 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
     iteration_grace    = "500ms"`,
 	})
 	vars := workloadVars(c)
-	vars["iterations"] = "15"
+	vars["iterations"] = "25"
 	a := c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars)
 	b := c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)
-	for _, job := range []*api.Job{a, b} {
-		allocs := c.WaitAllocs(t, *job.ID, 1, 3*time.Minute, harness.Terminal)
-		// The client may report the final status a beat before the task's
-		// last events, so read the status until the events are in.
-		out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
-		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out, "resumed in") && time.Now().Before(deadline); {
-			time.Sleep(500 * time.Millisecond)
-			out = c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+
+	// Nomad keeps only a task's last 10 events, and each turn adds two, so
+	// gather them while the jobs run rather than read them once at the end.
+	seen := map[string][]string{}
+	collect := func() (terminal int) {
+		for _, job := range []*api.Job{a, b} {
+			stubs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
+			must.NoError(t, err)
+			for _, stub := range stubs {
+				if harness.Terminal(stub) {
+					terminal++
+				}
+				alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
+				must.NoError(t, err)
+				for _, state := range alloc.TaskStates {
+					for _, ev := range state.Events {
+						seen[*job.ID] = appendNew(seen[*job.ID], ev.DisplayMessage)
+					}
+				}
+			}
 		}
-		must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprint(out))
-		must.StrContains(t, out, "take turns")
-		must.StrContains(t, out, "suspended in GPU-lane/lane0 via sigstop")
-		must.StrContains(t, out, "resumed in GPU-lane/lane0")
+		return terminal
 	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for collect() < 2 && time.Now().Before(deadline) {
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, job := range []*api.Job{a, b} {
+		allocs := c.WaitAllocs(t, *job.ID, 1, 10*time.Second, harness.Terminal)
+		must.Eq(t, "complete", allocs[0].ClientStatus)
+	}
+	// The client may report the final status a beat before the last
+	// events, so keep reading a little longer until they are in.
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		collect()
+		if anyContains(seen[*a.ID], "resumed in") && anyContains(seen[*b.ID], "resumed in") {
+			break
+		}
+	}
+	for _, job := range []*api.Job{a, b} {
+		events := strings.Join(seen[*job.ID], "\n")
+		must.StrContains(t, events, "take turns")
+		must.StrContains(t, events, "suspended in GPU-lane/lane0 via sigstop")
+		must.StrContains(t, events, "resumed in GPU-lane/lane0")
+	}
+}
+
+func appendNew(list []string, s string) []string {
+	for _, have := range list {
+		if have == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+func anyContains(list []string, sub string) bool {
+	for _, s := range list {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestDriverClientRestartRecoversTasks(t *testing.T) {
