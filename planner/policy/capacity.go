@@ -8,6 +8,8 @@ type capacity struct {
 	total    []int    // healthy GPUs per model
 	perNode  []int    // most healthy GPUs of one model on one node
 	byNode   [][]int  // healthy GPU indices per node
+	modelOf  [][]int  // model index of each GPU in byNode
+	gpus     int      // GPUs on all nodes, healthy or not
 	nodeType []int    // model index per node (-1: mixed or none)
 }
 
@@ -15,9 +17,11 @@ func (s *Snapshot) capacity() *capacity {
 	if s.cap != nil {
 		return s.cap
 	}
-	c := &capacity{byNode: make([][]int, len(s.Nodes)), nodeType: make([]int, len(s.Nodes))}
+	c := &capacity{byNode: make([][]int, len(s.Nodes)), modelOf: make([][]int, len(s.Nodes)),
+		nodeType: make([]int, len(s.Nodes))}
 	for n := range s.Nodes {
 		node := &s.Nodes[n]
+		c.gpus += len(node.GPUs)
 		c.nodeType[n] = -1
 		if !node.Healthy {
 			continue
@@ -31,6 +35,7 @@ func (s *Snapshot) capacity() *capacity {
 			c.total[m]++
 			count[m]++
 			c.byNode[n] = append(c.byNode[n], g)
+			c.modelOf[n] = append(c.modelOf[n], m)
 			if c.nodeType[n] == -1 {
 				c.nodeType[n] = m
 			} else if c.nodeType[n] != m {
