@@ -11,13 +11,18 @@ type SizeDistribution struct {
 	sorted []float64
 	prefix []float64 // prefix[i] = sum(sorted[:i])
 
-	// A log-scale bucket index narrows each search to a few samples:
-	// start[k] is the first sample in bucket k or above.
-	start      []int32
-	lmin, scal float64
+	// A bucket index narrows each search to a few samples: start[k] is
+	// the first sample in bucket k or above. Buckets are the top bits of a
+	// float's representation, which order like the floats themselves for
+	// positive values: a log scale without calling math.Log.
+	start []int32
+	base  uint64
+	shift uint
 }
 
-const sizeBuckets = 4096
+// maxSizeBuckets bounds the bucket index; mantissa bits are dropped until
+// the samples' range fits.
+const maxSizeBuckets = 1 << 13
 
 // NewSizeDistribution copies and sorts samples.
 func NewSizeDistribution(samples []float64) *SizeDistribution {
@@ -28,13 +33,16 @@ func NewSizeDistribution(samples []float64) *SizeDistribution {
 		d.prefix[i+1] = d.prefix[i] + v
 	}
 	if n := len(d.sorted); n > 0 {
-		d.lmin = math.Log(max(d.sorted[0], 1e-9))
-		if span := math.Log(max(d.sorted[n-1], 1e-9)) - d.lmin; span > 0 {
-			d.scal = sizeBuckets / span
+		lo, hi := sizeBits(d.sorted[0]), sizeBits(d.sorted[n-1])
+		d.shift = 52 - 7 // 128 buckets per doubling
+		for (hi>>d.shift)-(lo>>d.shift) >= maxSizeBuckets-1 {
+			d.shift++
 		}
-		d.start = make([]int32, sizeBuckets+1)
+		d.base = lo >> d.shift
+		buckets := int((hi>>d.shift)-d.base) + 1
+		d.start = make([]int32, buckets+1)
 		i := 0
-		for k := 0; k <= sizeBuckets; k++ {
+		for k := 0; k <= buckets; k++ {
 			for i < n && d.bucket(d.sorted[i]) < k {
 				i++
 			}
@@ -44,11 +52,18 @@ func NewSizeDistribution(samples []float64) *SizeDistribution {
 	return d
 }
 
+// sizeBits is v's representation, with v clamped to a small positive value
+// so that the order of the bits is the order of the values.
+func sizeBits(v float64) uint64 { return math.Float64bits(max(v, 1e-9)) }
+
 // bucket is monotone in v, so a sample in a lower bucket than v is below
 // v and one in a higher bucket is above it.
 func (d *SizeDistribution) bucket(v float64) int {
-	k := int((math.Log(max(v, 1e-9)) - d.lmin) * d.scal)
-	return min(max(k, 0), sizeBuckets-1)
+	b := sizeBits(v) >> d.shift
+	if b < d.base {
+		return 0
+	}
+	return min(int(b-d.base), len(d.start)-2)
 }
 
 // Len is the number of samples.
@@ -190,5 +205,12 @@ func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 	}
 	return inf
 }
+
+// settled: with a size distribution the order is the Gittins index, whole
+// from the Snapshot; until then 2D-Gittins orders like 2D-LAS.
+func (o *gittinsOrder) settled(s *Snapshot, j *Job) bool {
+	return o.sizes.Len() > 0 || s.CompletedSizes.Len() > 0 || o.q.settled(j)
+}
+func (o *gittinsOrder) entryQueue() int { return o.q.queueOf(0) }
 
 func (o *gittinsOrder) Wake(s *Snapshot, r *Result) float64 { return o.q.wake(s, r) }

@@ -49,6 +49,13 @@ func (q *queues) queueOf(attained float64) int {
 	return n
 }
 
+// settled says a job planned before is still in its last round's queue;
+// for a pending job, also that the promote knob has not lifted it.
+func (q *queues) settled(j *Job) bool {
+	qi := q.queueOf(j.Attained)
+	return j.PrevQueue == qi && !q.starving(j, qi)
+}
+
 // starving says whether the promote knob lifts a pending job to queue 0.
 func (q *queues) starving(j *Job, queue int) bool {
 	if q.promoteKnob <= 0 || queue == 0 || j.State != Pending || j.Executed <= 0 {
@@ -132,6 +139,11 @@ type lasOrder struct{ q queues }
 
 func (lasOrder) Name() string     { return "las" }
 func (lasOrder) Preemptive() bool { return true }
+
+// settled: within a queue, jobs keep the order of the last round, so a job
+// keeps its place while its attained service stays in the same queue.
+func (o lasOrder) settled(_ *Snapshot, j *Job) bool { return o.q.settled(j) }
+func (o lasOrder) entryQueue() int                  { return o.q.queueOf(0) }
 
 func (o lasOrder) Order(s *Snapshot, ds []Decision) float64 {
 	o.q.assign(s, ds)

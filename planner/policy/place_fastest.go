@@ -6,6 +6,7 @@ package policy
 type fastestPlacer struct{}
 
 func (fastestPlacer) Name() string { return "fastest" }
+func (fastestPlacer) countsOnly()  {}
 
 func (fastestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	c := s.capacity()

@@ -47,6 +47,52 @@ type Policy struct {
 	Blocking bool  // strict FIFO: stop at the first pending job that does not fit
 }
 
+// remembersRounds is implemented by orderers whose order depends on the
+// previous round's decisions (PrevQueue, PrevRank), not only on the
+// Snapshot: 2D-LAS keeps each queue's order from round to round.
+type remembersRounds interface {
+	// settled says j still belongs in the queue the last round put it in.
+	settled(s *Snapshot, j *Job) bool
+}
+
+// countsOnly is implemented by placers that decide from GPU counts per
+// model alone (walkByCount) and start every job there is room for.
+type countsOnly interface{ countsOnly() }
+
+// The arrival shortcut lets a caller (the simulator) start jobs that just
+// arrived without a planning round. It holds on a cluster of one GPU model
+// when nothing else waits and every job fits: a round could then only
+// start them. Use it as
+//
+//	p.CanStartArrivals() && every planned job j has p.Settled(s, j)
+//	then for each arrival j, in arrival order: p.Enter(j, rank++)
+//
+// with rank beyond every rank given so far.
+
+// CanStartArrivals says p's placement counts GPUs only and nothing is
+// sized, so a round in which every job fits on one model starts them all.
+func (p *Policy) CanStartArrivals() bool {
+	_, counts := p.Place.(countsOnly)
+	return counts && p.Size == nil
+}
+
+// Settled says job j, planned in an earlier round, keeps the place in the
+// order that round gave it, so a round that only starts arrivals leaves
+// its order be.
+func (p *Policy) Settled(s *Snapshot, j *Job) bool {
+	o, ok := p.Order.(remembersRounds)
+	return !ok || o.settled(s, j)
+}
+
+// Enter gives an arriving job started without a round the PrevQueue and
+// PrevRank that round would have: last in the queue of a new job.
+func (p *Policy) Enter(j *Job, rank int) {
+	j.PrevQueue, j.PrevRank = 0, rank
+	if o, ok := p.Order.(interface{ entryQueue() int }); ok {
+		j.PrevQueue = o.entryQueue()
+	}
+}
+
 // Result is the outcome of one planning round.
 type Result struct {
 	// Decisions has one entry per job, indexed like Snapshot.Jobs.
@@ -58,6 +104,8 @@ type Result struct {
 	Wake float64
 
 	items   []sortItem // sort scratch, reused across rounds
+	keep    []sortItem
+	misfits []sortItem
 	slots   []int
 	reasons map[[2]string]string
 }
@@ -127,14 +175,49 @@ func sortOrder(s *Snapshot, r *Result) {
 			items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
 		}
 	}
-	if !slices.IsSortedFunc(items, compareItems) {
-		slices.SortFunc(items, compareItems)
-	}
+	items = r.sortNearlySorted(items)
 	for rank, it := range items {
 		r.Order[rank] = it.job
 		ds[it.job].Rank = rank
 	}
 	r.items = items
+}
+
+// sortNearlySorted sorts items that are mostly in order already, in
+// O(n + k log k) for k items out of place: it keeps the in-order run, sorts
+// the misfits aside and merges the two.
+func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
+	keep, misfits := r.keep[:0], r.misfits[:0]
+	defer func() { r.keep, r.misfits = keep, misfits }()
+	for i, it := range items {
+		// An item is out of place if it is below the run kept so far, or
+		// above its successor (it jumped ahead: keeping it would push every
+		// item after it out).
+		if (len(keep) > 0 && compareItems(it, keep[len(keep)-1]) < 0) ||
+			(i+1 < len(items) && compareItems(it, items[i+1]) > 0) {
+			misfits = append(misfits, it)
+			continue
+		}
+		keep = append(keep, it)
+	}
+	if len(misfits) == 0 {
+		return items
+	}
+	slices.SortFunc(misfits, compareItems)
+	// Merge keep and misfits back into items.
+	out := items[:0]
+	a, b := 0, 0
+	for a < len(keep) && b < len(misfits) {
+		if compareItems(misfits[b], keep[a]) < 0 {
+			out = append(out, misfits[b])
+			b++
+		} else {
+			out = append(out, keep[a])
+			a++
+		}
+	}
+	out = append(out, keep[a:]...)
+	return append(out, misfits[b:]...)
 }
 
 func compareItems(a, b sortItem) int {

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -309,4 +312,111 @@ func TestFirstAboveMatchesLinearScan(t *testing.T) {
 		}
 		must.Eq(t, want, d.firstAbove(v), must.Sprintf("v=%v", v))
 	}
+}
+
+func TestSortNearlySortedMatchesAFullSort(t *testing.T) {
+	r := &Result{}
+	for seed := range uint64(500) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		n := rng.IntN(300)
+		items := make([]sortItem, n)
+		for i := range items {
+			items[i] = sortItem{k1: float64(rng.IntN(3)), k2: float64(i), arrival: float64(rng.IntN(5)), job: i}
+		}
+		slices.SortFunc(items, compareItems)
+		// Move a few items, or many, as rounds do.
+		for range rng.IntN(1 + n/(1+rng.IntN(20))) {
+			k := rng.IntN(n)
+			items[k].k2 = float64(rng.IntN(n + 1))
+			if rng.IntN(4) == 0 {
+				items[k].k1 = float64(rng.IntN(3))
+			}
+		}
+		want := slices.Clone(items)
+		slices.SortFunc(want, compareItems)
+		got := r.sortNearlySorted(items)
+		if !slices.Equal(got, want) {
+			t.Fatalf("seed %d: got %v, want %v", seed, got, want)
+		}
+	}
+}
+
+func TestFirstAboveMatchesABinarySearchOnRandomSamples(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 5))
+		var samples []float64
+		for range 1 + rng.IntN(2000) {
+			switch rng.IntN(4) {
+			case 0:
+				samples = append(samples, float64(rng.IntN(10))) // zeros and repeats
+			case 1:
+				samples = append(samples, math.Exp(rng.Float64()*60)) // a huge range
+			default:
+				samples = append(samples, rng.Float64()*1e5)
+			}
+		}
+		d := NewSizeDistribution(samples)
+		for range 200 {
+			v := []float64{-1, 0, rng.Float64() * 1e5, math.Exp(rng.Float64() * 70), d.sorted[rng.IntN(len(d.sorted))]}[rng.IntN(5)]
+			want, _ := slices.BinarySearchFunc(d.sorted, v, func(e, t float64) int {
+				if e <= t {
+					return -1
+				}
+				return 1
+			})
+			if got := d.firstAbove(v); got != want {
+				t.Fatalf("seed %d: firstAbove(%g) = %d, want %d", seed, v, got, want)
+			}
+		}
+	}
+}
+
+// TestEnterRanksLikeARound starts two arrivals with Enter instead of a
+// round each, and checks that the next round orders every job as if
+// those rounds had run.
+func TestEnterRanksLikeARound(t *testing.T) {
+	p, err := Parse("las", Config{})
+	must.NoError(t, err)
+	base := &Snapshot{Nodes: nodes("V100", 2, 4)}
+	for k, attained := range []float64{0, 100, 4000, 200, 9000} {
+		j := job(fmt.Sprint("run", k), float64(k), 1)
+		j.State, j.Attained, j.Executed, j.GPUModel = Running, attained, attained, "V100"
+		base.Jobs = append(base.Jobs, j)
+	}
+	settle := func(s *Snapshot, r *Result) {
+		for i := range s.Jobs {
+			s.Jobs[i].PrevQueue, s.Jobs[i].PrevRank = r.Decisions[i].Queue, r.Decisions[i].Rank
+			if r.Decisions[i].Run {
+				s.Jobs[i].State = Running
+			}
+		}
+	}
+	arrive := func(s *Snapshot, id string, at float64, gpus int) *Job {
+		s.Jobs = append(s.Jobs, job(id, at, gpus))
+		return &s.Jobs[len(s.Jobs)-1]
+	}
+	settle(base, p.Plan(base, nil))
+
+	// With a round per arrival.
+	rounds := &Snapshot{Nodes: base.Nodes, Jobs: slices.Clone(base.Jobs)}
+	arrive(rounds, "a", 10, 1)
+	settle(rounds, p.Plan(rounds, nil))
+	arrive(rounds, "b", 11, 1)
+	settle(rounds, p.Plan(rounds, nil))
+
+	// With Enter.
+	entered := &Snapshot{Nodes: base.Nodes, Jobs: slices.Clone(base.Jobs)}
+	for k, id := range []string{"a", "b"} {
+		must.True(t, p.Settled(entered, &entered.Jobs[0]))
+		j := arrive(entered, id, float64(10+k), 1)
+		p.Enter(j, len(base.Jobs)+k)
+		j.State = Running
+	}
+
+	// A big job arrives and must preempt: the order decides who.
+	for _, s := range []*Snapshot{rounds, entered} {
+		arrive(s, "big", 12, 6)
+	}
+	want, got := p.Plan(rounds, nil), p.Plan(entered, nil)
+	must.Eq(t, ranked(rounds, want), ranked(entered, got))
 }

@@ -9,7 +9,12 @@ import (
 
 // planRound builds the Snapshot, asks the policy, and carries out its
 // decisions.
+var roundHook func(int)
+
 func (s *simulator) planRound() {
+	if roundHook != nil {
+		roundHook(len(s.active))
+	}
 	w := 0
 	snapJobs := s.snap.Jobs[:0]
 	for _, i := range s.active {
@@ -63,6 +68,7 @@ func (s *simulator) planRound() {
 	if s.anyLanes {
 		s.refreshLaneRates()
 	}
+	s.nextRank = len(s.active)
 	s.blocked = s.pending > 0
 	s.wakeAt = math.Inf(1)
 	if !math.IsInf(r.Wake, 1) {

@@ -39,6 +39,8 @@ type Config struct {
 	Progress func(done, total int)
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
+
+	noShortcut bool // tests: plan every round that startArrivals would skip
 }
 
 // JobResult is one job's outcome.
@@ -102,12 +104,26 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("sim: cluster %q has no GPUs", cfg.Cluster.Name)
 	}
-	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes}, gpus: cfg.Cluster.GPUs()}
+	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes)}
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
 	s.run()
 	return s.result(), nil
+}
+
+// onlyModel is the cluster's GPU model if it has one only, else "".
+func onlyModel(nodes []policy.Node) string {
+	model := ""
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if model != "" && g.Model != model {
+				return ""
+			}
+			model = g.Model
+		}
+	}
+	return model
 }
 
 func buildNodes(cfg Config) []policy.Node {
@@ -127,17 +143,20 @@ func buildNodes(cfg Config) []policy.Node {
 }
 
 type simulator struct {
-	cfg    Config
-	snap   policy.Snapshot
-	gpus   int
-	jobs   []jobState
-	next   int   // next arrival
-	active []int // pending or running, in arrival order
-	heap   finishHeap
-	now    float64
-	wakeAt float64
-	plan   policy.Result
-	done   int
+	cfg   Config
+	snap  policy.Snapshot
+	gpus  int
+	model string // the only GPU model, or "" for a mixed cluster
+	// nextRank is beyond every rank given so far (see startArrivals).
+	nextRank int
+	jobs     []jobState
+	next     int   // next arrival
+	active   []int // pending or running, in arrival order
+	heap     finishHeap
+	now      float64
+	wakeAt   float64
+	plan     policy.Result
+	done     int
 
 	pending   int
 	busy      float64
@@ -226,7 +245,7 @@ func (s *simulator) run() {
 		}
 		s.advanceTo(t)
 		changed := s.completeAt(t)
-		arrived := false
+		arrived, waited, first := false, s.pending > 0, s.next
 		for s.next < total && s.jobs[s.next].Arrival <= t {
 			s.admit(s.next)
 			s.next++
@@ -237,7 +256,9 @@ func (s *simulator) run() {
 			s.blocked = false
 		}
 		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() && !s.queuedBehind(changed || woke) {
-			s.planRound()
+			if !arrived || waited || !s.startArrivals(first, s.next) {
+				s.planRound()
+			}
 		} else if woke {
 			s.wakeAt = math.Inf(1)
 		}
@@ -258,6 +279,54 @@ func (s *simulator) frozen() bool {
 	p := s.cfg.Policy
 	return !s.cfg.Compat && !p.Order.Preemptive() && p.Size == nil && s.cfg.Lanes <= 1 &&
 		s.busy >= float64(s.gpus)
+}
+
+// startArrivals starts the jobs that just arrived without a planning
+// round when a round could do nothing else (see Policy.CanStartArrivals):
+// one GPU model, nothing else waits, they all fit, and every planned job
+// keeps its place in the order. On a cluster with room most arrivals take
+// this path, so a run no longer costs a full round per arrival. It reports
+// whether it started them.
+func (s *simulator) startArrivals(from, to int) bool {
+	if s.cfg.Compat || s.cfg.noShortcut || s.cfg.Lanes > 1 || s.model == "" || !s.cfg.Policy.CanStartArrivals() {
+		return false
+	}
+	need := 0
+	for i := from; i < to; i++ {
+		need += s.jobs[i].GPUs
+	}
+	if float64(need) > float64(s.gpus)-s.busy {
+		return false
+	}
+	// Refresh the learned sizes exactly when a round would have.
+	s.learnSizes()
+	// Drop finished jobs from the active set on the way, as rounds do.
+	w := 0
+	settled := true
+	for _, i := range s.active {
+		js := &s.jobs[i]
+		if js.done {
+			continue
+		}
+		s.active[w] = i
+		w++
+		if settled && js.PrevQueue >= 0 {
+			s.settle(js)
+			settled = s.cfg.Policy.Settled(&s.snap, &js.Job)
+		}
+	}
+	s.active = s.active[:w]
+	if !settled {
+		return false
+	}
+	for i := from; i < to; i++ {
+		s.cfg.Policy.Enter(&s.jobs[i].Job, s.nextRank)
+		s.nextRank++
+		s.start(i, &policy.Decision{Job: -1, Run: true, GPUModel: s.model, Speedup: 1})
+	}
+	s.blocked = false
+	s.wakeAt = math.Inf(1)
+	return true
 }
 
 // queuedBehind says a round would only add arrivals behind a blocked head

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -156,5 +157,34 @@ func TestWorkConservation(t *testing.T) {
 			busy := res.Summary.Utilization * float64(res.GPUs) * res.Summary.Makespan
 			must.True(t, math.Abs(busy-work)/work < 1e-6, must.Sprintf("busy %v work %v", busy, work))
 		})
+	}
+}
+
+// TestArrivalShortcutChangesNothing runs each policy with and without the
+// shortcut that starts arrivals without a round, on clusters from congested
+// to idle: every job must end the same.
+func TestArrivalShortcutChangesNothing(t *testing.T) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 2000, Seed: 11, Load: 60})
+	knobs := policy.Config{PromoteKnob: 2, QueueCuts: []float64{500, 5000, 50000}}
+	for _, spec := range []string{"n8g8", "n12g8", "n64g8"} {
+		for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "gittins", "las", "las/knobs", "gittins/knobs", "hare"} {
+			t.Run(spec+"/"+name, func(t *testing.T) {
+				cfg := policy.Config{}
+				if strings.HasSuffix(name, "/knobs") {
+					cfg = knobs
+				}
+				run := func(noShortcut bool) *Result {
+					res, err := Run(Config{Cluster: cluster(t, spec), Policy: mustPolicy(t, strings.TrimSuffix(name, "/knobs"), cfg),
+						noShortcut: noShortcut}, jobs)
+					must.NoError(t, err)
+					return res
+				}
+				with, without := run(false), run(true)
+				for i := range with.Jobs {
+					must.Eq(t, without.Jobs[i], with.Jobs[i], must.Sprintf("job %d", i))
+				}
+				must.Eq(t, without.Summary, with.Summary)
+			})
+		}
 	}
 }
