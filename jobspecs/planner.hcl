@@ -40,7 +40,8 @@ planning {
   interval     = "10s"
   min_interval = "1s"
 
-  max_writes_per_second = 100
-  write_burst           = 50
-  write_workers         = 4
+  # Each write is a job register: one Raft entry and one evaluation.
+  max_writes_per_second = 250
+  write_burst           = 100
+  write_workers         = 16
 }

@@ -100,6 +100,30 @@ func TestWriterKeepsConcurrentUserEdit(t *testing.T) {
 	must.Eq(t, "xxx", got.Meta["user.edit"])
 }
 
+// ApplyRead starts from the caller's copy; a copy that a user's edit made
+// stale is refused by the index check and the edit is kept.
+func TestWriterApplyReadKeepsEditMadeAfterTheCopy(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	stale := fake.Get("default", "j")
+	user := fake.Get("default", "j")
+	user.Meta = map[string]string{"user.edit": "x"}
+	fake.Submit(user)
+	w := &Writer{Nomad: fake}
+	res := w.ApplyRead(context.Background(), stale, Target{Priority: 90})
+	must.NoError(t, res.Err)
+	must.Eq(t, Written, res.Outcome)
+	must.Eq(t, 1, res.Conflicts)
+	got := fake.Get("default", "j")
+	must.Eq(t, 90, *got.Priority)
+	must.Eq(t, "x", got.Meta["user.edit"])
+
+	res = w.ApplyRead(context.Background(), fake.Get("default", "j"), Target{Priority: 70})
+	must.Eq(t, Written, res.Outcome)
+	must.Eq(t, 0, res.Conflicts)
+	must.Eq(t, 70, *fake.Get("default", "j").Priority)
+}
+
 func TestWriterGivesUpAfterMaxAttempts(t *testing.T) {
 	fake := nomadxtest.New()
 	fake.Submit(gpuJob("j"))

@@ -47,6 +47,26 @@ type Writer struct {
 // nobody changed it since the read. On a conflict it starts again from a
 // fresh read, so that a concurrent edit by a user is kept, not overwritten.
 func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Result {
+	return w.apply(ctx, namespace, id, t, nil)
+}
+
+// ApplyRead is Apply with job as the first read: a copy of the job that the
+// caller read recently and hands over. It saves one read per job when the
+// planner has just listed every spec; the write is still conditional on
+// job's JobModifyIndex, so a stale copy only costs a conflict and a fresh
+// read.
+func (w *Writer) ApplyRead(ctx context.Context, job *api.Job, t Target) Result {
+	return w.apply(ctx, ptrValue(job.Namespace), ptrValue(job.ID), t, job)
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read *api.Job) Result {
 	attempts := w.MaxAttempts
 	if attempts <= 0 {
 		attempts = 10
@@ -86,7 +106,11 @@ func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Resu
 			// successor. Fall through to a fresh read.
 			res.Conflicts++
 		}
-		job, err := w.Nomad.Job(ctx, namespace, id)
+		job, err := read, error(nil)
+		read = nil
+		if job == nil {
+			job, err = w.Nomad.Job(ctx, namespace, id)
+		}
 		if errors.Is(err, nomadx.ErrNotFound) {
 			res.Outcome = Skipped
 			return res

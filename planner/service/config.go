@@ -114,7 +114,7 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	}
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
-		MaxWrites: 100, WriteBurst: 50, Writers: 4}
+		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}

@@ -32,6 +32,9 @@ const historyLimit = 10000
 // changes its placement.
 const placementGrace = 3 * time.Second
 
+// specReaders is how many job specs a round reads at once.
+const specReaders = 8
+
 // recordsPerJob bounds the decision history kept per job.
 const recordsPerJob = 20
 
@@ -291,7 +294,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 
 	var results map[string]rewrite.Result
 	if leader && !p.cfg.DryRun {
-		results = p.apply(ctx, targets)
+		results = p.apply(ctx, targets, specs)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
 	return nil
@@ -304,6 +307,8 @@ func (p *Planner) fetchSpecs(ctx context.Context, stubs []*api.JobListStub) (map
 	cached := p.specs
 	p.mu.Unlock()
 	specs := map[string]*api.Job{}
+	type read struct{ key, ns, id string }
+	var reads []read
 	for _, s := range stubs {
 		ns := s.Namespace
 		if ns == "" {
@@ -317,14 +322,38 @@ func (p *Planner) fetchSpecs(ctx context.Context, stubs []*api.JobListStub) (map
 			specs[key] = c
 			continue
 		}
-		job, err := p.nomad.Job(ctx, ns, s.ID)
-		if err != nil {
-			if isNotFound(err) {
-				continue
+		reads = append(reads, read{key, ns, s.ID})
+	}
+	// Reads are served from the Nomad server's memory, not Raft; a few in
+	// parallel take a round after many changes from seconds to a fraction.
+	var mu sync.Mutex
+	var firstErr error
+	work := make(chan read)
+	var wg sync.WaitGroup
+	for w := 0; w < min(specReaders, len(reads)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range work {
+				job, err := p.nomad.Job(ctx, r.ns, r.id)
+				mu.Lock()
+				switch {
+				case err == nil:
+					specs[r.key] = job
+				case !isNotFound(err) && firstErr == nil:
+					firstErr = fmt.Errorf("read job %s: %w", r.key, err)
+				}
+				mu.Unlock()
 			}
-			return nil, fmt.Errorf("read job %s: %w", key, err)
-		}
-		specs[key] = job
+		}()
+	}
+	for _, r := range reads {
+		work <- r
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	p.mu.Lock()
 	p.specs = specs
@@ -505,7 +534,7 @@ func fastestModel(throughput map[string]float64, models []string) string {
 
 // apply writes the targets that differ from what Nomad has, with a few
 // writers in parallel under the shared rate limit.
-func (p *Planner) apply(ctx context.Context, targets []target) map[string]rewrite.Result {
+func (p *Planner) apply(ctx context.Context, targets []target, specs map[string]*api.Job) map[string]rewrite.Result {
 	results := make(map[string]rewrite.Result, len(targets))
 	var mu sync.Mutex
 	work := make(chan target)
@@ -515,7 +544,14 @@ func (p *Planner) apply(ctx context.Context, targets []target) map[string]rewrit
 		go func() {
 			defer wg.Done()
 			for t := range work {
-				res := p.writer.Apply(ctx, t.namespace, t.id, t.want)
+				// The spec this round read saves a read per job; a copy,
+				// since the writer changes it and the cache is shared.
+				var res rewrite.Result
+				if spec := copyJob(specs[t.key]); spec != nil {
+					res = p.writer.ApplyRead(ctx, spec, t.want)
+				} else {
+					res = p.writer.Apply(ctx, t.namespace, t.id, t.want)
+				}
 				p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
 				p.metrics.conflicts.Add(float64(res.Conflicts))
 				mu.Lock()
@@ -538,6 +574,22 @@ func (p *Planner) apply(ctx context.Context, targets []target) map[string]rewrit
 	close(work)
 	wg.Wait()
 	return results
+}
+
+// copyJob deep-copies a job, or returns nil.
+func copyJob(j *api.Job) *api.Job {
+	if j == nil {
+		return nil
+	}
+	data, err := json.Marshal(j)
+	if err != nil {
+		return nil
+	}
+	var out api.Job
+	if json.Unmarshal(data, &out) != nil {
+		return nil
+	}
+	return &out
 }
 
 // remember stores the round's queue, explanations and decision records.

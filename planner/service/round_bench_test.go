@@ -12,8 +12,8 @@ import (
 // BenchmarkRoundApplies1000PriorityChanges times one planning round in which
 // every one of 1,000 managed jobs needs a new priority, against the
 // in-process Nomad fake. "unlimited" measures the planner's own cost;
-// "default-rate-limit" adds the default write limit (100/s, burst 50), which
-// is what bounds a round's wall time on a real Nomad.
+// "default-rate-limit" adds the default write limit (250/s, burst 100).
+// e2e's BenchmarkPlannerRound1000Jobs times the same on a real Nomad.
 func BenchmarkRoundApplies1000PriorityChanges(b *testing.B) {
 	const jobs = 1000
 	for _, bc := range []struct {

@@ -1,0 +1,139 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/planner/nomadx"
+	"github.com/caravan-gpu/caravan/planner/service"
+	"github.com/hashicorp/nomad/api"
+)
+
+// benchJobs is how many managed jobs BenchmarkPlannerRound1000Jobs registers.
+const benchJobs = 1000
+
+// BenchmarkPlannerRound1000Jobs times one planning round on a real local
+// Nomad in which every one of 1,000 managed jobs needs a new priority. The
+// round runs in-process (Planner.Round against the real Nomad API client),
+// which times exactly one round, without the daemon's event debounce and
+// interval. The jobs ask for more GPUs than the fleet has, so they stay
+// pending and the client runs nothing; each priority write still makes
+// Nomad evaluate the job, as it would in production.
+//
+//	go test -tags e2e -run '^$' -bench PlannerRound1000Jobs -benchtime 1x ./e2e/
+func BenchmarkPlannerRound1000Jobs(b *testing.B) {
+	c := harness.StartT(b, harness.Options{Fleet: oneT4})
+	ctx := context.Background()
+	start := time.Now()
+	setPriorities(b, c, 50)
+	b.Logf("registered %d jobs in %s", benchJobs, time.Since(start).Round(time.Millisecond))
+
+	for _, bc := range []struct{ name, planning string }{
+		{"defaults", ""},
+		{"unlimited", "max_writes_per_second = 0"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg, err := service.ParseConfig("planner.hcl", []byte("consul {\n enabled = false\n}\nplanning {\n"+bc.planning+"\n}\n"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var total time.Duration
+			writes := 0
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				setPriorities(b, c, 50)
+				// A fresh planner per round: no spec cache, no limiter
+				// tokens spent by an earlier round.
+				p, err := service.New(cfg, nomadx.Wrap(c.Nomad), nil, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				round, err := p.Round(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if round.Jobs != benchJobs || round.Writes != benchJobs || round.Failures != 0 {
+					b.Fatalf("round planned %d jobs, wrote %d, failed %d; want %d, %d, 0", round.Jobs, round.Writes, round.Failures, benchJobs, benchJobs)
+				}
+				total += round.Duration
+				writes += round.Writes
+				b.Logf("round %d: %d writes in %s, %d CAS conflicts", i, round.Writes, round.Duration.Round(time.Millisecond), round.Conflicts)
+			}
+			b.ReportMetric(float64(writes)/total.Seconds(), "writes/s")
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/round")
+		})
+	}
+}
+
+// setPriorities registers the benchmark's jobs, or re-registers them, with
+// the given priority, a few at a time, and waits until Nomad has evaluated
+// them so that the round is not timed against a backlog.
+func setPriorities(b *testing.B, c *harness.Cluster, priority int) {
+	b.Helper()
+	work := make(chan int)
+	errs := make(chan error, benchJobs)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, _, err := c.Nomad.Jobs().Register(benchJob(i, priority), nil); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < benchJobs; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("register: %v", err)
+	}
+	waitEvalsSettled(b, c)
+}
+
+// benchJob is a managed batch job that asks for more GPUs than the fleet
+// has, so it waits without running anything.
+func benchJob(i, priority int) *api.Job {
+	id := fmt.Sprintf("bench-%04d", i)
+	job := api.NewBatchJob(id, id, "global", priority)
+	job.Meta = map[string]string{"caravan.policy": "las"}
+	task := api.NewTask("train", "caravan")
+	task.SetConfig("command", "/bin/true")
+	task.Require(&api.Resources{CPU: ptrInt(100), MemoryMB: ptrInt(64),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptrUint64(64)}}})
+	job.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
+	return job
+}
+
+// waitEvalsSettled waits until Nomad has scheduled every pending
+// evaluation.
+func waitEvalsSettled(b *testing.B, c *harness.Cluster) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		evals, _, err := c.Nomad.Evaluations().List(&api.QueryOptions{Filter: `Status == "pending"`})
+		if err != nil {
+			b.Fatalf("list evaluations: %v", err)
+		}
+		if len(evals) == 0 {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	b.Fatal("Nomad did not schedule the pending evaluations within 5 minutes")
+}
+
+func ptrInt(v int) *int          { return &v }
+func ptrUint64(v uint64) *uint64 { return &v }
