@@ -29,6 +29,7 @@ func BenchmarkPhilly(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(res.Summary.AvgJCT, "avgJCT_s")
+				b.ReportMetric(float64(res.Rounds), "rounds")
 			}
 		})
 	}

@@ -27,7 +27,7 @@ type Summary struct {
 }
 
 func (s *simulator) result() *Result {
-	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util}
+	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds}
 	var jcts []float64
 	sum := Summary{Policy: s.cfg.Policy.Name, Jobs: len(s.jobs)}
 	var wsum, wjct, ftfSum float64

@@ -71,6 +71,8 @@ type Result struct {
 	Jobs    []JobResult
 	Util    []UtilPoint
 	Summary Summary
+	// Rounds is how many planning rounds the run asked the policy for.
+	Rounds int
 }
 
 type jobState struct {
@@ -149,6 +151,7 @@ type simulator struct {
 	model string // the only GPU model, or "" for a mixed cluster
 	// nextRank is beyond every rank given so far (see startArrivals).
 	nextRank int
+	rounds   int
 	jobs     []jobState
 	next     int   // next arrival
 	active   []int // pending or running, in arrival order
