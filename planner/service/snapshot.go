@@ -2,6 +2,9 @@ package service
 
 import (
 	"math"
+	"regexp"
+	"slices"
+	"strconv"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -34,10 +37,18 @@ type snapshotInput struct {
 func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) {
 	st := in.state
 	snap = &policy.Snapshot{Now: unix(st.Time)}
-	for _, n := range st.Nodes {
+	// where maps node ID and device instance ID to the policy's GPU and
+	// lane, so that running jobs carry their placement: without it the
+	// policy counts every lane job as a whole GPU of its own.
+	where := map[[2]string]policy.Slot{}
+	for ni, n := range st.Nodes {
 		pn := policy.Node{ID: n.ID, CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024, Healthy: n.Ready}
 		for _, g := range n.GPUs {
-			pn.GPUs = append(pn.GPUs, physicalGPUs(g)...)
+			gpus, at := physicalGPUs(g)
+			for id, gl := range at {
+				where[[2]string{n.ID, id}] = policy.Slot{Node: ni, GPU: len(pn.GPUs) + gl.gpu, Lane: gl.lane}
+			}
+			pn.GPUs = append(pn.GPUs, gpus...)
 		}
 		snap.Nodes = append(snap.Nodes, pn)
 	}
@@ -54,8 +65,18 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		if j.Running() {
 			pj.State = policy.Running
 			for _, a := range j.Allocs {
-				if a.Live() && a.Model != "" {
+				if !a.Live() {
+					continue
+				}
+				if a.Model != "" {
 					pj.GPUModel = a.Model
+				}
+				for _, id := range a.DeviceIDs {
+					sl, ok := where[[2]string{a.NodeID, id}]
+					// Two slots of one lane are one lane to the policy.
+					if ok && !slices.Contains(pj.Placement, sl) {
+						pj.Placement = append(pj.Placement, sl)
+					}
 				}
 			}
 		} else {
@@ -88,12 +109,33 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 	return snap, index
 }
 
-// physicalGPUs turns a device group into the policy's physical GPUs: a group
-// of lanes (and time-slice slots) holds LanesPerGPU × Slots instances per GPU.
-func physicalGPUs(g *cluster.GPUGroup) []policy.GPU {
+// gpuLane is where a device instance lies among a group's physical GPUs.
+type gpuLane struct{ gpu, lane int }
+
+// laneID finds the lane in a caravan-device instance ID,
+// GPU-<uuid>:lane<L>[:slot<S>].
+var laneID = regexp.MustCompile(`:lane(\d+)(?::|$)`)
+
+// physicalGPUs turns a device group into the policy's physical GPUs, and
+// says where each instance lies: a group of lanes (and time-slice slots)
+// holds LanesPerGPU × Slots instances per GPU, sorted by ID.
+func physicalGPUs(g *cluster.GPUGroup) ([]policy.GPU, map[string]gpuLane) {
 	per := g.LanesPerGPU * g.Slots
 	if per < 1 {
 		per = 1
+	}
+	at := make(map[string]gpuLane, len(g.Instances))
+	for k, in := range g.Instances {
+		gl := gpuLane{gpu: k / per, lane: -1}
+		if g.Lanes() {
+			gl.lane = k % per / max(g.Slots, 1)
+			if m := laneID.FindStringSubmatch(in.ID); m != nil {
+				if l, err := strconv.Atoi(m[1]); err == nil && l < g.LanesPerGPU {
+					gl.lane = l
+				}
+			}
+		}
+		at[in.ID] = gl
 	}
 	n := (len(g.Instances) + per - 1) / per
 	var out []policy.GPU
@@ -109,7 +151,7 @@ func physicalGPUs(g *cluster.GPUGroup) []policy.GPU {
 		}
 		out = append(out, gpu)
 	}
-	return out
+	return out, at
 }
 
 // lastRunEnd is when the job last stopped running, or its submission when it
