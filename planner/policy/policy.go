@@ -103,11 +103,12 @@ type Result struct {
 	// even if no job arrives or completes; +Inf for never.
 	Wake float64
 
-	items   []sortItem // sort scratch, reused across rounds
-	keep    []sortItem
-	misfits []sortItem
-	slots   []int
-	reasons map[[2]string]string
+	items    []sortItem // sort scratch, reused across rounds
+	keep     []sortItem
+	misfits  []sortItem
+	slots    []int
+	reasons  map[[2]string]string
+	lastJoin [3]string // reason, note, joined
 }
 
 // Plan runs the policy on s. Pass the previous round's Result (or a new
@@ -251,8 +252,13 @@ var inf = math.Inf(1)
 // join appends a placement note to a reason. Rounds repeat the same few
 // notes for thousands of jobs, so joined strings are kept and reused.
 func (r *Result) join(reason, note string) string {
+	// Runs of jobs get the same note: check the last pair before hashing.
+	if reason == r.lastJoin[0] && note == r.lastJoin[1] && r.reasons != nil {
+		return r.lastJoin[2]
+	}
 	k := [2]string{reason, note}
 	if s, ok := r.reasons[k]; ok {
+		r.lastJoin = [3]string{reason, note, s}
 		return s
 	}
 	if r.reasons == nil || len(r.reasons) > 4096 {
@@ -260,5 +266,6 @@ func (r *Result) join(reason, note string) string {
 	}
 	s := reason + note
 	r.reasons[k] = s
+	r.lastJoin = [3]string{reason, note, s}
 	return s
 }

@@ -66,6 +66,15 @@ func (s *simulator) planRound() {
 	}
 	s.nextRank = len(s.active)
 	s.blocked = s.pending > 0
+	s.head = -1
+	if s.blocked && s.cfg.Policy.Blocking {
+		for _, k := range r.Order {
+			if i := s.active[k]; s.jobs[i].State == policy.Pending {
+				s.head = i
+				break
+			}
+		}
+	}
 	s.wakeAt = math.Inf(1)
 	if !math.IsInf(r.Wake, 1) {
 		s.wakeAt = s.now + max(r.Wake, 1e-3)

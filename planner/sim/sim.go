@@ -40,7 +40,7 @@ type Config struct {
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
 
-	noShortcut bool // tests: plan every round that startArrivals would skip
+	noShortcut bool // tests: plan the rounds that startArrivals and queuedBehind skip
 }
 
 // JobResult is one job's outcome.
@@ -172,6 +172,7 @@ type simulator struct {
 	anyLanes   bool
 	laneOcc    map[gpuKey][]int
 	blocked    bool // the last round left a job waiting
+	head       int  // strict FIFO: the first job the last round left waiting
 }
 
 type slot = policy.Slot
@@ -255,10 +256,7 @@ func (s *simulator) run() {
 			arrived = true
 		}
 		woke := t >= s.wakeAt
-		if changed {
-			s.blocked = false
-		}
-		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() && !s.queuedBehind(changed || woke) {
+		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() && !s.queuedBehind(changed, woke) {
 			if !arrived || waited || !s.startArrivals(first, s.next) {
 				s.planRound()
 			}
@@ -332,12 +330,23 @@ func (s *simulator) startArrivals(from, to int) bool {
 	return true
 }
 
-// queuedBehind says a round would only add arrivals behind a blocked head
-// of a strict FIFO queue: they rank last and nothing has freed up since the
-// head failed to fit.
-func (s *simulator) queuedBehind(other bool) bool {
+// queuedBehind says a round cannot change anything for a strict FIFO
+// queue blocked at its head: arrivals rank behind the head, and a
+// completion helps only once the head fits in the free GPUs.
+func (s *simulator) queuedBehind(changed, woke bool) bool {
 	p := s.cfg.Policy
-	return s.blocked && !other && p.Blocking && !p.Order.Preemptive() && p.Size == nil && s.cfg.Lanes <= 1 && !s.cfg.Compat
+	if !s.blocked || woke || !p.Blocking || p.Order.Preemptive() || p.Size != nil || s.cfg.Lanes > 1 || s.cfg.Compat {
+		return false
+	}
+	if !changed {
+		return true
+	}
+	if s.cfg.noShortcut {
+		return false
+	}
+	// Counting free GPUs only says whether the head fits on one model.
+	head := s.head
+	return s.model != "" && head >= 0 && float64(s.jobs[head].GPUs) > float64(s.gpus)-s.busy
 }
 
 // advanceTo moves the clock, accounting utilisation. Job progress is

@@ -160,10 +160,10 @@ func TestWorkConservation(t *testing.T) {
 	}
 }
 
-// TestArrivalShortcutChangesNothing runs each policy with and without the
-// shortcut that starts arrivals without a round, on clusters from congested
-// to idle: every job must end the same.
-func TestArrivalShortcutChangesNothing(t *testing.T) {
+// TestShortcutsChangeNothing runs each policy with and without the rounds
+// the simulator skips (startArrivals, queuedBehind), on clusters from
+// congested to idle: every job must end the same.
+func TestShortcutsChangeNothing(t *testing.T) {
 	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 2000, Seed: 11, Load: 60})
 	knobs := policy.Config{PromoteKnob: 2, QueueCuts: []float64{500, 5000, 50000}}
 	for _, spec := range []string{"n8g8", "n12g8", "n64g8"} {
