@@ -156,6 +156,34 @@ func place(job *api.Job, p Placement) Change {
 	return changed
 }
 
+// UserModel reports whether the job's own spec picks a GPU model for any of
+// its GPU requests, by device name or by a constraint the planner did not
+// add. The planner never pins such a job.
+func UserModel(job *api.Job) bool {
+	if job == nil {
+		return false
+	}
+	mine := parseOwned("")
+	if job.Meta != nil {
+		mine = parseOwned(job.Meta[cluster.MetaPlacement])
+	}
+	for _, tg := range job.TaskGroups {
+		for _, task := range tg.Tasks {
+			for _, d := range cluster.GPURequests(task) {
+				if strings.Count(d.Name, "/") >= 2 {
+					return true
+				}
+				for _, c := range d.Constraints {
+					if c.LTarget == cluster.AttrModel && !mine[owned{c.LTarget, c.Operand, c.RTarget}] {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
 func dedupe(cs []owned) []owned {
 	seen := map[owned]bool{}
 	var out []owned

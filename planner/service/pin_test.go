@@ -43,3 +43,51 @@ func TestRoundPinsWaitingProfiledJobToFastestModel(t *testing.T) {
 	must.Eq(t, cluster.AttrModel, devs[0].Constraints[0].LTarget)
 	must.Eq(t, "H100", devs[0].Constraints[0].RTarget)
 }
+
+// A job matched to a busy model keeps its priority until its model
+// constraint can go with it: raised alone, Nomad's preemption would place
+// it on whatever lower band it can evict, slower models included.
+func TestRoundRaisesMatchedJobWithItsPin(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1, "H100": 1})}
+	for _, id := range []string{"busy-t4", "busy-h100"} {
+		fake.Submit(managedJob(id, 1, nil))
+		fake.Update("default", id, func(j *api.Job) { j.Status = str("running") })
+	}
+	started := time.Now().Add(-time.Minute)
+	h100 := runningAlloc("busy-h100", "H100-0", started)
+	h100.AllocatedResources.Tasks["train"].Devices[0].Name = "H100"
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("busy-t4", "T4-0", started), h100}
+	fake.Submit(managedJob("resnet", 1, map[string]string{cluster.MetaProfile: "resnet"}))
+	fake.Update("default", "resnet", func(j *api.Job) { j.SubmitTime = ptr(time.Now().UnixNano()) })
+
+	consul := consulxtest.NewServer().Client()
+	must.NoError(t, consul.Put(context.Background(), consulx.ProfilesPrefix+"resnet",
+		[]byte(`{"name": "resnet", "throughput": {"H100": 6, "T4": 1}}`)))
+	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul, nil)
+	must.NoError(t, err)
+	must.NoError(t, p.LoadKV(context.Background()))
+	p.setLeader(true, "test")
+
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	job := fake.Get("default", "resnet")
+	must.Eq(t, 50, *job.Priority, must.Sprint("no raise before the pin"))
+	must.Len(t, 0, job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints)
+	e, ok := p.Explain("resnet")
+	must.True(t, ok)
+	must.StrContains(t, e.Reason, "rises with its model constraint")
+	must.Eq(t, "H100", e.GPUModel)
+
+	// Past the placement grace the band and the pin go in one write.
+	fake.Update("default", "resnet", func(j *api.Job) { j.SubmitTime = ptr(time.Now().Add(-10 * time.Second).UnixNano()) })
+	regs := fake.Registers
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	job = fake.Get("default", "resnet")
+	must.Eq(t, 80, *job.Priority)
+	devs := job.TaskGroups[0].Tasks[0].Resources.Devices
+	must.Len(t, 1, devs[0].Constraints)
+	must.Eq(t, "H100", devs[0].Constraints[0].RTarget)
+	must.Eq(t, regs+1, fake.Registers, must.Sprint("one write for resnet"))
+}

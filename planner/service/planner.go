@@ -492,6 +492,15 @@ func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*
 		// device constraint written then would replace its new allocation;
 		// placement goes only to jobs that have waited a while.
 		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
+		// A job that waits for the model it is matched to gets a higher
+		// band only together with its model constraint: raised alone,
+		// Nomad's preemption would place it at once wherever it can evict
+		// a lower band, on a slower model too.
+		if t.placeable && !settled && !d.Run && d.GPUModel != "" && len(models) > 1 &&
+			t.want.Priority > j.Priority && !rewrite.UserModel(j.Spec) {
+			t.want.Priority = j.Priority
+			t.decision.Reason += "; its band rises with its model constraint"
+		}
 		// A matched model is pinned while the job still waits for it, so
 		// the constraint is in place before GPUs free up and Nomad places
 		// the job; writing it at that moment would replace the allocation.
