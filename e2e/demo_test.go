@@ -15,8 +15,8 @@ import (
 )
 
 // make demo in -once mode: the output shows the GPUs and their lanes, the
-// allocations, the queue and the planner's decisions, and the demo leaves
-// no process behind, its planner included.
+// allocations, the queue, the planner's decisions and a job matched to the
+// H100, and the demo leaves no process behind, its planner included.
 func TestDemoShowsPlannerAtWork(t *testing.T) {
 	root, err := harness.RepoRoot()
 	must.NoError(t, err)
@@ -53,8 +53,18 @@ func TestDemoShowsPlannerAtWork(t *testing.T) {
 		{"the short job completing", `short\s+\w+\s+complete`},
 		{"a preemption", `long-\d was preempted by short`},
 		{"an orderly stop", `planner stopped[\s\S]*stopped; nothing left running`},
+		// Matching: resnet waits with the H100 as its planned GPU, the
+		// planner writes the model constraint, and it runs on an H100.
+		{"resnet waiting for the H100 it is matched to", `(?m)^\d+\s+resnet\s+pending\s.*NVIDIA H100 80GB HBM3\s+.*matched to NVIDIA H100 80GB HBM3, waits for it`},
+		{"the planner pinning resnet to the H100", `planner decision: default/resnet\s+priority 50→80, constraint \$\{device\.attr\.model\} = NVIDIA H100 80GB HBM3`},
+		{"the constraint in Nomad's copy of the job", `"LTarget": "\$\{device\.attr\.model\}",\s+"RTarget": "NVIDIA H100 80GB HBM3"`},
+		{"resnet running on an H100", `resnet\s+\w+\s+(running|complete)\s+nvidia/gpu/NVIDIA H100`},
+		{"the pin in resnet's decision history", `caravan explain resnet[\s\S]*written\s+priority 80\s+priority 50→80, constraint \$\{device\.attr\.model\} = NVIDIA H100`},
 	} {
 		must.RegexMatch(t, regexp.MustCompile(want.pattern), output, must.Sprintf("the demo output shows %s", want.what))
 	}
+	// Lane jobs keep their lanes: the queue never calls one preempted.
+	must.False(t, regexp.MustCompile(`(?m)^\d+\s+(small|burst)-\d\s+running\s.*preempted`).MatchString(output),
+		must.Sprint("an H100 lane job that keeps running is shown as preempted"))
 	must.Len(t, 0, harness.ProcessesUnder(dir), must.Sprint("processes left behind by the demo"))
 }

@@ -1,12 +1,15 @@
 // Command demo starts a local Consul and Nomad with caravan on a simulated
 // heterogeneous GPU fleet, runs caravan's planner beside them, and submits
 // jobs that show the planner at work: a long job demoted and preempted by a
-// short one, a job matched to its fastest GPU model, and small jobs packed
-// into H100 lanes. Ctrl-C stops everything. `make demo` runs it.
+// short one, small jobs packed into H100 lanes, and a profiled job that
+// arrives when every GPU is busy, is matched to the H100 and pinned there
+// by the planner, waits for it, and runs on it. Ctrl-C stops everything.
+// `make demo` runs it.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -99,21 +102,41 @@ func run(once bool) error {
 	}
 
 	say("\n== submitting jobs (jobspecs/planner-batch.nomad.hcl, each one caravan-workload process)")
+	var fillers []string
 	for i := 1; i <= 4; i++ {
-		if err := submit(fmt.Sprintf("long-%d", i), 600, "", "Tesla T4", "2 min of training on a T4; the four fill every T4"); err != nil {
+		fillers = append(fillers, fmt.Sprintf("long-%d", i))
+		if err := submit(fillers[len(fillers)-1], 600, "", "Tesla T4", "2 min of training on a T4; the four fill every T4"); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		fillers = append(fillers, fmt.Sprintf("mid-%d", i))
+		if err := submit(fillers[len(fillers)-1], 600, "", "NVIDIA A100-SXM4-40GB", "2 min on an A100; the two fill both A100s"); err != nil {
 			return err
 		}
 	}
 	for i := 1; i <= 3; i++ {
-		if err := submit(fmt.Sprintf("small-%d", i), 600, "", "NVIDIA H100 80GB HBM3", "small enough for a quarter of an H100: packed into a lane"); err != nil {
+		fillers = append(fillers, fmt.Sprintf("small-%d", i))
+		if err := submit(fillers[len(fillers)-1], 600, "", "NVIDIA H100 80GB HBM3", "small enough for a quarter of an H100: packed into a lane"); err != nil {
 			return err
 		}
 	}
-	if err := submit("resnet", 300, "resnet", "", "has the resnet profile; GPUs are free, so Nomad places it at once (the planner pins only jobs that wait)"); err != nil {
+	for i := 1; i <= 5; i++ {
+		fillers = append(fillers, fmt.Sprintf("burst-%d", i))
+		if err := submit(fillers[len(fillers)-1], 100, "", "NVIDIA H100 80GB HBM3", "20 s in an H100 lane; now every GPU is busy"); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	// resnet must find every GPU taken, or Nomad places it at once and
+	// there is nothing to match.
+	if err := waitPlaced(ctx, c.Nomad, fillers, time.Minute); err != nil {
+		return err
+	}
+	if err := submit("resnet", 300, "resnet", "", "has the resnet profile, 6x faster on an H100 than on a T4; every GPU is busy, so it waits"); err != nil {
 		return err
 	}
 
-	start := time.Now()
 	shortAt := 10 * time.Second
 	shortSent := false
 	show := func() error {
@@ -126,7 +149,7 @@ func run(once bool) error {
 		say("\nThe queue is printed every 5 s, with the planner's decisions as they happen; Ctrl-C stops the demo.\nTo watch it live from another shell:\n  export NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n  %s queue -watch -address %s",
 			c.NomadAddr, c.ConsulAddr, filepath.Join(c.BinDir, "caravan"), planner.addr)
 	}
-	schedule := []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second}
+	schedule := []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second, 36 * time.Second}
 	for k := 0; ; k++ {
 		var at time.Duration
 		switch {
@@ -161,6 +184,12 @@ func run(once bool) error {
 	if err := showAllocations(c.Nomad); err != nil {
 		return err
 	}
+	if err := showPin(c.Nomad, "resnet"); err != nil {
+		return err
+	}
+	if on := runsOn(c.Nomad, "resnet"); on != "" {
+		say("\nresnet was matched to the H100: it arrived with every GPU busy, the planner pinned it to the H100 with the\nconstraint above while it waited (A100s and T4s would have been slower), and it runs on %s.", on)
+	}
 	out, _ = caravan(c, "lanes")
 	say("\n$ caravan lanes   (the small jobs share H100s, a quarter each)\n%s", strings.TrimRight(out, "\n"))
 	explainJobs := []string{"resnet"}
@@ -174,6 +203,89 @@ func run(once bool) error {
 	}
 	say("\n`make demo` without -once keeps the cluster and the planner running until Ctrl-C.")
 	return nil
+}
+
+// waitPlaced waits until every one of jobs has a running or pending
+// allocation.
+func waitPlaced(ctx context.Context, client *api.Client, jobs []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := 0
+		for _, id := range jobs {
+			allocs, _, err := client.Jobs().Allocations(id, false, nil)
+			if err != nil {
+				return err
+			}
+			placed := false
+			for _, a := range allocs {
+				placed = placed || a.DesiredStatus == "run" && (a.ClientStatus == "running" || a.ClientStatus == "pending")
+			}
+			if !placed {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d jobs not placed after %s", left, len(jobs), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// showPin prints the GPU request of a job as Nomad holds it, with the
+// model constraint the planner wrote, and where the job runs.
+func showPin(client *api.Client, id string) error {
+	job, _, err := client.Jobs().Info(id, nil)
+	if err != nil {
+		return err
+	}
+	var devs []*api.RequestedDevice
+	for _, tg := range job.TaskGroups {
+		for _, task := range tg.Tasks {
+			if task.Resources != nil {
+				devs = append(devs, task.Resources.Devices...)
+			}
+		}
+	}
+	data, err := json.MarshalIndent(devs, "", "  ")
+	if err != nil {
+		return err
+	}
+	say("\n$ nomad job inspect %s   (its GPU request: the constraint is the planner's, recorded in meta %s=%q)\n%s",
+		id, "caravan.planner.placement", job.Meta["caravan.planner.placement"], data)
+	return nil
+}
+
+// runsOn returns the device instance a job's live allocation holds on an
+// H100, or "".
+func runsOn(client *api.Client, id string) string {
+	allocs, _, err := client.Jobs().Allocations(id, false, nil)
+	if err != nil {
+		return ""
+	}
+	for _, stub := range allocs {
+		if stub.ClientStatus != "running" && stub.ClientStatus != "complete" {
+			continue
+		}
+		alloc, _, err := client.Allocations().Info(stub.ID, nil)
+		if err != nil || alloc.AllocatedResources == nil {
+			continue
+		}
+		for _, task := range alloc.AllocatedResources.Tasks {
+			for _, d := range task.Devices {
+				if strings.Contains(d.Name, "H100") && len(d.DeviceIDs) > 0 {
+					return d.DeviceIDs[0]
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // preemptedJob returns the first of jobs with an allocation that Nomad
