@@ -13,8 +13,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cheggaaa/pb/v3"
 	"github.com/hashicorp/cli"
 	"github.com/mattn/go-isatty"
+	"golang.org/x/term"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/sim"
@@ -22,7 +24,13 @@ import (
 )
 
 func init() {
-	register("sim", func(ui cli.Ui) (cli.Command, error) { return &simCommand{ui: ui}, nil })
+	register("sim", func(ui cli.Ui) (cli.Command, error) {
+		c := &simCommand{ui: ui}
+		if b, ok := ui.(*cli.BasicUi); ok {
+			c.stderr = b.ErrorWriter
+		}
+		return c, nil
+	})
 }
 
 type simCommand struct {
@@ -358,37 +366,51 @@ func csvSafe(s string) string {
 	return s
 }
 
-// progress draws a one-line bar on stderr.
+// progress draws the run's bar on stderr with cheggaaa/pb: jobs done,
+// rate and ETA, redrawn five times a second rather than on every job.
 type progress struct {
-	w     io.Writer
-	label string
-	last  int
+	bar     *pb.ProgressBar
+	started bool
 }
 
 func (c *simCommand) progressBar(forced bool, label string) *progress {
 	w := c.stderr
 	if w == nil {
-		if !forced && !isatty.IsTerminal(os.Stderr.Fd()) {
-			return nil
-		}
 		w = os.Stderr
-	} else if !forced {
+	}
+	if f, ok := w.(*os.File); !forced && (!ok || !isatty.IsTerminal(f.Fd())) {
 		return nil
 	}
-	return &progress{w: w, label: label, last: -1}
+	bar := pb.Full.New(0).SetWriter(w).Set("prefix", label+" ").
+		Set(pb.ReturnSymbol, "\r").SetMaxWidth(100)
+	// pb sizes the bar to the terminal, and draws nothing on one that
+	// reports no width (a pty under script or CI): give it one.
+	if f, ok := w.(*os.File); !ok || termWidth(f) <= 0 {
+		bar.SetWidth(100)
+	}
+	return &progress{bar: bar}
+}
+
+func termWidth(f *os.File) int {
+	w, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return w
 }
 
 func (p *progress) update(done, total int) {
-	pct := 100 * done / max(total, 1)
-	if pct == p.last {
-		return
+	if !p.started {
+		p.bar.SetTotal(int64(total)).Start()
+		p.started = true
 	}
-	p.last = pct
-	const width = 30
-	fill := width * pct / 100
-	fmt.Fprintf(p.w, "\r%-20s [%s%s] %3d%% %d/%d jobs", p.label, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pct, done, total)
+	p.bar.SetCurrent(int64(done))
 }
 
-func (p *progress) finish() { fmt.Fprintln(p.w) }
+func (p *progress) finish() {
+	if p.started {
+		p.bar.Finish()
+	}
+}
 
 var errNoResults = errors.New("nothing to plot")

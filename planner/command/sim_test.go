@@ -85,3 +85,11 @@ func TestSimSyntheticTable(t *testing.T) {
 	must.StrContains(t, stdout, "avg ÷ first")
 	must.StrContains(t, stdout, "synthetic(jobs=200")
 }
+
+func TestSimProgressBar(t *testing.T) {
+	code, _, stderr := runSim(t, "-cluster", "n4g8", "-policy", "las", "-jobs", "300", "-load", "30", "-progress")
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	must.StrContains(t, stderr, "las ")
+	must.StrContains(t, stderr, "300 / 300")
+	must.StrContains(t, stderr, "100.00%")
+}
