@@ -83,21 +83,19 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			job := restore
 			restore = nil
 			Rewrite(job, t, live)
-			written, err := w.Nomad.RegisterJob(ctx, job, restoreOver)
-			if err == nil {
+			written, registered, lost, err := w.registerChecked(ctx, namespace, id, job, restoreOver)
+			if registered {
 				res.Restored++
-				if restore, err = w.overwritten(ctx, namespace, id, restoreOver, written); err != nil {
-					res.Outcome, res.Err = Failed, err
-					return res
-				}
-				if restore == nil {
+			}
+			if registered && err == nil {
+				if lost == nil {
 					res.Outcome = Written
 					return res
 				}
-				restoreOver = written
+				restore, restoreOver = lost, written
 				continue
 			}
-			if !nomadx.IsConflict(err) {
+			if registered || !nomadx.IsConflict(err) {
 				res.Outcome, res.Err = Failed, err
 				return res
 			}
@@ -152,21 +150,19 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 		if job.JobModifyIndex != nil {
 			index = *job.JobModifyIndex
 		}
-		written, err := w.Nomad.RegisterJob(ctx, job, index)
-		if err == nil {
+		written, registered, lost, err := w.registerChecked(ctx, namespace, id, job, index)
+		if registered {
 			res.Change = change
-			if restore, err = w.overwritten(ctx, namespace, id, index, written); err != nil {
-				res.Outcome, res.Err = Failed, err
-				return res
-			}
-			if restore == nil {
+		}
+		if registered && err == nil {
+			if lost == nil {
 				res.Outcome = Written
 				return res
 			}
-			restoreOver = written
+			restore, restoreOver = lost, written
 			continue
 		}
-		if !nomadx.IsConflict(err) {
+		if registered || !nomadx.IsConflict(err) {
 			res.Outcome, res.Err = Failed, err
 			return res
 		}
@@ -181,6 +177,19 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 	res.Outcome = Failed
 	res.Err = fmt.Errorf("job %s/%s changed %d times while being rewritten; left for the next round", namespace, id, res.Conflicts)
 	return res
+}
+
+// registerChecked writes job if its modify index is still index, then
+// looks for a concurrent edit the write replaced (see overwritten).
+// registered says the write went through; lost is the replaced version to
+// write back, if any.
+func (w *Writer) registerChecked(ctx context.Context, namespace, id string, job *api.Job, index uint64) (written uint64, registered bool, lost *api.Job, err error) {
+	written, err = w.Nomad.RegisterJob(ctx, job, index)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	lost, err = w.overwritten(ctx, namespace, id, index, written)
+	return written, true, lost, err
 }
 
 // overwritten returns the version that our write at index written replaced
