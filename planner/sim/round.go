@@ -11,15 +11,10 @@ import (
 // decisions.
 func (s *simulator) planRound() {
 	s.rounds++
-	w := 0
+	s.dropFinished()
 	snapJobs := s.snap.Jobs[:0]
 	for _, i := range s.active {
 		js := &s.jobs[i]
-		if js.done {
-			continue
-		}
-		s.active[w] = i
-		w++
 		s.settle(js)
 		snapJobs = append(snapJobs, js.Job)
 		j := &snapJobs[len(snapJobs)-1]
@@ -33,7 +28,6 @@ func (s *simulator) planRound() {
 			j.Wait = js.promoWait
 		}
 	}
-	s.active = s.active[:w]
 	s.snap.Jobs = snapJobs
 	s.snap.Now = s.now
 	s.learnSizes()
@@ -79,6 +73,19 @@ func (s *simulator) planRound() {
 	if !math.IsInf(r.Wake, 1) {
 		s.wakeAt = s.now + max(r.Wake, 1e-3)
 	}
+}
+
+// dropFinished removes finished jobs from the active set, keeping its
+// arrival order.
+func (s *simulator) dropFinished() {
+	w := 0
+	for _, i := range s.active {
+		if !s.jobs[i].done {
+			s.active[w] = i
+			w++
+		}
+	}
+	s.active = s.active[:w]
 }
 
 func maxRate(rates map[string]float64) float64 {

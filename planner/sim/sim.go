@@ -301,24 +301,14 @@ func (s *simulator) startArrivals(from, to int) bool {
 	}
 	// Refresh the learned sizes exactly when a round would have.
 	s.learnSizes()
-	// Drop finished jobs from the active set on the way, as rounds do.
-	w := 0
-	settled := true
+	s.dropFinished()
 	for _, i := range s.active {
-		js := &s.jobs[i]
-		if js.done {
-			continue
-		}
-		s.active[w] = i
-		w++
-		if settled && js.PrevQueue >= 0 {
+		if js := &s.jobs[i]; js.PrevQueue >= 0 {
 			s.settle(js)
-			settled = s.cfg.Policy.Settled(&s.snap, &js.Job)
+			if !s.cfg.Policy.Settled(&s.snap, &js.Job) {
+				return false
+			}
 		}
-	}
-	s.active = s.active[:w]
-	if !settled {
-		return false
 	}
 	for i := from; i < to; i++ {
 		s.cfg.Policy.Enter(&s.jobs[i].Job, s.nextRank)
