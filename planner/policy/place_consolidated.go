@@ -9,6 +9,14 @@ type consolidatedPlacer struct{}
 func (consolidatedPlacer) Name() string { return "consolidated" }
 
 func (consolidatedPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
+	consolidate(s, r, preemptive, blocking, nil)
+}
+
+// consolidate is the placement consolidatedPlacer makes and packPlacer
+// builds on: count, then give every job that starts whole GPUs. placed,
+// when set, sees each job that starts, in rank order, right after its
+// placement. It returns the round's occupancy.
+func consolidate(s *Snapshot, r *Result, preemptive, blocking bool, placed func(i int, j *Job, d *Decision, occ *occupancy)) *occupancy {
 	walkByCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int {
 		return mostFree(free, g)
 	})
@@ -19,5 +27,9 @@ func (consolidatedPlacer) Place(s *Snapshot, r *Result, preemptive, blocking boo
 			continue
 		}
 		occ.placeWhole(s, j, d)
+		if placed != nil {
+			placed(i, j, d, occ)
+		}
 	}
+	return occ
 }

@@ -76,23 +76,14 @@ type packPlacer struct{ coloc *Colocation }
 func (packPlacer) Name() string { return "pack" }
 
 func (p packPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
-	walkByCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int {
-		return mostFree(free, g)
-	})
-	occ := newOccupancy(s, r)
-	for _, i := range r.Order {
-		j, d := &s.Jobs[i], &r.Decisions[i]
-		if !d.Run || j.State == Running {
-			continue
-		}
-		occ.placeWhole(s, j, d)
+	occ := consolidate(s, r, preemptive, blocking, func(i int, j *Job, d *Decision, occ *occupancy) {
 		if d.Run && len(d.Slots) == 1 && laneFits(s, j, d.Slots[0]) {
 			sl := d.Slots[0]
 			occ.used[sl.Node][sl.GPU] = 1 // take already counted it as not free
 			occ.who[sl.Node][sl.GPU] = append(occ.who[sl.Node][sl.GPU], i)
 			d.Slots[0].Lane, d.Lane = 0, true
 		}
-	}
+	})
 	// GPUs with a lane job and a free lane, the only places to join.
 	var open []Slot
 	for n := range s.Nodes {
