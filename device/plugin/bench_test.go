@@ -11,6 +11,7 @@ import (
 	nvmlbackend "github.com/caravan-gpu/caravan/device/gpu/nvml"
 	"github.com/caravan-gpu/caravan/device/gpu/nvml/nvmltest"
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/device/reservation"
 	log "github.com/hashicorp/go-hclog"
 )
 
@@ -94,7 +95,7 @@ func BenchmarkReserve(b *testing.B) {
 	for _, n := range []int{1, 4} {
 		var ids []string
 		for i := 0; i < n; i++ {
-			ids = append(ids, laneInstanceID(fmt.Sprintf("GPU-h100-%02d", i/2), i%4, 0))
+			ids = append(ids, reservation.LaneInstanceID(fmt.Sprintf("GPU-h100-%02d", i/2), i%4, 0))
 		}
 		b.Run(fmt.Sprintf("%d-lanes", n), func(b *testing.B) {
 			b.ReportAllocs()

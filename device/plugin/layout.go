@@ -3,7 +3,6 @@ package plugin
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
@@ -30,12 +29,6 @@ func (in instance) grant() reservation.Grant {
 		InstanceID: in.id, GPUUUID: in.device.UUID, Lane: in.lane, Slot: in.slot,
 		Slots: in.slots, MemoryMiB: in.memoryMiB, SharePercent: in.sharePercent,
 	}
-}
-
-// laneInstanceID names GPU, lane and slot, so an ID stays the same across
-// restarts as long as the GPU and its rule do.
-func laneInstanceID(uuid string, lane, slot int) string {
-	return uuid + ":lane" + strconv.Itoa(lane) + ":slot" + strconv.Itoa(slot)
 }
 
 // layoutProblem is a GPU that a rule could not cut; it is offered whole.
@@ -77,7 +70,7 @@ func layout(devs []gpu.Device, s *settings) ([]instance, []layoutProblem) {
 		for l := 0; l < lanes; l++ {
 			for k := 0; k < r.slots; k++ {
 				out = append(out, instance{
-					id: laneInstanceID(d.UUID, l, k), device: d, lane: l, slot: k,
+					id: reservation.LaneInstanceID(d.UUID, l, k), device: d, lane: l, slot: k,
 					lanes: lanes, slots: r.slots, memoryMiB: laneMiB, sharePercent: share, group: group,
 				})
 			}

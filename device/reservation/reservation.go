@@ -141,3 +141,25 @@ func VisibleDevices(grants []Grant) string {
 	sort.Strings(uuids)
 	return strings.Join(uuids, ",")
 }
+
+// LaneInstanceID is the device instance ID of a slot of a lane: GPU, lane
+// and slot, so an ID stays the same across restarts as long as the GPU and
+// the partition rule do. Whole GPUs and MIG instances keep their UUID.
+func LaneInstanceID(uuid string, lane, slot int) string {
+	return uuid + ":lane" + strconv.Itoa(lane) + ":slot" + strconv.Itoa(slot)
+}
+
+// LaneOf reads the lane from an instance ID made by LaneInstanceID (the
+// slot part may be missing); ok is false for any other ID.
+func LaneOf(id string) (lane int, ok bool) {
+	_, rest, found := strings.Cut(id, ":lane")
+	if !found {
+		return 0, false
+	}
+	digits, _, _ := strings.Cut(rest, ":")
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	lane, err := strconv.Atoi(digits)
+	return lane, err == nil
+}

@@ -2,10 +2,9 @@ package service
 
 import (
 	"math"
-	"regexp"
 	"slices"
-	"strconv"
 
+	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/profile"
@@ -112,10 +111,6 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 // gpuLane is where a device instance lies among a group's physical GPUs.
 type gpuLane struct{ gpu, lane int }
 
-// laneID finds the lane in a caravan-device instance ID,
-// GPU-<uuid>:lane<L>[:slot<S>].
-var laneID = regexp.MustCompile(`:lane(\d+)(?::|$)`)
-
 // physicalGPUs turns a device group into the policy's physical GPUs, and
 // says where each instance lies: a group of lanes (and time-slice slots)
 // holds LanesPerGPU × Slots instances per GPU, sorted by ID.
@@ -129,10 +124,8 @@ func physicalGPUs(g *cluster.GPUGroup) ([]policy.GPU, map[string]gpuLane) {
 		gl := gpuLane{gpu: k / per, lane: -1}
 		if g.Lanes() {
 			gl.lane = k % per / max(g.Slots, 1)
-			if m := laneID.FindStringSubmatch(in.ID); m != nil {
-				if l, err := strconv.Atoi(m[1]); err == nil && l < g.LanesPerGPU {
-					gl.lane = l
-				}
+			if l, ok := reservation.LaneOf(in.ID); ok && l < g.LanesPerGPU {
+				gl.lane = l
 			}
 		}
 		at[in.ID] = gl
