@@ -5,6 +5,7 @@ package nomadx
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -224,4 +225,22 @@ func ptrValue(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// CopyJob deep-copies a job through its JSON form, which covers every
+// field the API carries (the api package has no Copy); nil for nil or a
+// job that does not encode.
+func CopyJob(j *api.Job) *api.Job {
+	if j == nil {
+		return nil
+	}
+	data, err := json.Marshal(j)
+	if err != nil {
+		return nil
+	}
+	var out api.Job
+	if json.Unmarshal(data, &out) != nil {
+		return nil
+	}
+	return &out
 }

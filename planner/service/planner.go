@@ -556,7 +556,7 @@ func (p *Planner) apply(ctx context.Context, targets []target, specs map[string]
 				// The spec this round read saves a read per job; a copy,
 				// since the writer changes it and the cache is shared.
 				var res rewrite.Result
-				if spec := copyJob(specs[t.key]); spec != nil {
+				if spec := nomadx.CopyJob(specs[t.key]); spec != nil {
 					res = p.writer.ApplyRead(ctx, spec, t.want)
 				} else {
 					res = p.writer.Apply(ctx, t.namespace, t.id, t.want)
@@ -583,22 +583,6 @@ func (p *Planner) apply(ctx context.Context, targets []target, specs map[string]
 	close(work)
 	wg.Wait()
 	return results
-}
-
-// copyJob deep-copies a job, or returns nil.
-func copyJob(j *api.Job) *api.Job {
-	if j == nil {
-		return nil
-	}
-	data, err := json.Marshal(j)
-	if err != nil {
-		return nil
-	}
-	var out api.Job
-	if json.Unmarshal(data, &out) != nil {
-		return nil
-	}
-	return &out
 }
 
 // remember stores the round's queue, explanations and decision records.

@@ -5,7 +5,6 @@ package nomadxtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -49,15 +48,11 @@ func New() *Fake {
 }
 
 func clone(j *api.Job) *api.Job {
-	data, err := json.Marshal(j)
-	if err != nil {
-		panic(err)
+	out := nomadx.CopyJob(j)
+	if out == nil && j != nil {
+		panic("nomadxtest: job does not encode as JSON")
 	}
-	var out api.Job
-	if err := json.Unmarshal(data, &out); err != nil {
-		panic(err)
-	}
-	return &out
+	return out
 }
 
 func ns(j *api.Job) string {
