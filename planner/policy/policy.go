@@ -53,6 +53,8 @@ type Policy struct {
 type remembersRounds interface {
 	// settled says j still belongs in the queue the last round put it in.
 	settled(s *Snapshot, j *Job) bool
+	// entryQueue is the queue a new job enters.
+	entryQueue() int
 }
 
 // countsOnly is implemented by placers that decide from GPU counts per
@@ -88,7 +90,7 @@ func (p *Policy) Settled(s *Snapshot, j *Job) bool {
 // PrevRank that round would have: last in the queue of a new job.
 func (p *Policy) Enter(j *Job, rank int) {
 	j.PrevQueue, j.PrevRank = 0, rank
-	if o, ok := p.Order.(interface{ entryQueue() int }); ok {
+	if o, ok := p.Order.(remembersRounds); ok {
 		j.PrevQueue = o.entryQueue()
 	}
 }
