@@ -277,9 +277,14 @@ func (s *simulator) run() {
 // preempts, shares lanes nor resizes running jobs has nothing to start
 // when every GPU is busy. Skipping those rounds keeps congested runs fast.
 func (s *simulator) frozen() bool {
-	p := s.cfg.Policy
-	return !s.cfg.Compat && !p.Order.Preemptive() && p.Size == nil && s.cfg.Lanes <= 1 &&
-		s.busy >= float64(s.gpus)
+	return s.maySkipRounds() && !s.cfg.Policy.Order.Preemptive() && s.busy >= float64(s.gpus)
+}
+
+// maySkipRounds says the simulator may skip rounds at all: not when it
+// follows the reference simulator (which plans at every event), nor when
+// lanes or sizing let a round change running jobs.
+func (s *simulator) maySkipRounds() bool {
+	return !s.cfg.Compat && s.cfg.Lanes <= 1 && s.cfg.Policy.Size == nil
 }
 
 // startArrivals starts the jobs that just arrived without a planning
@@ -289,7 +294,7 @@ func (s *simulator) frozen() bool {
 // this path, so a run no longer costs a full round per arrival. It reports
 // whether it started them.
 func (s *simulator) startArrivals(from, to int) bool {
-	if s.cfg.Compat || s.cfg.noShortcut || s.cfg.Lanes > 1 || s.model == "" || !s.cfg.Policy.CanStartArrivals() {
+	if !s.maySkipRounds() || s.cfg.noShortcut || s.model == "" || !s.cfg.Policy.CanStartArrivals() {
 		return false
 	}
 	need := 0
@@ -325,7 +330,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 // completion helps only once the head fits in the free GPUs.
 func (s *simulator) queuedBehind(changed, woke bool) bool {
 	p := s.cfg.Policy
-	if !s.blocked || woke || !p.Blocking || p.Order.Preemptive() || p.Size != nil || s.cfg.Lanes > 1 || s.cfg.Compat {
+	if !s.maySkipRounds() || !s.blocked || woke || !p.Blocking || p.Order.Preemptive() {
 		return false
 	}
 	if !changed {
