@@ -103,28 +103,23 @@ func run(once bool) error {
 
 	say("\n== submitting jobs (jobspecs/planner-batch.nomad.hcl, each one caravan-workload process)")
 	var fillers []string
-	for i := 1; i <= 4; i++ {
-		fillers = append(fillers, fmt.Sprintf("long-%d", i))
-		if err := submit(fillers[len(fillers)-1], 600, "", "Tesla T4", "2 min of training on a T4; the four fill every T4"); err != nil {
-			return err
-		}
-	}
-	for i := 1; i <= 2; i++ {
-		fillers = append(fillers, fmt.Sprintf("mid-%d", i))
-		if err := submit(fillers[len(fillers)-1], 600, "", "NVIDIA A100-SXM4-40GB", "2 min on an A100; the two fill both A100s"); err != nil {
-			return err
-		}
-	}
-	for i := 1; i <= 3; i++ {
-		fillers = append(fillers, fmt.Sprintf("small-%d", i))
-		if err := submit(fillers[len(fillers)-1], 600, "", "NVIDIA H100 80GB HBM3", "small enough for a quarter of an H100: packed into a lane"); err != nil {
-			return err
-		}
-	}
-	for i := 1; i <= 5; i++ {
-		fillers = append(fillers, fmt.Sprintf("burst-%d", i))
-		if err := submit(fillers[len(fillers)-1], 100, "", "NVIDIA H100 80GB HBM3", "20 s in an H100 lane; now every GPU is busy"); err != nil {
-			return err
+	for _, f := range []struct {
+		prefix     string
+		count      int
+		iterations int
+		model, why string
+	}{
+		{"long", 4, 600, "Tesla T4", "2 min of training on a T4; the four fill every T4"},
+		{"mid", 2, 600, "NVIDIA A100-SXM4-40GB", "2 min on an A100; the two fill both A100s"},
+		{"small", 3, 600, "NVIDIA H100 80GB HBM3", "small enough for a quarter of an H100: packed into a lane"},
+		{"burst", 5, 100, "NVIDIA H100 80GB HBM3", "20 s in an H100 lane; now every GPU is busy"},
+	} {
+		for i := 1; i <= f.count; i++ {
+			name := fmt.Sprintf("%s-%d", f.prefix, i)
+			fillers = append(fillers, name)
+			if err := submit(name, f.iterations, "", f.model, f.why); err != nil {
+				return err
+			}
 		}
 	}
 	start := time.Now()
