@@ -16,27 +16,8 @@ import (
 // A profiled job that waits for busy GPUs is pinned to its fastest model
 // while it waits, so that Nomad places it there when a GPU frees up.
 func TestRoundPinsWaitingProfiledJobToFastestModel(t *testing.T) {
-	fake := nomadxtest.New()
-	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1, "H100": 1})}
-	for _, id := range []string{"busy-t4", "busy-h100"} {
-		fake.Submit(managedJob(id, 1, nil))
-		fake.Update("default", id, func(j *api.Job) { j.Status = str("running") })
-	}
-	started := time.Now().Add(-time.Minute)
-	h100 := runningAlloc("busy-h100", "H100-0", started)
-	h100.AllocatedResources.Tasks["train"].Devices[0].Name = "H100"
-	fake.Allocs = []*api.AllocationListStub{runningAlloc("busy-t4", "T4-0", started), h100}
-	fake.Submit(managedJob("resnet", 1, map[string]string{cluster.MetaProfile: "resnet"}))
-
-	consul := consulxtest.NewServer().Client()
-	must.NoError(t, consul.Put(context.Background(), consulx.ProfilesPrefix+"resnet",
-		[]byte(`{"name": "resnet", "throughput": {"H100": 6, "T4": 1}}`)))
-	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul, nil)
-	must.NoError(t, err)
-	must.NoError(t, p.LoadKV(context.Background()))
-	p.setLeader(true, "test")
-
-	_, err = p.Round(context.Background())
+	fake, p := busyGPUsAndAProfiledJob(t, nil)
+	_, err := p.Round(context.Background())
 	must.NoError(t, err)
 	devs := fake.Get("default", "resnet").TaskGroups[0].Tasks[0].Resources.Devices
 	must.Len(t, 1, devs[0].Constraints, must.Sprint("the waiting job is pinned to one model"))
@@ -48,28 +29,8 @@ func TestRoundPinsWaitingProfiledJobToFastestModel(t *testing.T) {
 // constraint can go with it: raised alone, Nomad's preemption would place
 // it on whatever lower band it can evict, slower models included.
 func TestRoundRaisesMatchedJobWithItsPin(t *testing.T) {
-	fake := nomadxtest.New()
-	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1, "H100": 1})}
-	for _, id := range []string{"busy-t4", "busy-h100"} {
-		fake.Submit(managedJob(id, 1, nil))
-		fake.Update("default", id, func(j *api.Job) { j.Status = str("running") })
-	}
-	started := time.Now().Add(-time.Minute)
-	h100 := runningAlloc("busy-h100", "H100-0", started)
-	h100.AllocatedResources.Tasks["train"].Devices[0].Name = "H100"
-	fake.Allocs = []*api.AllocationListStub{runningAlloc("busy-t4", "T4-0", started), h100}
-	fake.Submit(managedJob("resnet", 1, map[string]string{cluster.MetaProfile: "resnet"}))
-	fake.Update("default", "resnet", func(j *api.Job) { j.SubmitTime = ptr(time.Now().UnixNano()) })
-
-	consul := consulxtest.NewServer().Client()
-	must.NoError(t, consul.Put(context.Background(), consulx.ProfilesPrefix+"resnet",
-		[]byte(`{"name": "resnet", "throughput": {"H100": 6, "T4": 1}}`)))
-	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul, nil)
-	must.NoError(t, err)
-	must.NoError(t, p.LoadKV(context.Background()))
-	p.setLeader(true, "test")
-
-	_, err = p.Round(context.Background())
+	fake, p := busyGPUsAndAProfiledJob(t, func(j *api.Job) { j.SubmitTime = ptr(time.Now().UnixNano()) })
+	_, err := p.Round(context.Background())
 	must.NoError(t, err)
 	job := fake.Get("default", "resnet")
 	must.Eq(t, 50, *job.Priority, must.Sprint("no raise before the pin"))
@@ -90,4 +51,35 @@ func TestRoundRaisesMatchedJobWithItsPin(t *testing.T) {
 	must.Len(t, 1, devs[0].Constraints)
 	must.Eq(t, "H100", devs[0].Constraints[0].RTarget)
 	must.Eq(t, regs+1, fake.Registers, must.Sprint("one write for resnet"))
+}
+
+// busyGPUsAndAProfiledJob is a leading planner (las+match) over a node whose
+// T4 and H100 are both busy, and a pending job "resnet" profiled as 6×
+// faster on the H100; edit, when set, changes resnet before the planner
+// starts.
+func busyGPUsAndAProfiledJob(t *testing.T, edit func(*api.Job)) (*nomadxtest.Fake, *Planner) {
+	t.Helper()
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1, "H100": 1})}
+	for _, id := range []string{"busy-t4", "busy-h100"} {
+		fake.Submit(managedJob(id, 1, nil))
+		fake.Update("default", id, func(j *api.Job) { j.Status = str("running") })
+	}
+	started := time.Now().Add(-time.Minute)
+	h100 := runningAlloc("busy-h100", "H100-0", started)
+	h100.AllocatedResources.Tasks["train"].Devices[0].Name = "H100"
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("busy-t4", "T4-0", started), h100}
+	fake.Submit(managedJob("resnet", 1, map[string]string{cluster.MetaProfile: "resnet"}))
+	if edit != nil {
+		fake.Update("default", "resnet", edit)
+	}
+
+	consul := consulxtest.NewServer().Client()
+	must.NoError(t, consul.Put(context.Background(), consulx.ProfilesPrefix+"resnet",
+		[]byte(`{"name": "resnet", "throughput": {"H100": 6, "T4": 1}}`)))
+	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul, nil)
+	must.NoError(t, err)
+	must.NoError(t, p.LoadKV(context.Background()))
+	p.setLeader(true, "test")
+	return fake, p
 }
