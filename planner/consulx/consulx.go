@@ -61,11 +61,17 @@ type Client interface {
 	Leader(ctx context.Context, key string) (string, error)
 }
 
+// DefaultLockDelay is how long Consul keeps the leader lock from being
+// taken again after the holder's session was invalidated, so that a leader
+// that lost the lock notices before another starts writing; short, because
+// the planner's writes are CAS-protected anyway.
+const DefaultLockDelay = time.Second
+
 // API is Client on a real Consul agent.
 type API struct {
 	c *api.Client
-	// LockDelay is how long Consul keeps a released lock from being taken
-	// again; short, because the planner's writes are CAS-protected anyway.
+	// LockDelay is how long Consul keeps a lost lock from being taken
+	// again (DefaultLockDelay).
 	LockDelay time.Duration
 }
 
@@ -80,7 +86,7 @@ func New(address string) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consul client: %w", err)
 	}
-	return &API{c: c, LockDelay: time.Second}, nil
+	return &API{c: c, LockDelay: DefaultLockDelay}, nil
 }
 
 func q(ctx context.Context) *api.QueryOptions { return (&api.QueryOptions{}).WithContext(ctx) }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/caravan-gpu/caravan/planner/consulx"
 )
@@ -23,6 +24,11 @@ type Server struct {
 	Catalog map[string]string
 	holder  map[string]*holder
 	changed chan struct{}
+	// LockDelay keeps a lock taken away by Fail from being taken again for
+	// a while, as Consul's lock-delay does after a session is invalidated
+	// (consulx.DefaultLockDelay unless changed).
+	LockDelay time.Duration
+	heldOff   map[string]time.Time // key -> free again at
 }
 
 type holder struct {
@@ -33,7 +39,8 @@ type holder struct {
 // NewServer returns an empty server.
 func NewServer() *Server {
 	return &Server{kv: map[string][]byte{}, services: map[string]consulx.Registration{},
-		Catalog: map[string]string{}, holder: map[string]*holder{}, changed: make(chan struct{})}
+		Catalog: map[string]string{}, holder: map[string]*holder{}, changed: make(chan struct{}),
+		LockDelay: consulx.DefaultLockDelay, heldOff: map[string]time.Time{}}
 }
 
 // Client returns a new client of s.
@@ -55,6 +62,9 @@ func (s *Server) Services() map[string]consulx.Registration {
 func (s *Server) Fail(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.holder[key] != nil {
+		s.heldOff[key] = time.Now().Add(s.LockDelay)
+	}
 	s.dropLocked(key)
 }
 
@@ -129,6 +139,15 @@ func (c *Client) List(_ context.Context, prefix string) (map[string][]byte, erro
 func (c *Client) Lead(ctx context.Context, key string, value []byte, _ string) (<-chan struct{}, func(), error) {
 	for {
 		c.s.mu.Lock()
+		if wait := time.Until(c.s.heldOff[key]); wait > 0 {
+			c.s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil, nil, nil
+			case <-time.After(wait):
+			}
+			continue
+		}
 		if c.s.holder[key] == nil {
 			h := &holder{value: value, lost: make(chan struct{})}
 			c.s.holder[key] = h
