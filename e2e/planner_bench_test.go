@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/nomadx"
 	"github.com/caravan-gpu/caravan/planner/service"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 )
 
 // benchJobs is how many managed jobs BenchmarkPlannerRound1000Jobs registers.
@@ -108,11 +110,11 @@ func setPriorities(b *testing.B, c *harness.Cluster, priority int) {
 func benchJob(i, priority int) *api.Job {
 	id := fmt.Sprintf("bench-%04d", i)
 	job := api.NewBatchJob(id, id, "global", priority)
-	job.Meta = map[string]string{"caravan.policy": "las"}
+	job.Meta = map[string]string{cluster.MetaPolicy: "las"}
 	task := api.NewTask("train", "caravan")
 	task.SetConfig("command", "/bin/true")
-	task.Require(&api.Resources{CPU: ptrInt(100), MemoryMB: ptrInt(64),
-		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptrUint64(64)}}})
+	task.Require(&api.Resources{CPU: pointer.Of(100), MemoryMB: pointer.Of(64),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: pointer.Of[uint64](64)}}})
 	job.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
 	return job
 }
@@ -134,6 +136,3 @@ func waitEvalsSettled(b *testing.B, c *harness.Cluster) {
 	}
 	b.Fatal("Nomad did not schedule the pending evaluations within 5 minutes")
 }
-
-func ptrInt(v int) *int          { return &v }
-func ptrUint64(v uint64) *uint64 { return &v }
