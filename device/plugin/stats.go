@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
@@ -160,8 +161,8 @@ func instanceStats(in instance, s gpu.Stats, used, total uint64, procs int, now 
 	}
 	return &device.DeviceStats{
 		Summary: &structs.StatValue{
-			IntNumeratorVal:   ptr(int64(used)),
-			IntDenominatorVal: ptr(int64(total)),
+			IntNumeratorVal:   pointer.Of(int64(used)),
+			IntDenominatorVal: pointer.Of(int64(total)),
 			Unit:              structs.UnitMiB,
 			Desc:              statSummaryMemDesc,
 		},
@@ -171,7 +172,7 @@ func instanceStats(in instance, s gpu.Stats, used, total uint64, procs int, now 
 }
 
 func intStat(v int64, unit, desc string) *structs.StatValue {
-	return &structs.StatValue{IntNumeratorVal: ptr(v), Unit: unit, Desc: desc}
+	return &structs.StatValue{IntNumeratorVal: pointer.Of(v), Unit: unit, Desc: desc}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -115,7 +115,7 @@ func (a *API) JobAllocations(ctx context.Context, namespace, id string) ([]*api.
 }
 
 func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
-	w := (&api.WriteOptions{Namespace: ptrValue(job.Namespace)}).WithContext(ctx)
+	w := (&api.WriteOptions{Namespace: Value(job.Namespace)}).WithContext(ctx)
 	resp, _, err := a.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: modifyIndex}, w)
 	if err != nil {
 		if IsConflict(err) {
@@ -220,11 +220,13 @@ func is404(err error) bool {
 	return strings.Contains(err.Error(), "404")
 }
 
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
+// Value is what an API pointer field holds, or the zero value for nil.
+func Value[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
 	}
-	return *s
+	return *p
 }
 
 // CopyJob deep-copies a job through its JSON form, which covers every

@@ -10,19 +10,18 @@ import (
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 )
 
 func gpuJob(id string) *api.Job {
 	job := api.NewBatchJob(id, id, "global", 50)
 	task := api.NewTask("train", "caravan")
-	task.Require(&api.Resources{CPU: ptr(100), MemoryMB: ptr(64),
-		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr[uint64](1)}}})
+	task.Require(&api.Resources{CPU: pointer.Of(100), MemoryMB: pointer.Of(64),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: pointer.Of[uint64](1)}}})
 	job.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
 	return job
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func TestRewrite(t *testing.T) {
 	lane := true
@@ -153,7 +152,7 @@ func TestWriterLeavesPlacementOfLiveJob(t *testing.T) {
 func TestWriterSkipsStoppedAndMissingJobs(t *testing.T) {
 	fake := nomadxtest.New()
 	job := gpuJob("stopped")
-	job.Stop = ptr(true)
+	job.Stop = pointer.Of(true)
 	fake.Submit(job)
 	w := &Writer{Nomad: fake}
 	must.Eq(t, Skipped, w.Apply(context.Background(), "default", "stopped", Target{Priority: 90}).Outcome)

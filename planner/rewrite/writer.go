@@ -56,14 +56,7 @@ func (w *Writer) Apply(ctx context.Context, namespace, id string, t Target) Resu
 // job's JobModifyIndex, so a stale copy only costs a conflict and a fresh
 // read.
 func (w *Writer) ApplyRead(ctx context.Context, job *api.Job, t Target) Result {
-	return w.apply(ctx, ptrValue(job.Namespace), ptrValue(job.ID), t, job)
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+	return w.apply(ctx, nomadx.Value(job.Namespace), nomadx.Value(job.ID), t, job)
 }
 
 func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read *api.Job) Result {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 )
 
@@ -20,11 +21,11 @@ func laneNode(id string, gpus int) *api.NodeListStub {
 	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: model + " [4 lanes x 19365 MiB, 2 slots]",
 		Attributes: map[string]*api.Attribute{
 			"model":         {StringVal: str(model)},
-			"memory":        {IntVal: ptr[int64](19365), Unit: "MiB"},
-			"gpu_memory":    {IntVal: ptr[int64](81559), Unit: "MiB"},
-			"lanes_per_gpu": {IntVal: ptr[int64](4)},
-			"lane_share":    {IntVal: ptr[int64](25)},
-			"slots":         {IntVal: ptr[int64](2)},
+			"memory":        {IntVal: pointer.Of[int64](19365), Unit: "MiB"},
+			"gpu_memory":    {IntVal: pointer.Of[int64](81559), Unit: "MiB"},
+			"lanes_per_gpu": {IntVal: pointer.Of[int64](4)},
+			"lane_share":    {IntVal: pointer.Of[int64](25)},
+			"slots":         {IntVal: pointer.Of[int64](2)},
 		}}
 	for g := 0; g < gpus; g++ {
 		for l := 0; l < 4; l++ {

@@ -10,6 +10,7 @@ import (
 	"github.com/caravan-gpu/caravan/planner/consulx/consulxtest"
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 )
 
@@ -29,7 +30,7 @@ func TestRoundPinsWaitingProfiledJobToFastestModel(t *testing.T) {
 // constraint can go with it: raised alone, Nomad's preemption would place
 // it on whatever lower band it can evict, slower models included.
 func TestRoundRaisesMatchedJobWithItsPin(t *testing.T) {
-	fake, p := busyGPUsAndAProfiledJob(t, func(j *api.Job) { j.SubmitTime = ptr(time.Now().UnixNano()) })
+	fake, p := busyGPUsAndAProfiledJob(t, func(j *api.Job) { j.SubmitTime = pointer.Of(time.Now().UnixNano()) })
 	_, err := p.Round(context.Background())
 	must.NoError(t, err)
 	job := fake.Get("default", "resnet")
@@ -41,7 +42,7 @@ func TestRoundRaisesMatchedJobWithItsPin(t *testing.T) {
 	must.Eq(t, "H100", e.GPUModel)
 
 	// Past the placement grace the band and the pin go in one write.
-	fake.Update("default", "resnet", func(j *api.Job) { j.SubmitTime = ptr(time.Now().Add(-10 * time.Second).UnixNano()) })
+	fake.Update("default", "resnet", func(j *api.Job) { j.SubmitTime = pointer.Of(time.Now().Add(-10 * time.Second).UnixNano()) })
 	regs := fake.Registers
 	_, err = p.Round(context.Background())
 	must.NoError(t, err)

@@ -18,11 +18,10 @@ import (
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/profile"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 func str(s string) *string { return &s }
 
@@ -32,7 +31,7 @@ func gpuNode(id string, groups map[string]int) *api.NodeListStub {
 	for model, n := range groups {
 		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: model, Attributes: map[string]*api.Attribute{
 			"model":  {StringVal: str(model)},
-			"memory": {IntVal: ptr[int64](40960), Unit: "MiB"},
+			"memory": {IntVal: pointer.Of[int64](40960), Unit: "MiB"},
 		}}
 		for i := 0; i < n; i++ {
 			d.Instances = append(d.Instances, &api.NodeDevice{ID: model + "-" + string(rune('0'+i)), Healthy: true})
@@ -49,8 +48,8 @@ func managedJob(id string, gpus uint64, meta map[string]string) *api.Job {
 		job.Meta[k] = v
 	}
 	task := api.NewTask("train", "caravan")
-	task.Require(&api.Resources{CPU: ptr(100), MemoryMB: ptr(64),
-		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(gpus)}}})
+	task.Require(&api.Resources{CPU: pointer.Of(100), MemoryMB: pointer.Of(64),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: pointer.Of(gpus)}}})
 	job.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
 	return job
 }

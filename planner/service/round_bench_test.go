@@ -7,6 +7,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 )
 
 // BenchmarkRoundApplies1000PriorityChanges times one planning round in which
@@ -42,7 +43,7 @@ func BenchmarkRoundApplies1000PriorityChanges(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				for j := 0; j < jobs; j++ {
-					fake.Update("default", fmt.Sprintf("job-%04d", j), func(job *api.Job) { job.Priority = ptr(50) })
+					fake.Update("default", fmt.Sprintf("job-%04d", j), func(job *api.Job) { job.Priority = pointer.Of(50) })
 				}
 				b.StartTimer()
 				round, err := p.Round(ctx)
