@@ -139,10 +139,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			res.Outcome, res.Err = Failed, err
 			return res
 		}
-		index := uint64(0)
-		if job.JobModifyIndex != nil {
-			index = *job.JobModifyIndex
-		}
+		index := nomadx.Value(job.JobModifyIndex)
 		written, registered, lost, err := w.registerChecked(ctx, namespace, id, job, index)
 		if registered {
 			res.Change = change
