@@ -25,6 +25,42 @@ const (
 	MetaPlacement = "caravan.planner.placement"
 )
 
+// The hold is a job-level constraint that no node satisfies: while a job
+// carries it Nomad places none of its allocations, and writing it onto a
+// running job makes Nomad stop them all. The planner holds every managed job
+// that its policy does not run now and removes the hold to start it, so
+// jobs start in the policy's order and a multi-allocation job starts and
+// stops whole. A job submitted with the hold waits for the planner from its
+// first instant; one submitted without it may be placed before the first
+// round sees it.
+const (
+	HoldAttribute = "${meta.caravan.planner.held}"
+	HoldOperand   = "is_set"
+)
+
+// HoldConstraint returns a new hold constraint.
+func HoldConstraint() *api.Constraint {
+	return &api.Constraint{LTarget: HoldAttribute, Operand: HoldOperand}
+}
+
+// IsHold reports whether c is the planner's hold.
+func IsHold(c *api.Constraint) bool {
+	return c != nil && c.LTarget == HoldAttribute && c.Operand == HoldOperand
+}
+
+// Held reports whether job carries the hold.
+func Held(job *api.Job) bool {
+	if job == nil {
+		return false
+	}
+	for _, c := range job.Constraints {
+		if IsHold(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // Device attribute targets that caravan-device fingerprints.
 const (
 	AttrModel       = "${device.attr.model}"
