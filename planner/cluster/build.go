@@ -42,7 +42,7 @@ func Build(in Inputs, selectJob Selector) *State {
 		allocsByJob[k] = append(allocsByJob[k], a)
 	}
 	for _, stub := range in.Jobs {
-		if stub.Stop || stub.Status == "dead" || stub.ParentID != "" && stub.Periodic {
+		if stub.Stop || stub.Status == "dead" || !Manageable(stub) {
 			continue
 		}
 		ns := stub.Namespace
@@ -64,6 +64,7 @@ func Build(in Inputs, selectJob Selector) *State {
 		if spec := in.Specs[j.Key()]; spec != nil {
 			j.Spec = spec
 			j.GPUs = RequestedGPUs(spec)
+			j.Held = Held(spec)
 		}
 		if t, ok := in.Arrivals[j.Key()]; ok && t.Before(j.Submitted) {
 			j.Submitted = t
@@ -103,8 +104,26 @@ func Build(in Inputs, selectJob Selector) *State {
 	return s
 }
 
+// Manageable says whether the planner may manage a job of this kind at all.
+// Periodic and parameterized parents never run anything themselves: their
+// children are the jobs, and inherit the parent's meta. System jobs run
+// everywhere by definition. A service job is managed only when it opts in
+// itself (ServiceOptIn), since any rewrite of a service job starts a new
+// deployment.
+func Manageable(stub *api.JobListStub) bool {
+	switch {
+	case stub.Periodic || stub.ParameterizedJob:
+		return false
+	case stub.Type == "system" || stub.Type == "sysbatch":
+		return false
+	case stub.Type == "service":
+		return ServiceOptIn(stub.Meta)
+	}
+	return true
+}
+
 func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now time.Time) *Alloc {
-	out := &Alloc{ID: a.ID, NodeID: a.NodeID, ClientStatus: a.ClientStatus}
+	out := &Alloc{ID: a.ID, NodeID: a.NodeID, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus}
 	for _, ts := range a.TaskStates {
 		if ts == nil {
 			continue
@@ -141,9 +160,14 @@ func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now ti
 	return out
 }
 
-// account sums the job's executed time and attained GPU-seconds over its
-// allocations, and its waiting time since submission.
+// account sets the job's executed time, attained GPU-seconds and waiting
+// time. Executed is the length of the union of the allocations' run
+// intervals, so a job of N allocations that ran together for an hour has
+// executed an hour, not N hours; Attained is each allocation's run time ×
+// its GPU share, which is the job's GPUs × that hour when they ran together.
 func (j *Job) account(now time.Time) {
+	type span struct{ from, to time.Time }
+	var spans []span
 	for _, a := range j.Allocs {
 		if a.Started.IsZero() {
 			continue
@@ -152,12 +176,27 @@ func (j *Job) account(now time.Time) {
 		if !a.Live() && !a.Finished.IsZero() {
 			end = a.Finished
 		}
-		run := end.Sub(a.Started).Seconds()
-		if run < 0 {
-			run = 0
+		if !end.After(a.Started) {
+			continue
 		}
-		j.Executed += run
-		j.Attained += run * a.GPUShare
+		spans = append(spans, span{a.Started, end})
+		j.Attained += end.Sub(a.Started).Seconds() * a.GPUShare
+	}
+	sort.Slice(spans, func(i, k int) bool { return spans[i].from.Before(spans[k].from) })
+	var cur span
+	for k, sp := range spans {
+		switch {
+		case k == 0:
+			cur = sp
+		case sp.from.After(cur.to):
+			j.Executed += cur.to.Sub(cur.from).Seconds()
+			cur = sp
+		case sp.to.After(cur.to):
+			cur.to = sp.to
+		}
+	}
+	if len(spans) > 0 {
+		j.Executed += cur.to.Sub(cur.from).Seconds()
 	}
 	if !j.Submitted.IsZero() {
 		j.Waiting = now.Sub(j.Submitted).Seconds() - j.Executed

@@ -20,9 +20,18 @@ const (
 	MetaProfile = "caravan.profile"
 	// MetaGPUMemory is the GPU memory the job needs, in MiB.
 	MetaGPUMemory = "caravan.gpu_memory"
+	// MetaManageService opts a service job in: "true" lets the planner
+	// rewrite it, which starts a new deployment on every write.
+	MetaManageService = "caravan.manage_service"
 	// MetaPlacement records the constraints the planner added, so that it
 	// replaces only its own and never a user's.
 	MetaPlacement = "caravan.planner.placement"
+	// MetaHeld marks a job the planner holds, so that a job it no longer
+	// manages can be found from the job list and released.
+	MetaHeld = "caravan.planner.held"
+	// MetaResources records the CPU and memory a user wrote for each task
+	// the planner sizes, so that they come back when it stops sizing them.
+	MetaResources = "caravan.planner.resources"
 )
 
 // The hold is a job-level constraint that no node satisfies: while a job
@@ -107,8 +116,11 @@ type Node struct {
 type Alloc struct {
 	ID, NodeID   string
 	ClientStatus string
-	Started      time.Time
-	Finished     time.Time
+	// DesiredStatus is what the server wants: "run", or "stop" and "evict"
+	// once Nomad has decided to stop the allocation.
+	DesiredStatus string
+	Started       time.Time
+	Finished      time.Time
 	// GPUShare is how many GPUs the allocation holds, a lane counting as its
 	// share.
 	GPUShare  float64
@@ -119,8 +131,13 @@ type Alloc struct {
 // Running reports whether the allocation's tasks run.
 func (a *Alloc) Running() bool { return a.ClientStatus == "running" }
 
-// Live reports whether the allocation is placed and not yet terminal.
-func (a *Alloc) Live() bool { return a.ClientStatus == "running" || a.ClientStatus == "pending" }
+// Live reports whether the allocation is placed, not yet terminal, and
+// meant to keep running. One the server has told to stop no longer holds
+// its GPUs as far as Nomad's scheduler is concerned, so it is not live.
+func (a *Alloc) Live() bool {
+	return (a.ClientStatus == "running" || a.ClientStatus == "pending") &&
+		(a.DesiredStatus == "" || a.DesiredStatus == "run")
+}
 
 // Job is a managed job.
 type Job struct {
@@ -138,12 +155,22 @@ type Job struct {
 	Allocs       []*Alloc
 	// Attained is the GPU-seconds of service the job has had so far.
 	Attained float64
-	// Executed is the wall time the job has run, in seconds.
+	// Executed is the wall time the job has run, in seconds: the time any
+	// of its allocations ran, counted once however many ran together.
 	Executed float64
 	// Waiting is the time since submission spent not running, in seconds.
 	Waiting float64
 	// Spec is the full job as last read; nil when only the stub is known.
 	Spec *api.Job
+	// Held says the spec carries the planner's hold (see HoldConstraint).
+	Held bool
+}
+
+// ServiceOptIn reports whether a service job's meta lets the planner manage
+// it.
+func ServiceOptIn(meta map[string]string) bool {
+	v, _ := strconv.ParseBool(meta[MetaManageService])
+	return v
 }
 
 // Key is namespace/id.
@@ -332,6 +359,38 @@ func RequestedGPUs(job *api.Job) int {
 		total += count * per
 	}
 	return total
+}
+
+// GPUTasks counts the tasks that ask for a GPU over all of a job's
+// allocations: every task group's count times its GPU tasks.
+func GPUTasks(job *api.Job) int {
+	if job == nil {
+		return 0
+	}
+	total := 0
+	for _, tg := range job.TaskGroups {
+		count := 1
+		if tg.Count != nil {
+			count = *tg.Count
+		}
+		for _, t := range tg.Tasks {
+			if len(GPURequests(t)) > 0 {
+				total += count
+			}
+		}
+	}
+	return total
+}
+
+// PlannerMeta reports whether a job's meta shows that the planner changed
+// it: a hold, a constraint or a task size of its own.
+func PlannerMeta(meta map[string]string) bool {
+	for _, k := range []string{MetaHeld, MetaPlacement, MetaResources} {
+		if _, ok := meta[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // GPURequests returns a task's device requests that caravan GPUs satisfy.

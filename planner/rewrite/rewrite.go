@@ -6,18 +6,28 @@ package rewrite
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/nomadx"
 	"github.com/hashicorp/nomad/api"
 )
 
 // Target is what the planner wants a job to look like.
 type Target struct {
 	Priority int
+	// Hold says the job carries the planner's hold (cluster.HoldConstraint):
+	// Nomad places nothing of a held job, and holding a job that runs stops
+	// all of its allocations at once. False releases a held job.
+	Hold bool
 	// Placement is applied only to a job with no live allocation, since
 	// changing it on a running job would make Nomad replace the allocation.
 	Placement *Placement
+	// Restore gives the job back to its user: no hold, none of the planner's
+	// constraints, and the task resources the user wrote. It is for jobs
+	// the planner no longer manages; Priority is left as it is.
+	Restore bool
 }
 
 // Placement pins where a job's GPU tasks may run. Zero fields leave that
@@ -38,6 +48,13 @@ type Change []string
 // place, while constraints, resources and meta would replace the allocation.
 func Rewrite(job *api.Job, t Target, live bool) Change {
 	var changed Change
+	if t.Restore {
+		changed = append(changed, hold(job, false, live)...)
+		if !live {
+			changed = append(changed, place(job, Placement{})...)
+		}
+		return changed
+	}
 	if t.Priority > 0 && (job.Priority == nil || *job.Priority != t.Priority) {
 		old := 0
 		if job.Priority != nil {
@@ -47,10 +64,38 @@ func Rewrite(job *api.Job, t Target, live bool) Change {
 		job.Priority = &p
 		changed = append(changed, fmt.Sprintf("priority %d→%d", old, p))
 	}
+	changed = append(changed, hold(job, t.Hold, live)...)
 	if live || t.Placement == nil {
 		return changed
 	}
 	return append(changed, place(job, *t.Placement)...)
+}
+
+// hold adds or removes the planner's hold.
+func hold(job *api.Job, want, live bool) Change {
+	if cluster.Held(job) == want {
+		return nil
+	}
+	if want {
+		if job.Meta == nil {
+			job.Meta = map[string]string{}
+		}
+		job.Meta[cluster.MetaHeld] = "true"
+		job.Constraints = append(job.Constraints, cluster.HoldConstraint())
+		if live {
+			return Change{"hold: preempted, every allocation stops"}
+		}
+		return Change{"hold: waits for the planner"}
+	}
+	delete(job.Meta, cluster.MetaHeld)
+	kept := job.Constraints[:0]
+	for _, c := range job.Constraints {
+		if !cluster.IsHold(c) {
+			kept = append(kept, c)
+		}
+	}
+	job.Constraints = kept
+	return Change{"release: Nomad may place it"}
 }
 
 // owned is a constraint the planner added, as recorded in the job's meta.
@@ -86,6 +131,8 @@ func place(job *api.Job, p Placement) Change {
 	mine := parseOwned(before)
 	var want []owned
 	var changed Change
+	originals := parseResources(job.Meta[cluster.MetaResources])
+	keep := map[string]resources{}
 	for _, tg := range job.TaskGroups {
 		for _, task := range tg.Tasks {
 			reqs := cluster.GPURequests(task)
@@ -124,16 +171,39 @@ func place(job *api.Job, p Placement) Change {
 			if task.Resources == nil {
 				task.Resources = &api.Resources{}
 			}
-			if p.CPU > 0 && (task.Resources.CPU == nil || *task.Resources.CPU != p.CPU) {
-				v := p.CPU
-				task.Resources.CPU = &v
-				changed = append(changed, fmt.Sprintf("task %s cpu %d MHz", task.Name, v))
+			key := nomadx.Value(tg.Name) + "/" + task.Name
+			user, sized := originals[key]
+			if !sized {
+				user = resources{CPU: task.Resources.CPU, MemoryMB: task.Resources.MemoryMB}
 			}
-			if p.MemoryMB > 0 && (task.Resources.MemoryMB == nil || *task.Resources.MemoryMB != p.MemoryMB) {
-				v := p.MemoryMB
-				task.Resources.MemoryMB = &v
-				changed = append(changed, fmt.Sprintf("task %s memory %d MB", task.Name, v))
+			// What the placement does not size is the user's own.
+			cpu, mem := user.CPU, user.MemoryMB
+			if p.CPU > 0 {
+				cpu = &p.CPU
 			}
+			if p.MemoryMB > 0 {
+				mem = &p.MemoryMB
+			}
+			if nomadx.Value(task.Resources.CPU) != nomadx.Value(cpu) {
+				changed = append(changed, fmt.Sprintf("task %s cpu %d MHz", task.Name, nomadx.Value(cpu)))
+			}
+			if nomadx.Value(task.Resources.MemoryMB) != nomadx.Value(mem) {
+				changed = append(changed, fmt.Sprintf("task %s memory %d MB", task.Name, nomadx.Value(mem)))
+			}
+			task.Resources.CPU, task.Resources.MemoryMB = copyInt(cpu), copyInt(mem)
+			if p.CPU > 0 || p.MemoryMB > 0 {
+				keep[key] = user
+			}
+		}
+	}
+	if rs := formatResources(keep); rs != job.Meta[cluster.MetaResources] {
+		if job.Meta == nil {
+			job.Meta = map[string]string{}
+		}
+		if rs == "" {
+			delete(job.Meta, cluster.MetaResources)
+		} else {
+			job.Meta[cluster.MetaResources] = rs
 		}
 	}
 	after := formatOwned(dedupe(want))
@@ -182,6 +252,59 @@ func UserModel(job *api.Job) bool {
 		}
 	}
 	return false
+}
+
+// resources are a task's CPU and memory as its user wrote them, kept in the
+// job's meta while the planner sizes the task, so they can be given back.
+type resources struct{ CPU, MemoryMB *int }
+
+// parseResources reads "group/task=cpu,memory;..." with "-" for unset.
+func parseResources(meta string) map[string]resources {
+	out := map[string]resources{}
+	for _, part := range strings.Split(meta, ";") {
+		key, val, ok := strings.Cut(part, "=")
+		if !ok {
+			continue
+		}
+		cpu, mem, ok := strings.Cut(val, ",")
+		if !ok {
+			continue
+		}
+		out[key] = resources{CPU: parseOptInt(cpu), MemoryMB: parseOptInt(mem)}
+	}
+	return out
+}
+
+func formatResources(rs map[string]resources) string {
+	var parts []string
+	for k, r := range rs {
+		parts = append(parts, k+"="+formatOptInt(r.CPU)+","+formatOptInt(r.MemoryMB))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ";")
+}
+
+func parseOptInt(s string) *int {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return nil
+	}
+	return &v
+}
+
+func formatOptInt(v *int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.Itoa(*v)
+}
+
+func copyInt(v *int) *int {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	return &c
 }
 
 func dedupe(cs []owned) []owned {

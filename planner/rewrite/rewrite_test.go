@@ -46,6 +46,49 @@ func TestRewrite(t *testing.T) {
 	}
 }
 
+func TestRewriteHoldsAndReleases(t *testing.T) {
+	job := gpuJob("j")
+	job.Constraints = []*api.Constraint{{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux"}}
+	must.Eq(t, []string{"hold: waits for the planner"}, []string(Rewrite(job, Target{Priority: 50, Hold: true}, false)))
+	must.True(t, cluster.Held(job))
+	must.Eq(t, "true", job.Meta[cluster.MetaHeld])
+	must.Len(t, 0, Rewrite(job, Target{Priority: 50, Hold: true}, false), must.Sprint("held twice is one hold"))
+
+	must.Eq(t, []string{"release: Nomad may place it"}, []string(Rewrite(job, Target{Priority: 50}, false)))
+	must.False(t, cluster.Held(job))
+	must.Len(t, 1, job.Constraints, must.Sprint("the user's own constraint stays"))
+	_, marked := job.Meta[cluster.MetaHeld]
+	must.False(t, marked)
+
+	must.Eq(t, []string{"priority 50→70", "hold: preempted, every allocation stops"},
+		[]string(Rewrite(job, Target{Priority: 70, Hold: true}, true)))
+}
+
+// The CPU and memory the planner sizes come back to what the user wrote as
+// soon as a placement no longer sizes them, and when the planner gives the
+// job back.
+func TestRewriteRestoresUsersResources(t *testing.T) {
+	job := gpuJob("j")
+	res := job.TaskGroups[0].Tasks[0].Resources
+	Rewrite(job, Target{Placement: &Placement{CPU: 4000, MemoryMB: 8192}}, false)
+	must.Eq(t, 4000, *res.CPU)
+	must.Eq(t, 8192, *res.MemoryMB)
+	must.Eq(t, "train/train=100,64", job.Meta[cluster.MetaResources])
+
+	// Sized again: the user's values stay recorded, not the last size.
+	Rewrite(job, Target{Placement: &Placement{CPU: 2000}}, false)
+	must.Eq(t, 2000, *res.CPU)
+	must.Eq(t, 64, *res.MemoryMB, must.Sprint("memory is no longer sized: the user's"))
+	must.Eq(t, "train/train=100,64", job.Meta[cluster.MetaResources])
+
+	Rewrite(job, Target{Hold: true}, false)
+	change := Rewrite(job, Target{Restore: true}, false)
+	must.Eq(t, []string{"release: Nomad may place it", "task train cpu 100 MHz"}, []string(change))
+	must.Eq(t, 100, *res.CPU)
+	must.False(t, cluster.PlannerMeta(job.Meta), must.Sprint("no trace of the planner is left"))
+	must.False(t, cluster.Held(job))
+}
+
 func TestRewriteReplacesOnlyItsOwnConstraints(t *testing.T) {
 	job := gpuJob("j")
 	dev := job.TaskGroups[0].Tasks[0].Resources.Devices[0]

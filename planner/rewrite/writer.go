@@ -115,7 +115,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			return res
 		}
 		live = false
-		if t.Placement != nil {
+		if t.Placement != nil || t.Restore {
 			// Placement may only change while nothing of the job is placed;
 			// ask Nomad now rather than trust the round's snapshot.
 			allocs, err := w.Nomad.JobAllocations(ctx, namespace, id)

@@ -12,6 +12,7 @@ type metrics struct {
 	rounds       prometheus.Counter
 	roundSeconds prometheus.Histogram
 	writes       *prometheus.CounterVec
+	actions      *prometheus.CounterVec
 	conflicts    prometheus.Counter
 	managed      *prometheus.GaugeVec
 	leader       prometheus.Gauge
@@ -29,6 +30,9 @@ func newMetrics() *metrics {
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caravan_planner_job_writes_total", Help: "Job rewrites by outcome (written, unchanged, skipped, failed)."},
 			[]string{"outcome"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caravan_planner_actions_total", Help: "Job writes made, by what they do (start, hold, preempt, place, priority, restore)."},
+			[]string{"action"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "caravan_planner_write_conflicts_total", Help: "Job writes refused because the job changed since it was read, then retried."}),
 		managed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -39,7 +43,7 @@ func newMetrics() *metrics {
 			Name: "caravan_planner_nomad_preemption_enabled", Help: "1 when Nomad's scheduler may preempt jobs of this type."},
 			[]string{"scheduler"}),
 	}
-	m.registry.MustRegister(m.rounds, m.roundSeconds, m.writes, m.conflicts, m.managed, m.leader, m.preemption,
+	m.registry.MustRegister(m.rounds, m.roundSeconds, m.writes, m.actions, m.conflicts, m.managed, m.leader, m.preemption,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -14,42 +14,40 @@ import (
 	"github.com/shoenig/test/must"
 )
 
-// A profiled job that waits for busy GPUs is pinned to its fastest model
-// while it waits, so that Nomad places it there when a GPU frees up.
-func TestRoundPinsWaitingProfiledJobToFastestModel(t *testing.T) {
-	fake, p := busyGPUsAndAProfiledJob(t, nil)
-	_, err := p.Round(context.Background())
-	must.NoError(t, err)
-	devs := fake.Get("default", "resnet").TaskGroups[0].Tasks[0].Resources.Devices
-	must.Len(t, 1, devs[0].Constraints, must.Sprint("the waiting job is pinned to one model"))
-	must.Eq(t, cluster.AttrModel, devs[0].Constraints[0].LTarget)
-	must.Eq(t, "H100", devs[0].Constraints[0].RTarget)
-}
-
-// A job matched to a busy model keeps its priority until its model
-// constraint can go with it: raised alone, Nomad's preemption would place
-// it on whatever lower band it can evict, slower models included.
-func TestRoundRaisesMatchedJobWithItsPin(t *testing.T) {
+// A profiled job that waits for busy GPUs is held, unpinned: while it is
+// held Nomad places nothing of it, so a pin would only be a write. When
+// its GPU frees up, one write releases it pinned to the model that the
+// matching gave it, with its band.
+func TestRoundHoldsMatchedJobThenReleasesItWithItsPin(t *testing.T) {
 	fake, p := busyGPUsAndAProfiledJob(t, func(j *api.Job) { j.SubmitTime = pointer.Of(time.Now().UnixNano()) })
 	_, err := p.Round(context.Background())
 	must.NoError(t, err)
 	job := fake.Get("default", "resnet")
-	must.Eq(t, 50, *job.Priority, must.Sprint("no raise before the pin"))
-	must.Len(t, 0, job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints)
+	must.True(t, cluster.Held(job), must.Sprint("a job the policy does not run now is held"))
+	must.Len(t, 0, job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints, must.Sprint("no pin while held"))
 	e, ok := p.Explain("resnet")
 	must.True(t, ok)
-	must.StrContains(t, e.Reason, "rises with its model constraint")
-	must.Eq(t, "H100", e.GPUModel)
+	must.StrContains(t, e.Reason, "matched to H100, waits for it")
+	must.StrContains(t, e.Placement, "held")
 
-	// Past the placement grace the band and the pin go in one write.
-	fake.Update("default", "resnet", func(j *api.Job) { j.SubmitTime = pointer.Of(time.Now().Add(-10 * time.Second).UnixNano()) })
+	// A second round with nothing new writes nothing: no pin flips.
 	regs := fake.Registers
 	_, err = p.Round(context.Background())
 	must.NoError(t, err)
+	must.Eq(t, regs, fake.Registers)
+
+	// The H100 job completes: resnet is released onto the H100 in one write.
+	fake.Allocs[1].ClientStatus = "complete"
+	fake.Allocs[1].TaskStates["train"].FinishedAt = time.Now()
+	fake.Update("default", "busy-h100", func(j *api.Job) { j.Status = str("dead") })
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
 	job = fake.Get("default", "resnet")
+	must.False(t, cluster.Held(job))
 	must.Eq(t, 80, *job.Priority)
 	devs := job.TaskGroups[0].Tasks[0].Resources.Devices
 	must.Len(t, 1, devs[0].Constraints)
+	must.Eq(t, cluster.AttrModel, devs[0].Constraints[0].LTarget)
 	must.Eq(t, "H100", devs[0].Constraints[0].RTarget)
 	must.Eq(t, regs+1, fake.Registers, must.Sprint("one write for resnet"))
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/enact"
 	"github.com/caravan-gpu/caravan/planner/nomadx"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -287,14 +287,15 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	result := p.result
 	p.mu.Unlock()
 
-	targets := p.targets(state, snap, index, result)
+	targets, changes := p.targets(state, index, result)
+	changes = append(changes, p.released(stubs)...)
 	round.Jobs = len(index)
 	p.metrics.managed.WithLabelValues("running").Set(float64(countState(snap, policy.Running)))
 	p.metrics.managed.WithLabelValues("pending").Set(float64(countState(snap, policy.Pending)))
 
 	var results map[string]rewrite.Result
 	if leader && !p.cfg.DryRun {
-		results = p.apply(ctx, targets, specs)
+		results = p.apply(ctx, changes, targets, specs)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
 	return nil
@@ -442,146 +443,156 @@ func completedOK(key string, allocs []*api.AllocationListStub) bool {
 	return false
 }
 
-// target is one job's planned state.
+// target is one job's planned state: its decision, and the write that
+// carries it out when one is needed.
 type target struct {
 	key, namespace, id string
 	decision           policy.Decision
 	job                *cluster.Job
-	want               rewrite.Target
-	// placeable is true when the job has no live allocation, so its
-	// placement may be set.
-	placeable bool
+	change             *enact.Change
 }
 
-// targets turns the policy's decisions into what each job should look
-// like in Nomad.
-func (p *Planner) targets(state *cluster.State, snap *policy.Snapshot, index []*cluster.Job, r *policy.Result) []target {
-	lanes, whole := false, false
-	// Which models come as lanes and which as whole GPUs: a model that
-	// comes only one way needs no lane constraint, and the wrong one
-	// would make the job unplaceable.
-	modelLanes, modelWhole := map[string]bool{}, map[string]bool{}
-	mhzPerCore := 0.0
-	for _, n := range state.Nodes {
-		for _, g := range n.GPUs {
-			lanes = lanes || g.Lanes()
-			whole = whole || !g.Lanes()
-			modelLanes[g.Model] = modelLanes[g.Model] || g.Lanes()
-			modelWhole[g.Model] = modelWhole[g.Model] || !g.Lanes()
-		}
-		if n.CPUCores > 0 && mhzPerCore == 0 {
-			mhzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
-		}
+// want is the priority the job should have after this round.
+func (t target) wantPriority() int {
+	if t.change != nil {
+		return t.change.Target.Priority
 	}
-	models := state.Models()
-	heteroAware := p.policy.Place != nil && (p.policy.Place.Name() == "match" || p.policy.Place.Name() == "fastest")
+	return t.job.Priority
+}
+
+// targets runs the change layer on the policy's decisions, and lists each
+// job's decision in rank order with its change, if any.
+func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result) ([]target, []enact.Change) {
+	inv := inventory(state)
+	jobs := make([]enact.Job, len(index))
+	for i, j := range index {
+		// A job submitted without the hold may be placed by Nomad any
+		// moment after it arrives, and a placement written then would
+		// replace its new allocation.
+		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
+		jobs[i] = enact.Job{Key: j.Key(), Namespace: j.Namespace, ID: j.ID, Priority: j.Priority,
+			Live: j.Running(), Held: j.Held, Settled: settled, UserModel: rewrite.UserModel(j.Spec),
+			Tasks: cluster.GPUTasks(j.Spec)}
+	}
+	changes := enact.Plan(inv, jobs, r.Decisions)
+	byJob := make(map[int]*enact.Change, len(changes))
+	for k := range changes {
+		byJob[changes[k].Job] = &changes[k]
+	}
 	out := make([]target, 0, len(r.Order))
 	for _, i := range r.Order {
-		d := r.Decisions[i]
 		j := index[i]
-		// The policy names a model only for jobs that start now. A waiting
-		// job with a throughput profile is pinned to its fastest model in
-		// the cluster, so that the constraint is in place before GPUs free
-		// up and Nomad places it on whatever is free.
-		if !d.Run && d.GPUModel == "" && heteroAware && !j.Running() {
-			d.GPUModel = fastestModel(snap.Jobs[i].Throughput, models)
+		out = append(out, target{key: j.Key(), namespace: j.Namespace, id: j.ID,
+			decision: r.Decisions[i], job: j, change: byJob[i]})
+	}
+	return out, changes
+}
+
+// released lists the jobs the planner changed but no longer manages, each
+// with the change that gives it back to its user.
+func (p *Planner) released(stubs []*api.JobListStub) []enact.Change {
+	var out []enact.Change
+	for _, s := range stubs {
+		if s.Stop || s.Status == "dead" || !cluster.PlannerMeta(s.Meta) {
+			continue
 		}
-		t := target{key: j.Key(), namespace: j.Namespace, id: j.ID, decision: d, job: j,
-			want: rewrite.Target{Priority: policy.NomadPriority(d.Band)}, placeable: !j.Running()}
-		// A job that just arrived may be placed by Nomad any moment, and a
-		// device constraint written then would replace its new allocation;
-		// placement goes only to jobs that have waited a while.
-		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
-		// A job that waits for the model it is matched to gets a higher
-		// band only together with its model constraint: raised alone,
-		// Nomad's preemption would place it at once wherever it can evict
-		// a lower band, on a slower model too.
-		if t.placeable && !settled && !d.Run && d.GPUModel != "" && len(models) > 1 &&
-			t.want.Priority > j.Priority && !rewrite.UserModel(j.Spec) {
-			t.want.Priority = j.Priority
-			t.decision.Reason += "; its band rises with its model constraint"
+		if _, ok := p.managed(orDefault(s.Namespace), s.Meta); ok && cluster.Manageable(s) {
+			continue
 		}
-		// A matched model is pinned while the job still waits for it, so
-		// the constraint is in place before GPUs free up and Nomad places
-		// the job; writing it at that moment would replace the allocation.
-		if t.placeable && settled && (d.Run || d.GPUModel != "") {
-			pl := &rewrite.Placement{}
-			// One model in the cluster: a model constraint would only churn.
-			if len(state.Models()) > 1 {
-				pl.Model = d.GPUModel
-			}
-			if lanes && whole && (pl.Model == "" || modelLanes[pl.Model] && modelWhole[pl.Model]) {
-				lane := d.Lane
-				pl.Lane = &lane
-			}
-			if d.CPUs > 0 && mhzPerCore > 0 {
-				pl.CPU = int(math.Round(d.CPUs * mhzPerCore))
-			}
-			if d.MemoryGB > 0 {
-				pl.MemoryMB = int(math.Round(d.MemoryGB * 1024))
-			}
-			if pl.Model != "" || pl.Lane != nil || pl.CPU > 0 || pl.MemoryMB > 0 {
-				t.want.Placement = pl
-			}
-		}
-		out = append(out, t)
+		out = append(out, enact.Give(cluster.Key(orDefault(s.Namespace), s.ID)))
 	}
 	return out
 }
 
-// fastestModel is the model in models with the highest throughput, or ""
-// when the job has no throughput for any of them.
-func fastestModel(throughput map[string]float64, models []string) string {
-	best, bestRate := "", 0.0
-	for _, m := range models {
-		if t := throughput[m]; t > bestRate {
-			best, bestRate = m, t
+// inventory is what the change layer needs to know of the cluster.
+func inventory(state *cluster.State) enact.Inventory {
+	inv := enact.Inventory{Offers: map[string]enact.Offer{}, Smallest: map[string]enact.Capacity{}}
+	smaller := func(key string, c enact.Capacity) {
+		old, ok := inv.Smallest[key]
+		if !ok || c.CPUs < old.CPUs {
+			old.CPUs = c.CPUs
 		}
+		if !ok || c.MemoryGB < old.MemoryGB {
+			old.MemoryGB = c.MemoryGB
+		}
+		inv.Smallest[key] = old
 	}
-	return best
-}
-
-// apply writes the targets that differ from what Nomad has, with a few
-// writers in parallel under the shared rate limit.
-func (p *Planner) apply(ctx context.Context, targets []target, specs map[string]*api.Job) map[string]rewrite.Result {
-	results := make(map[string]rewrite.Result, len(targets))
-	var mu sync.Mutex
-	work := make(chan target)
-	var wg sync.WaitGroup
-	for w := 0; w < p.cfg.Writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range work {
-				// The spec this round read saves a read per job; a copy,
-				// since the writer changes it and the cache is shared.
-				var res rewrite.Result
-				if spec := nomadx.CopyJob(specs[t.key]); spec != nil {
-					res = p.writer.ApplyRead(ctx, spec, t.want)
-				} else {
-					res = p.writer.Apply(ctx, t.namespace, t.id, t.want)
-				}
-				p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
-				p.metrics.conflicts.Add(float64(res.Conflicts))
-				mu.Lock()
-				results[t.key] = res
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, t := range targets {
-		// Skip the read when the job already has its priority and nothing
-		// else is wanted: most jobs in most rounds.
-		if t.want.Placement == nil && t.job.Priority == t.want.Priority {
+	for _, n := range state.Nodes {
+		if len(n.GPUs) == 0 {
 			continue
 		}
-		select {
-		case work <- t:
-		case <-ctx.Done():
+		c := enact.Capacity{CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024}
+		smaller("", c)
+		for _, g := range n.GPUs {
+			o := inv.Offers[g.Model]
+			o.Lanes, o.Whole = o.Lanes || g.Lanes(), o.Whole || !g.Lanes()
+			inv.Offers[g.Model] = o
+			smaller(g.Model, c)
+		}
+		if n.CPUCores > 0 && inv.MHzPerCore == 0 {
+			inv.MHzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
 		}
 	}
-	close(work)
-	wg.Wait()
+	return inv
+}
+
+// apply writes the changes with a few writers in parallel under the shared
+// rate limit: first the holds and preemptions, then the rest, so that the
+// GPUs a preemption frees are free when the jobs started in its place are
+// evaluated.
+func (p *Planner) apply(ctx context.Context, changes []enact.Change, targets []target, specs map[string]*api.Job) map[string]rewrite.Result {
+	results := make(map[string]rewrite.Result, len(changes))
+	where := make(map[string]target, len(targets))
+	for _, t := range targets {
+		where[t.key] = t
+	}
+	split := 0
+	for split < len(changes) && (changes[split].Action == enact.Preempt || changes[split].Action == enact.Hold) {
+		split++
+	}
+	for _, phase := range [][]enact.Change{changes[:split], changes[split:]} {
+		var mu sync.Mutex
+		work := make(chan enact.Change)
+		var wg sync.WaitGroup
+		for w := 0; w < min(p.cfg.Writers, len(phase)); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c := range work {
+					t := where[c.Key]
+					// The spec this round read saves a read per job; a
+					// copy, since the writer changes it and the cache is
+					// shared.
+					var res rewrite.Result
+					if spec := nomadx.CopyJob(specs[c.Key]); spec != nil {
+						res = p.writer.ApplyRead(ctx, spec, c.Target)
+					} else {
+						ns, id := t.namespace, t.id
+						if ns == "" {
+							ns, id, _ = strings.Cut(c.Key, "/")
+						}
+						res = p.writer.Apply(ctx, ns, id, c.Target)
+					}
+					p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
+					p.metrics.conflicts.Add(float64(res.Conflicts))
+					if res.Outcome == rewrite.Written {
+						p.metrics.actions.WithLabelValues(string(c.Action)).Inc()
+					}
+					mu.Lock()
+					results[c.Key] = res
+					mu.Unlock()
+				}
+			}()
+		}
+		for _, c := range phase {
+			select {
+			case work <- c:
+			case <-ctx.Done():
+			}
+		}
+		close(work)
+		wg.Wait()
+	}
 	return results
 }
 
@@ -608,7 +619,7 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 
 		priority := t.job.Priority
 		if res, ok := results[t.key]; ok {
-			rec := plannerapi.Record{Time: state.Time, Priority: t.want.Priority, Changes: res.Change,
+			rec := plannerapi.Record{Time: state.Time, Priority: t.wantPriority(), Changes: res.Change,
 				Outcome: string(res.Outcome), Conflicts: res.Conflicts, Reason: d.Reason}
 			if res.Err != nil {
 				rec.Error = res.Err.Error()
@@ -617,8 +628,8 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 			}
 			if res.Outcome == rewrite.Written {
 				round.Writes++
-				priority = t.want.Priority
-				p.log.Info("decision applied", "job", t.key, "priority", t.want.Priority,
+				priority = t.wantPriority()
+				p.log.Info("decision applied", "job", t.key, "action", t.change.Action, "priority", priority,
 					"changes", strings.Join(res.Change, ", "), "reason", d.Reason)
 			}
 			round.Conflicts += res.Conflicts
@@ -638,11 +649,14 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 			Reason: reasonFor(t, p.cfg.Policy),
 		}
 		queue.Jobs = append(queue.Jobs, entry)
-		placement := "no live allocation: the planner may set its GPU model, lane and CPU/memory"
-		if !t.placeable {
-			placement = "has a live allocation: only its priority changes, since other changes would replace the allocation"
-		} else if !d.Run {
-			placement = "waits for GPUs: placement is set when the policy decides it runs"
+		placement := "started by the planner: its GPU model, lane and CPU/memory are set in the write that releases its hold"
+		switch {
+		case t.job.Running() && d.Run:
+			placement = "runs: only its priority changes, since other changes would replace its allocations"
+		case t.job.Running():
+			placement = "preempted: held, so Nomad stops every allocation; it starts again when the policy runs it"
+		case !d.Run:
+			placement = "held: Nomad places nothing of it until the policy runs it"
 		}
 		explain[t.key] = &plannerapi.Explain{QueueEntry: entry, Placement: placement}
 	}

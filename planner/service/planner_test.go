@@ -70,7 +70,8 @@ func settings(t *testing.T, src string) *Settings {
 }
 
 // A long-running job passes the first queue cut and is demoted a band below
-// a new job, so that Nomad's preemption (gap 10) can take its GPU.
+// a new job; the policy gives the new job its GPU, so the long job is held,
+// which makes Nomad stop its allocation.
 func TestRoundDemotesLongJobBelowNewJob(t *testing.T) {
 	fake := nomadxtest.New()
 	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
@@ -104,7 +105,9 @@ func TestRoundDemotesLongJobBelowNewJob(t *testing.T) {
 	must.True(t, ok)
 	must.Len(t, 1, e.History)
 	must.Eq(t, "written", e.History[0].Outcome)
-	must.StrContains(t, e.Placement, "only its priority")
+	must.StrContains(t, e.Placement, "preempted")
+	must.True(t, cluster.Held(long), must.Sprint("preempted by the hold"))
+	must.False(t, cluster.Held(short))
 	must.NotEq(t, "", e.History[0].Reason)
 
 	// A second round with nothing new writes nothing.

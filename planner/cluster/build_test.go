@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+func everyJob(string, map[string]string) (string, bool) { return "las", true }
+
+func alloc(job, client, desired string, from, to time.Time, devices ...string) *api.AllocationListStub {
+	ts := &api.TaskState{StartedAt: from, FinishedAt: to}
+	return &api.AllocationListStub{ID: job + from.String(), JobID: job, Namespace: "default",
+		ClientStatus: client, DesiredStatus: desired, TaskStates: map[string]*api.TaskState{"t": ts},
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"t": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", DeviceIDs: devices}}}}}}
+}
+
+// A job of two allocations that ran together for 100 s executed 100 s and
+// attained 200 GPU-s; a later allocation after a preemption adds its own
+// time once.
+func TestBuildCountsRunTimeOnce(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	t0 := now.Add(-1000 * time.Second)
+	stub := &api.JobListStub{ID: "gang", Namespace: "default", Type: "batch", Status: "running", SubmitTime: t0.UnixNano()}
+	allocs := []*api.AllocationListStub{
+		alloc("gang", "complete", "stop", t0, t0.Add(100*time.Second), "g0"),
+		alloc("gang", "complete", "stop", t0.Add(time.Second), t0.Add(100*time.Second), "g1"),
+		alloc("gang", "running", "run", now.Add(-50*time.Second), time.Time{}, "g0"),
+		alloc("gang", "running", "run", now.Add(-50*time.Second), time.Time{}, "g1"),
+	}
+	s := Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub}, Allocs: allocs}, everyJob)
+	must.Len(t, 1, s.Jobs)
+	j := s.Jobs[0]
+	must.Eq(t, 150.0, j.Executed)
+	must.Eq(t, 100+99+50+50.0, j.Attained)
+	must.Eq(t, 850.0, j.Waiting)
+}
+
+// An allocation the server has told to stop no longer holds its GPUs.
+func TestBuildStoppingAllocIsNotLive(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	stub := &api.JobListStub{ID: "pre", Namespace: "default", Type: "batch", Status: "running", SubmitTime: now.Add(-time.Minute).UnixNano()}
+	s := Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub},
+		Allocs: []*api.AllocationListStub{alloc("pre", "running", "stop", now.Add(-30*time.Second), time.Time{}, "g0")}}, everyJob)
+	must.False(t, s.Jobs[0].Running())
+}
+
+func TestBuildLeavesParentsSystemAndServiceJobsAlone(t *testing.T) {
+	stubs := []*api.JobListStub{
+		{ID: "nightly", Type: "batch", Status: "running", Periodic: true},
+		{ID: "nightly/periodic-1700000000", ParentID: "nightly", Type: "batch", Status: "pending"},
+		{ID: "infer", Type: "batch", Status: "running", ParameterizedJob: true},
+		{ID: "infer/dispatch-1-abc", ParentID: "infer", Type: "batch", Status: "pending"},
+		{ID: "web", Type: "service", Status: "running"},
+		{ID: "notebook", Type: "service", Status: "running", Meta: map[string]string{MetaManageService: "true"}},
+		{ID: "agent", Type: "system", Status: "running"},
+		{ID: "train", Type: "batch", Status: "pending"},
+	}
+	s := Build(Inputs{Now: time.Now(), Jobs: stubs}, everyJob)
+	var ids []string
+	for _, j := range s.Jobs {
+		ids = append(ids, j.ID)
+	}
+	must.SliceContainsAll(t, []string{"nightly/periodic-1700000000", "infer/dispatch-1-abc", "notebook", "train"}, ids)
+}
+
+func TestGPUTasks(t *testing.T) {
+	job := api.NewBatchJob("j", "j", "global", 50)
+	gpu := api.NewTask("train", "caravan")
+	gpu.Require(&api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu"}}})
+	side := api.NewTask("log", "caravan")
+	job.AddTaskGroup(api.NewTaskGroup("workers", 3).AddTask(gpu).AddTask(side))
+	must.Eq(t, 3, GPUTasks(job))
+	must.Eq(t, 3, RequestedGPUs(job))
+	must.Eq(t, 0, GPUTasks(nil))
+}

@@ -1,0 +1,178 @@
+// Package enact turns a policy's decisions into the Nomad changes that carry
+// them out. It is the last step of a planning round and a pure function:
+// decisions and the jobs as Nomad has them go in, the writes that make
+// Nomad do exactly what the policy decided come out. The live planner reads
+// state, calls the policy, calls Plan and applies what it returns.
+//
+// How a decision is carried out:
+//
+//	pending, Run      release the hold, with the GPU model, lane and size
+//	                  the policy chose, in one write
+//	pending, not Run  hold: Nomad places nothing of the job, even when it fits
+//	running, not Run  hold: Nomad stops every allocation of the job at once
+//	running, Run      leave it be
+//
+// Every job also gets its band's priority, so that Nomad's eval broker
+// dequeues released jobs in band order.
+package enact
+
+import (
+	"math"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
+)
+
+// Action says what a change does to a job.
+type Action string
+
+const (
+	// Start releases a held job so that Nomad places it.
+	Start Action = "start"
+	// Hold keeps a pending job from being placed.
+	Hold Action = "hold"
+	// Preempt holds a running job, which stops its allocations.
+	Preempt Action = "preempt"
+	// Place sets where an unheld pending job runs (one submitted without
+	// the hold that the policy starts).
+	Place Action = "place"
+	// Reprioritize changes the priority alone.
+	Reprioritize Action = "priority"
+	// Restore gives a job the planner no longer manages back to its user.
+	Restore Action = "restore"
+)
+
+// Offer says how a GPU model is offered in the cluster.
+type Offer struct {
+	Lanes bool // as lanes on some nodes
+	Whole bool // as whole GPUs on some nodes
+}
+
+// Capacity is a node's host resources.
+type Capacity struct {
+	CPUs     float64 // cores
+	MemoryGB float64
+}
+
+// Inventory is what Plan needs to know of the cluster.
+type Inventory struct {
+	// Offers holds every GPU model in the cluster.
+	Offers map[string]Offer
+	// MHzPerCore converts the sizer's cores into Nomad's MHz.
+	MHzPerCore float64
+	// Smallest is, per GPU model, the smallest host resources of a node
+	// with that model; "" is the smallest of all GPU nodes. A task is
+	// never sized past it, or it would fit nowhere.
+	Smallest map[string]Capacity
+}
+
+// Job is a managed job as Nomad has it now.
+type Job struct {
+	Key, Namespace, ID string
+	Priority           int
+	// Live says allocations of the job are placed and meant to run.
+	Live bool
+	// Held says the job carries the planner's hold.
+	Held bool
+	// Settled says an unheld job has waited long enough that Nomad is not
+	// about to place it: a write then would replace a new allocation.
+	Settled bool
+	// UserModel says the user chose the GPU model; it is never pinned.
+	UserModel bool
+	// Tasks is how many GPU tasks run the job, over all its allocations:
+	// the sizer's CPU and memory for the job are split among them.
+	Tasks int
+}
+
+// Change is one write to a job.
+type Change struct {
+	Job    int // index into the jobs and decisions given to Plan
+	Key    string
+	Action Action
+	Target rewrite.Target
+}
+
+// Plan returns the changes that carry out decisions, holds and preemptions
+// first: they free GPUs that the jobs started in the same round may need.
+// jobs and decisions are indexed alike.
+func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
+	var stops, rest []Change
+	for i, d := range decisions {
+		j := jobs[i]
+		want := rewrite.Target{Priority: policy.NomadPriority(d.Band), Hold: !d.Run}
+		c := Change{Job: i, Key: j.Key, Target: want}
+		switch {
+		case !d.Run && j.Live:
+			c.Action = Preempt
+		case !d.Run && !j.Held:
+			c.Action = Hold
+		case d.Run && j.Held && !j.Live:
+			c.Action, c.Target.Placement = Start, placement(inv, j, d)
+		case d.Run && !j.Held && !j.Live && j.Settled:
+			if pl := placement(inv, j, d); *pl != (rewrite.Placement{}) {
+				c.Action, c.Target.Placement = Place, pl
+			}
+		}
+		if c.Action == "" && want.Priority != j.Priority {
+			c.Action = Reprioritize
+		}
+		switch c.Action {
+		case "":
+		case Preempt, Hold:
+			stops = append(stops, c)
+		default:
+			rest = append(rest, c)
+		}
+	}
+	return append(stops, rest...)
+}
+
+// Give returns the change that hands a job the planner no longer manages
+// back to its user.
+func Give(key string) Change {
+	return Change{Job: -1, Key: key, Action: Restore, Target: rewrite.Target{Restore: true}}
+}
+
+// placement is where and with what a started job runs. An empty one
+// removes the pins and sizes of an earlier start.
+func placement(inv Inventory, j Job, d policy.Decision) *rewrite.Placement {
+	pl := &rewrite.Placement{}
+	// With one model in the cluster a model constraint only churns.
+	if len(inv.Offers) > 1 && !j.UserModel {
+		pl.Model = d.GPUModel
+	}
+	// A lane or whole-GPU pin only where the model comes both ways: where
+	// it comes one way, the wrong pin would make the job unplaceable.
+	if o, ok := inv.Offers[pl.Model]; ok && o.Lanes && o.Whole || pl.Model == "" && offersBoth(inv) {
+		lane := d.Lane
+		pl.Lane = &lane
+	}
+	if tasks := max(j.Tasks, 1); d.CPUs > 0 || d.MemoryGB > 0 {
+		limit, ok := inv.Smallest[d.GPUModel]
+		if !ok {
+			limit = inv.Smallest[""]
+		}
+		cpus, mem := d.CPUs/float64(tasks), d.MemoryGB/float64(tasks)
+		if limit.CPUs > 0 {
+			cpus = math.Min(cpus, limit.CPUs)
+		}
+		if limit.MemoryGB > 0 {
+			mem = math.Min(mem, limit.MemoryGB)
+		}
+		if cpus > 0 && inv.MHzPerCore > 0 {
+			pl.CPU = max(1, int(math.Round(cpus*inv.MHzPerCore)))
+		}
+		if mem > 0 {
+			pl.MemoryMB = max(1, int(math.Round(mem*1024)))
+		}
+	}
+	return pl
+}
+
+func offersBoth(inv Inventory) bool {
+	lanes, whole := false, false
+	for _, o := range inv.Offers {
+		lanes, whole = lanes || o.Lanes, whole || o.Whole
+	}
+	return lanes && whole
+}

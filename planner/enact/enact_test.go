@@ -1,0 +1,104 @@
+package enact
+
+import (
+	"testing"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
+	"github.com/shoenig/test/must"
+)
+
+func TestPlan(t *testing.T) {
+	one := Inventory{Offers: map[string]Offer{"T4": {Whole: true}}, MHzPerCore: 2000,
+		Smallest: map[string]Capacity{"": {CPUs: 8, MemoryGB: 32}, "T4": {CPUs: 8, MemoryGB: 32}}}
+	mixed := Inventory{Offers: map[string]Offer{"T4": {Whole: true}, "H100": {Lanes: true, Whole: true}}, MHzPerCore: 1000,
+		Smallest: map[string]Capacity{"": {CPUs: 4, MemoryGB: 16}, "T4": {CPUs: 4, MemoryGB: 16}, "H100": {CPUs: 16, MemoryGB: 64}}}
+	lane, whole := true, false
+	cases := []struct {
+		name string
+		inv  Inventory
+		job  Job
+		d    policy.Decision
+		want *Change // nil: no write
+	}{
+		{name: "pending job the policy does not run is held",
+			inv: one, job: Job{Priority: 80}, d: policy.Decision{},
+			want: &Change{Action: Hold, Target: rewrite.Target{Priority: 80, Hold: true}}},
+		{name: "held job that still waits is left alone",
+			inv: one, job: Job{Priority: 80, Held: true}, d: policy.Decision{}},
+		{name: "held job that waits changes band",
+			inv: one, job: Job{Priority: 80, Held: true}, d: policy.Decision{Band: 1},
+			want: &Change{Action: Reprioritize, Target: rewrite.Target{Priority: 70, Hold: true}}},
+		{name: "running job the policy preempts is held",
+			inv: one, job: Job{Priority: 80, Live: true}, d: policy.Decision{Band: 1},
+			want: &Change{Action: Preempt, Target: rewrite.Target{Priority: 70, Hold: true}}},
+		{name: "running job that keeps running is left alone",
+			inv: one, job: Job{Priority: 80, Live: true}, d: policy.Decision{Run: true}},
+		{name: "held job the policy runs is released, no pin on one model",
+			inv: one, job: Job{Priority: 50, Held: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{}}}},
+		{name: "released on a mixed cluster: pinned to the decided model",
+			inv: mixed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "T4"}}}},
+		{name: "released on a model offered as lanes and whole: lane pinned too",
+			inv: mixed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "H100", Lane: &lane}}}},
+		{name: "released with no model on a cluster of lanes and whole GPUs: whole pinned",
+			inv: mixed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Lane: &whole}}}},
+		{name: "user's own model is never pinned",
+			inv: mixed, job: Job{Priority: 80, Held: true, UserModel: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Lane: &whole}}}},
+		{name: "sized per task: the job's CPUs and memory split over its 2 tasks",
+			inv: mixed, job: Job{Priority: 80, Held: true, Tasks: 2}, d: policy.Decision{Run: true, GPUModel: "H100", CPUs: 12, MemoryGB: 40},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "H100", Lane: &whole, CPU: 6000, MemoryMB: 20480}}}},
+		{name: "sized never past the smallest node with the model",
+			inv: mixed, job: Job{Priority: 80, Held: true, Tasks: 1}, d: policy.Decision{Run: true, GPUModel: "T4", CPUs: 16, MemoryGB: 64},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "T4", CPU: 4000, MemoryMB: 16384}}}},
+		{name: "unheld job the policy runs that Nomad may place any moment: no write",
+			inv: mixed, job: Job{Priority: 80}, d: policy.Decision{Run: true, GPUModel: "T4"}},
+		{name: "unheld job that waited past the grace: placement written",
+			inv: mixed, job: Job{Priority: 80, Settled: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
+			want: &Change{Action: Place, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "T4"}}}},
+		{name: "unheld settled job with nothing to pin: priority only",
+			inv: one, job: Job{Priority: 50, Settled: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
+			want: &Change{Action: Reprioritize, Target: rewrite.Target{Priority: 80}}},
+		{name: "released job that Nomad has not placed yet and the policy still runs: no write",
+			inv: one, job: Job{Priority: 80}, d: policy.Decision{Run: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.job.Key = "default/j"
+			got := Plan(tc.inv, []Job{tc.job}, []policy.Decision{tc.d})
+			if tc.want == nil {
+				must.SliceEmpty(t, got)
+				return
+			}
+			tc.want.Key = "default/j"
+			must.Len(t, 1, got)
+			must.Eq(t, *tc.want, got[0])
+		})
+	}
+}
+
+// Holds and preemptions come before starts, so that the GPUs they free are
+// free when Nomad evaluates the jobs started in their place.
+func TestPlanStopsFirst(t *testing.T) {
+	inv := Inventory{Offers: map[string]Offer{"T4": {Whole: true}}}
+	jobs := []Job{{Key: "a", Held: true}, {Key: "b", Live: true}, {Key: "c"}, {Key: "d", Held: true}}
+	ds := []policy.Decision{{Run: true}, {}, {}, {Run: true}}
+	got := Plan(inv, jobs, ds)
+	var order []string
+	for _, c := range got {
+		order = append(order, c.Key+":"+string(c.Action))
+	}
+	must.Eq(t, []string{"b:preempt", "c:hold", "a:start", "d:start"}, order)
+	must.Eq(t, 3, got[3].Job, must.Sprint("Job indexes the input"))
+}
+
+func TestGive(t *testing.T) {
+	c := Give("default/x")
+	must.Eq(t, Restore, c.Action)
+	must.True(t, c.Target.Restore)
+	must.Eq(t, -1, c.Job)
+}
