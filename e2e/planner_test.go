@@ -186,7 +186,9 @@ func TestPlannerDemotesAndPreempts(t *testing.T) {
 	preempted := false
 	longDone := false
 	for _, a := range longAllocs {
-		preempted = preempted || a.DesiredStatus == "evict" || a.PreemptedByAllocation != ""
+		// The planner preempts by holding the job, which makes Nomad stop
+		// the allocation; Nomad's own preemption evicts it.
+		preempted = preempted || a.DesiredStatus == "stop" || a.DesiredStatus == "evict" || a.PreemptedByAllocation != ""
 		longDone = longDone || a.ClientStatus == "complete" && a.DesiredStatus == "run"
 	}
 	must.True(t, preempted, must.Sprintf("long's allocations: %+v", longAllocs))

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 	"strconv"
 	"time"
 
@@ -58,8 +60,19 @@ func Build(in Inputs, selectJob Selector) *State {
 			Policy: policy, Priority: stub.Priority, JobModifyIndex: stub.JobModifyIndex,
 			Submitted: time.Unix(0, stub.SubmitTime), Profile: stub.Meta[MetaProfile],
 		}
-		if v, err := strconv.ParseUint(stub.Meta[MetaGPUMemory], 10, 64); err == nil {
-			j.GPUMemoryMiB = v
+		if v, ok := stub.Meta[MetaGPUMemory]; ok {
+			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+				j.GPUMemoryMiB = n
+			} else {
+				j.Warnings = append(j.Warnings, fmt.Sprintf("meta %s = %q: must be MiB as a whole number", MetaGPUMemory, v))
+			}
+		}
+		if v, ok := stub.Meta[MetaDuration]; ok {
+			if d, err := ParseDuration(v); err == nil {
+				j.Duration = d
+			} else {
+				j.Warnings = append(j.Warnings, err.Error())
+			}
 		}
 		if spec := in.Specs[j.Key()]; spec != nil {
 			j.Spec = spec
@@ -166,8 +179,8 @@ func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now ti
 // executed an hour, not N hours; Attained is each allocation's run time ×
 // its GPU share, which is the job's GPUs × that hour when they ran together.
 func (j *Job) account(now time.Time) {
-	type span struct{ from, to time.Time }
-	var spans []span
+	var all []span
+	byModel := map[string][]span{}
 	for _, a := range j.Allocs {
 		if a.Started.IsZero() {
 			continue
@@ -179,24 +192,17 @@ func (j *Job) account(now time.Time) {
 		if !end.After(a.Started) {
 			continue
 		}
-		spans = append(spans, span{a.Started, end})
+		sp := span{a.Started, end}
+		all = append(all, sp)
+		byModel[a.Model] = append(byModel[a.Model], sp)
 		j.Attained += end.Sub(a.Started).Seconds() * a.GPUShare
 	}
-	sort.Slice(spans, func(i, k int) bool { return spans[i].from.Before(spans[k].from) })
-	var cur span
-	for k, sp := range spans {
-		switch {
-		case k == 0:
-			cur = sp
-		case sp.from.After(cur.to):
-			j.Executed += cur.to.Sub(cur.from).Seconds()
-			cur = sp
-		case sp.to.After(cur.to):
-			cur.to = sp.to
+	j.Executed = unionSeconds(all)
+	for m, spans := range byModel {
+		if j.ExecutedOn == nil {
+			j.ExecutedOn = map[string]float64{}
 		}
-	}
-	if len(spans) > 0 {
-		j.Executed += cur.to.Sub(cur.from).Seconds()
+		j.ExecutedOn[m] = unionSeconds(spans)
 	}
 	if !j.Submitted.IsZero() {
 		j.Waiting = now.Sub(j.Submitted).Seconds() - j.Executed
@@ -204,4 +210,28 @@ func (j *Job) account(now time.Time) {
 			j.Waiting = 0
 		}
 	}
+}
+
+type span struct{ from, to time.Time }
+
+// unionSeconds is the length of the union of spans.
+func unionSeconds(spans []span) float64 {
+	sort.Slice(spans, func(i, k int) bool { return spans[i].from.Before(spans[k].from) })
+	total := 0.0
+	var cur span
+	for k, sp := range spans {
+		switch {
+		case k == 0:
+			cur = sp
+		case sp.from.After(cur.to):
+			total += cur.to.Sub(cur.from).Seconds()
+			cur = sp
+		case sp.to.After(cur.to):
+			cur.to = sp.to
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.to.Sub(cur.from).Seconds()
+	}
+	return total
 }

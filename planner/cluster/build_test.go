@@ -77,3 +77,37 @@ func TestGPUTasks(t *testing.T) {
 	must.Eq(t, 3, RequestedGPUs(job))
 	must.Eq(t, 0, GPUTasks(nil))
 }
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]float64{"90": 90, "90s": 90, "2h": 7200, " 1.5 ": 1.5, "0": 0} {
+		got, err := ParseDuration(in)
+		must.NoError(t, err, must.Sprint(in))
+		must.Eq(t, want, got)
+	}
+	for _, in := range []string{"", "soon", "-5", "-1s", "NaN", "Inf"} {
+		_, err := ParseDuration(in)
+		must.ErrorContains(t, err, MetaDuration, must.Sprint(in))
+	}
+}
+
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"90", "2h", "1e3", "-1", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		if err == nil && (d < 0 || d != d) {
+			t.Fatalf("%q gave %v", s, d)
+		}
+	})
+}
+
+// Bad meta is named in the job's warnings, not dropped in silence.
+func TestBuildWarnsOfBadMeta(t *testing.T) {
+	stub := &api.JobListStub{ID: "j", Type: "batch", Status: "pending",
+		Meta: map[string]string{MetaDuration: "soon", MetaGPUMemory: "lots"}}
+	s := Build(Inputs{Now: time.Now(), Jobs: []*api.JobListStub{stub}}, everyJob)
+	must.Len(t, 2, s.Jobs[0].Warnings)
+	must.StrContains(t, s.Jobs[0].Warnings[0], MetaGPUMemory)
+	must.StrContains(t, s.Jobs[0].Warnings[1], MetaDuration)
+}

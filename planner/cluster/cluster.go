@@ -4,6 +4,8 @@
 package cluster
 
 import (
+	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +20,10 @@ const (
 	MetaPolicy = "caravan.policy"
 	// MetaProfile names the job's throughput and sensitivity profile.
 	MetaProfile = "caravan.profile"
+	// MetaDuration is the job's expected run time on its fastest GPU model,
+	// as a duration ("90s", "2h") or seconds: the remaining-time policies
+	// (srtf, srsf, hare) and matching read it.
+	MetaDuration = "caravan.duration"
 	// MetaGPUMemory is the GPU memory the job needs, in MiB.
 	MetaGPUMemory = "caravan.gpu_memory"
 	// MetaManageService opts a service job in: "true" lets the planner
@@ -152,12 +158,19 @@ type Job struct {
 	// GPUs is the number of device instances the job asks for in all.
 	GPUs         int
 	GPUMemoryMiB uint64
-	Allocs       []*Alloc
+	// Duration is the expected run time in seconds from MetaDuration; 0
+	// when unknown.
+	Duration float64
+	// Warnings name the job's meta the planner could not read.
+	Warnings []string
+	Allocs   []*Alloc
 	// Attained is the GPU-seconds of service the job has had so far.
 	Attained float64
 	// Executed is the wall time the job has run, in seconds: the time any
 	// of its allocations ran, counted once however many ran together.
 	Executed float64
+	// ExecutedOn splits Executed by the GPU model the job ran on.
+	ExecutedOn map[string]float64
 	// Waiting is the time since submission spent not running, in seconds.
 	Waiting float64
 	// Spec is the full job as last read; nil when only the stub is known.
@@ -166,11 +179,39 @@ type Job struct {
 	Held bool
 }
 
+// ParseDuration reads MetaDuration: a Go duration or a number of seconds.
+func ParseDuration(v string) (float64, error) {
+	v = strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+			return 0, fmt.Errorf("meta %s = %q: must be a positive duration", MetaDuration, v)
+		}
+		return f, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("meta %s = %q: must be a duration like \"90s\" or \"2h\", or seconds", MetaDuration, v)
+	}
+	return d.Seconds(), nil
+}
+
 // ServiceOptIn reports whether a service job's meta lets the planner manage
 // it.
 func ServiceOptIn(meta map[string]string) bool {
 	v, _ := strconv.ParseBool(meta[MetaManageService])
 	return v
+}
+
+// Finishing reports whether an allocation of the job completed on its own
+// while others still run. Any new version of a batch job makes Nomad run
+// the completed allocations of older versions again, so such a job must not
+// be rewritten.
+func (j *Job) Finishing() bool {
+	done := false
+	for _, a := range j.Allocs {
+		done = done || a.ClientStatus == "complete" && (a.DesiredStatus == "" || a.DesiredStatus == "run")
+	}
+	return done && j.Running()
 }
 
 // Key is namespace/id.

@@ -77,6 +77,10 @@ type Job struct {
 	// Settled says an unheld job has waited long enough that Nomad is not
 	// about to place it: a write then would replace a new allocation.
 	Settled bool
+	// Finishing says some of the job's allocations completed while others
+	// still run: a new version would run the completed ones again, so the
+	// job is left alone.
+	Finishing bool
 	// UserModel says the user chose the GPU model; it is never pinned.
 	UserModel bool
 	// Tasks is how many GPU tasks run the job, over all its allocations:
@@ -99,6 +103,9 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
 	var stops, rest []Change
 	for i, d := range decisions {
 		j := jobs[i]
+		if j.Finishing {
+			continue
+		}
 		want := rewrite.Target{Priority: policy.NomadPriority(d.Band), Hold: !d.Run}
 		c := Change{Job: i, Key: j.Key, Target: want}
 		switch {

@@ -32,6 +32,8 @@ func TestPlan(t *testing.T) {
 		{name: "running job the policy preempts is held",
 			inv: one, job: Job{Priority: 80, Live: true}, d: policy.Decision{Band: 1},
 			want: &Change{Action: Preempt, Target: rewrite.Target{Priority: 70, Hold: true}}},
+		{name: "job whose allocations are finishing is never rewritten",
+			inv: one, job: Job{Priority: 80, Live: true, Finishing: true}, d: policy.Decision{Band: 2}},
 		{name: "running job that keeps running is left alone",
 			inv: one, job: Job{Priority: 80, Live: true}, d: policy.Decision{Run: true}},
 		{name: "held job the policy runs is released, no pin on one model",

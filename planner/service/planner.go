@@ -471,7 +471,7 @@ func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.
 		// replace its new allocation.
 		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
 		jobs[i] = enact.Job{Key: j.Key(), Namespace: j.Namespace, ID: j.ID, Priority: j.Priority,
-			Live: j.Running(), Held: j.Held, Settled: settled, UserModel: rewrite.UserModel(j.Spec),
+			Live: j.Running(), Held: j.Held, Settled: settled, Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
 			Tasks: cluster.GPUTasks(j.Spec)}
 	}
 	changes := enact.Plan(inv, jobs, r.Decisions)
@@ -674,6 +674,9 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 
 func reasonFor(t target, clusterPolicy string) string {
 	reason := t.decision.Reason
+	if len(t.job.Warnings) > 0 {
+		reason += "; ignored " + strings.Join(t.job.Warnings, "; ")
+	}
 	if t.job.Policy != clusterPolicy && t.job.Policy != "" {
 		reason += fmt.Sprintf(" (job asks for policy %q; the cluster runs %q)", t.job.Policy, clusterPolicy)
 	}

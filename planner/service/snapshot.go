@@ -92,12 +92,31 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		if pj.Wait < 0 {
 			pj.Wait = 0
 		}
-		if p, ok := in.profiles[j.Profile]; ok && len(p.Throughput) > 0 {
+		p, profiled := in.profiles[j.Profile]
+		profiled = profiled && len(p.Throughput) > 0
+		switch {
+		case profiled && j.Duration > 0:
+			// Work in the profile's unit: the duration on the fastest
+			// model at its rate, less what each model has done.
 			pj.Throughput = p.Throughput
-			// A live job's remaining work is unknown; one unit makes the
-			// time on each model its inverse throughput, which is what
-			// speedup matching compares.
+			best := 0.0
+			for _, r := range p.Throughput {
+				best = max(best, r)
+			}
+			done := 0.0
+			for m, t := range j.ExecutedOn {
+				done += t * p.Throughput[m]
+			}
+			pj.RemainingWork = max(j.Duration*best-done, 1e-9)
+			pj.Remaining = pj.RemainingWork / best
+		case profiled:
+			pj.Throughput = p.Throughput
+			// The remaining work is unknown; one unit makes the time on
+			// each model its inverse throughput, which is what speedup
+			// matching compares.
 			pj.RemainingWork = 1
+		case j.Duration > 0:
+			pj.Remaining = max(j.Duration-j.Executed, 0)
 		}
 		snap.Jobs = append(snap.Jobs, pj)
 		index = append(index, j)
