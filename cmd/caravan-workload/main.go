@@ -1,7 +1,8 @@
 // Command caravan-workload is a synthetic deep-learning training job: it
 // holds persistent and cyclic ephemeral GPU memory on the simulated backend,
 // reports iterations/s as JSON lines, and can misbehave on purpose. It reads
-// its GPU and budget from the caravan env contract.
+// its GPU, its GPU's model and its budget from the caravan env contract, and
+// with -checkpoint resumes where an earlier run of the same job stopped.
 package main
 
 import (
@@ -30,8 +31,16 @@ func main() {
 	flag.Uint64Var(&c.LeakMiB, "leak-mib", 256, "memory leaked per iteration in leak mode")
 	flag.StringVar(&c.GPU, "gpu", "", "GPU UUID (default: from the caravan env)")
 	flag.StringVar(&c.ProgressFile, "progress-file", "", "file rewritten with the latest progress JSON")
+	flag.StringVar(&c.Checkpoint, "checkpoint", "", "file to resume from and rewrite after each iteration")
+	speeds := flag.String("speed", "", "MODEL=FACTOR,...: iterations are FACTOR times shorter on GPU model MODEL (from $CARAVAN_GPU_MODEL); other models take the smallest factor")
+	flag.StringVar(&c.GPUModel, "gpu-model", "", "GPU model for -speed (default: $CARAVAN_GPU_MODEL)")
 	flag.Parse()
 	c.Mode = workload.Mode(mode)
+	var err error
+	if c.Speed, err = workload.ParseSpeeds(*speeds); err != nil {
+		fmt.Fprintln(os.Stderr, "caravan-workload: -speed:", err)
+		os.Exit(2)
+	}
 
 	env := map[string]string{}
 	for _, kv := range os.Environ() {

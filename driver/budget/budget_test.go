@@ -40,8 +40,10 @@ func TestPlanAndEnv(t *testing.T) {
 	b, err := Plan(grants, 0, PolicyKill)
 	must.NoError(t, err)
 	must.SliceLen(t, 2, b.GPUs)
-	env := Env(grants, b, EnvOptions{MPS: true, FrameworkHints: true, DeviceMemoryMiB: map[string]uint64{"GPU-a": 80000, "GPU-b": 16000}})
+	env := Env(grants, b, EnvOptions{MPS: true, FrameworkHints: true, DeviceMemoryMiB: map[string]uint64{"GPU-a": 80000, "GPU-b": 16000},
+		DeviceModel: map[string]string{"GPU-a": "NVIDIA H100 80GB HBM3", "GPU-b": "Tesla T4"}})
 	must.Eq(t, "GPU-a,GPU-b", env["CUDA_VISIBLE_DEVICES"])
+	must.Eq(t, "NVIDIA H100 80GB HBM3", env[ModelEnv])
 	must.Eq(t, "0=40000M,1=8000M", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
 	must.Eq(t, "50", env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
 	must.Eq(t, "0.500", env["XLA_PYTHON_CLIENT_MEM_FRACTION"])

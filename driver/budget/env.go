@@ -18,7 +18,13 @@ type EnvOptions struct {
 	FrameworkHints bool
 	// DeviceMemoryMiB is each GPU's total memory, for memory fractions.
 	DeviceMemoryMiB map[string]uint64
+	// DeviceModel is each GPU's model name, by UUID.
+	DeviceModel map[string]string
 }
+
+// ModelEnv names the model of the task's first granted GPU (in
+// CUDA_VISIBLE_DEVICES order), so that a task can tell how fast its GPU is.
+const ModelEnv = "CARAVAN_GPU_MODEL"
 
 // ownedPrefixes and ownedNames are the variables the driver owns. Values a
 // job sets for them are dropped, so a task cannot raise its own budget (or
@@ -81,6 +87,9 @@ func Env(grants []reservation.Grant, b Budget, opts EnvOptions) map[string]strin
 		env["CUDA_VISIBLE_DEVICES"] = v
 		env["NVIDIA_VISIBLE_DEVICES"] = v
 		visible = strings.Split(v, ",")
+		if m := opts.DeviceModel[visible[0]]; m != "" {
+			env[ModelEnv] = m
+		}
 	}
 	if !b.Enforced() {
 		return env

@@ -306,7 +306,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 	env := budget.TaskEnv(cfg.Env, cfg.DeviceEnv, grants, spec.Budget, budget.EnvOptions{
 		MPS: mpsActive(s), MPSPipeDirectory: s.MPSPipeDirectory,
-		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend),
+		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend), DeviceModel: deviceModels(backend),
 	})
 	env[lane.IterationEnv] = spec.IterationFile
 	if spec.Lane != nil {
@@ -405,6 +405,21 @@ func deviceMemory(b gpu.Backend) map[string]uint64 {
 	out := make(map[string]uint64, len(devs))
 	for _, dev := range devs {
 		out[dev.UUID] = dev.MemoryMiB
+	}
+	return out
+}
+
+func deviceModels(b gpu.Backend) map[string]string {
+	if b == nil {
+		return nil
+	}
+	devs, err := b.Devices()
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]string, len(devs))
+	for _, dev := range devs {
+		out[dev.UUID] = dev.Model
 	}
 	return out
 }

@@ -9,6 +9,16 @@
 // file that is rewritten atomically after every iteration:
 //
 //	{"iteration":12,"iterations":100,"its_per_sec":9.8,"gpu_memory_mib":5120,"elapsed_s":1.22,"done":false}
+//
+// With a checkpoint file the run resumes: it reads the last finished
+// iteration from the file at start, continues after it, and rewrites the
+// file atomically after each iteration, so a job that is stopped and placed
+// again keeps its progress (less the iteration it was in). The checkpoint
+// has the progress line's format.
+//
+// A run can be faster or slower on some GPU models: Speed maps a model (as
+// the driver names it in CARAVAN_GPU_MODEL) to a factor by which iterations
+// go faster there.
 package workload
 
 import (
@@ -20,12 +30,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/driver/budget"
 )
 
 // Mode is how the workload behaves.
@@ -62,6 +75,16 @@ type Config struct {
 	ProgressFile string
 	// IterationFile is where iteration boundaries are marked.
 	IterationFile string
+	// Checkpoint, when set, is read at start to resume after the last
+	// finished iteration and rewritten after each iteration.
+	Checkpoint string
+
+	// Speed is the factor by which an iteration is shorter on a GPU model:
+	// IterationTime / Speed[GPUModel]. A model it does not name runs at the
+	// smallest factor given; no factors at all means 1 everywhere.
+	Speed map[string]float64
+	// GPUModel is the model of the GPU the run holds (CARAVAN_GPU_MODEL).
+	GPUModel string
 }
 
 // Progress is one JSON line of progress.
@@ -98,7 +121,70 @@ func (c *Config) FromEnv(env map[string]string) error {
 	if c.IterationFile == "" {
 		c.IterationFile = env["CARAVAN_ITERATION_FILE"]
 	}
+	if c.GPUModel == "" {
+		c.GPUModel = env[budget.ModelEnv]
+	}
 	return nil
+}
+
+// SpeedFactor is the factor of c.GPUModel: its entry in Speed, else the
+// smallest factor in Speed, else 1.
+func (c Config) SpeedFactor() float64 {
+	if len(c.Speed) == 0 {
+		return 1
+	}
+	if f, ok := c.Speed[c.GPUModel]; ok {
+		return f
+	}
+	slowest := 0.0
+	for _, f := range c.Speed {
+		if slowest == 0 || f < slowest {
+			slowest = f
+		}
+	}
+	return slowest
+}
+
+// ParseSpeeds reads "MODEL=FACTOR,MODEL=FACTOR" (a model may hold spaces,
+// not commas; the factor follows the last '='). Factors must be positive.
+func ParseSpeeds(s string) (map[string]float64, error) {
+	out := map[string]float64{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		i := strings.LastIndex(part, "=")
+		if i < 0 {
+			return nil, fmt.Errorf("%q is not MODEL=FACTOR", part)
+		}
+		model := strings.TrimSpace(part[:i])
+		f, err := strconv.ParseFloat(strings.TrimSpace(part[i+1:]), 64)
+		switch {
+		case model == "":
+			return nil, fmt.Errorf("%q has no model", part)
+		case err != nil || !(f > 0) || f > 1e9:
+			return nil, fmt.Errorf("%q: factor must be a positive number", part)
+		}
+		if _, dup := out[model]; dup {
+			return nil, fmt.Errorf("model %q given twice", model)
+		}
+		out[model] = f
+	}
+	return out, nil
+}
+
+// FormatSpeeds writes factors as ParseSpeeds reads them, sorted by model.
+func FormatSpeeds(speeds map[string]float64) string {
+	models := make([]string, 0, len(speeds))
+	for m := range speeds {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	parts := make([]string, len(models))
+	for i, m := range models {
+		parts[i] = m + "=" + strconv.FormatFloat(speeds[m], 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
 }
 
 // Validate names the first bad field.
@@ -116,7 +202,35 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("mode: unknown mode %q", c.Mode)
 	}
+	for m, f := range c.Speed {
+		if !(f > 0) {
+			return fmt.Errorf("speed: factor of %q must be positive, got %g", m, f)
+		}
+	}
 	return nil
+}
+
+// ReadCheckpoint returns the last finished iteration recorded in path: 0
+// when the file does not exist yet.
+func ReadCheckpoint(path string, iterations int) (int, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	var p Progress
+	if err := json.Unmarshal(data, &p); err != nil {
+		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	switch {
+	case p.Iterations != iterations:
+		return 0, fmt.Errorf("checkpoint %s is of a run of %d iterations, this one has %d", path, p.Iterations, iterations)
+	case p.Iteration < 0 || p.Iteration > iterations:
+		return 0, fmt.Errorf("checkpoint %s: iteration %d is outside 0..%d", path, p.Iteration, iterations)
+	}
+	return p.Iteration, nil
 }
 
 // Run runs the workload, writing progress to out.
@@ -131,11 +245,24 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	mem := &recorder{cfg: c, pid: pid}
 	defer mem.release()
 	enc := json.NewEncoder(out)
+	first := 1
+	if c.Checkpoint != "" {
+		done, err := ReadCheckpoint(c.Checkpoint, c.Iterations)
+		if err != nil {
+			return err
+		}
+		if done > 0 {
+			_ = enc.Encode(Progress{Iteration: done, Iterations: c.Iterations, Done: done == c.Iterations,
+				Event: "resumed from checkpoint"})
+		}
+		first = done + 1
+	}
 	start := time.Now()
 	var leaked uint64
 	mem.set(c.PersistentMiB)
-	step := c.IterationTime / time.Duration(2*c.Steps)
-	for it := 1; it <= c.Iterations; it++ {
+	iteration := time.Duration(float64(c.IterationTime) / c.SpeedFactor())
+	step := iteration / time.Duration(2*c.Steps)
+	for it := first; it <= c.Iterations; it++ {
 		// Forward: activations pile up; backward: they are freed.
 		for s := 1; s <= c.Steps; s++ {
 			if err := sleep(ctx, step); err != nil {
@@ -163,8 +290,13 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		}
 		markIteration(c.IterationFile, it)
 		elapsed := time.Since(start).Seconds()
-		p := Progress{Iteration: it, Iterations: c.Iterations, ItsPerSec: float64(it) / elapsed,
+		p := Progress{Iteration: it, Iterations: c.Iterations, ItsPerSec: float64(it-first+1) / elapsed,
 			GPUMemory: mem.current, Elapsed: elapsed, Done: it == c.Iterations}
+		if c.Checkpoint != "" {
+			if err := writeAtomic(c.Checkpoint, p); err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+		}
 		_ = enc.Encode(p)
 		writeProgress(c.ProgressFile, p)
 		if c.Mode == ModeCrash && it >= c.ExceedAfter {
@@ -223,12 +355,26 @@ func writeProgress(path string, p Progress) {
 	if path == "" {
 		return
 	}
+	_ = writeAtomic(path, p)
+}
+
+// writeAtomic replaces path with p's JSON line through a rename, so that a
+// reader (or a resumed run) never sees half a file.
+func writeAtomic(path string, p Progress) error {
 	data, _ := json.Marshal(p)
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".progress-")
 	if err != nil {
-		return
+		return err
 	}
-	_, _ = tmp.Write(append(data, '\n'))
-	tmp.Close()
-	_ = os.Rename(tmp.Name(), path)
+	_, err = tmp.Write(append(data, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
 }

@@ -1,0 +1,215 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+func progressLines(t *testing.T, out string) []Progress {
+	t.Helper()
+	var ps []Progress
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var p Progress
+		must.NoError(t, json.Unmarshal([]byte(line), &p), must.Sprint(line))
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// A run stopped part way resumes after its last finished iteration, and
+// the two runs together do every iteration exactly once.
+func TestCheckpointResume(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "job.json")
+	c := Config{Iterations: 10, IterationTime: 20 * time.Millisecond, Steps: 1, Mode: ModeNormal, Checkpoint: ckpt}
+
+	// First run: stopped after some iterations, as a preempted task is.
+	ctx, cancel := context.WithCancel(context.Background())
+	var first bytes.Buffer
+	go func() {
+		for {
+			if n, _ := ReadCheckpoint(ckpt, 10); n >= 4 {
+				cancel()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	err := Run(ctx, c, &first)
+	must.ErrorIs(t, err, context.Canceled)
+	done, err := ReadCheckpoint(ckpt, 10)
+	must.NoError(t, err)
+	must.Between(t, 4, done, 9)
+	ran := progressLines(t, first.String())
+	must.Eq(t, done, ran[len(ran)-1].Iteration)
+
+	// Second run: continues after the checkpoint and finishes.
+	var second bytes.Buffer
+	must.NoError(t, Run(context.Background(), c, &second))
+	ps := progressLines(t, second.String())
+	must.Eq(t, "resumed from checkpoint", ps[0].Event)
+	must.Eq(t, done, ps[0].Iteration)
+	var its []int
+	for _, p := range ps[1:] {
+		its = append(its, p.Iteration)
+	}
+	must.Len(t, 10-done, its)
+	must.Eq(t, done+1, its[0])
+	must.True(t, ps[len(ps)-1].Done)
+	final, err := ReadCheckpoint(ckpt, 10)
+	must.NoError(t, err)
+	must.Eq(t, 10, final)
+
+	// A third run has nothing left to do and returns at once.
+	var third bytes.Buffer
+	start := time.Now()
+	must.NoError(t, Run(context.Background(), c, &third))
+	must.Less(t, 20*time.Millisecond, time.Since(start))
+	ps = progressLines(t, third.String())
+	must.Len(t, 1, ps)
+	must.True(t, ps[0].Done)
+}
+
+func TestReadCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		must.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+		return p
+	}
+	cases := []struct {
+		name, path string
+		want       int
+		err        string
+	}{
+		{"missing file starts from zero", filepath.Join(dir, "none.json"), 0, ""},
+		{"resumes after iteration 7", write("ok.json", `{"iteration":7,"iterations":10}`), 7, ""},
+		{"another job's checkpoint", write("other.json", `{"iteration":7,"iterations":50}`), 0, "of a run of 50 iterations, this one has 10"},
+		{"iteration out of range", write("range.json", `{"iteration":11,"iterations":10}`), 0, "outside 0..10"},
+		{"not JSON", write("bad.json", `half a`), 0, "bad.json"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ReadCheckpoint(tc.path, 10)
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+		})
+	}
+}
+
+// An unwritable checkpoint stops the run with an error naming it, rather
+// than running on with progress that a resume would lose.
+func TestCheckpointUnwritable(t *testing.T) {
+	c := Config{Iterations: 2, IterationTime: time.Millisecond, Steps: 1, Mode: ModeNormal,
+		Checkpoint: filepath.Join(t.TempDir(), "no", "such", "dir", "job.json")}
+	err := Run(context.Background(), c, &bytes.Buffer{})
+	must.ErrorContains(t, err, "checkpoint")
+}
+
+func TestSpeedFactor(t *testing.T) {
+	speeds := map[string]float64{"V100": 1, "P100": 0.5, "K80": 0.25}
+	cases := []struct {
+		name   string
+		speeds map[string]float64
+		model  string
+		want   float64
+	}{
+		{"no factors", nil, "V100", 1},
+		{"named model", speeds, "P100", 0.5},
+		{"unnamed model runs at the slowest factor", speeds, "T4", 0.25},
+		{"unknown model", speeds, "", 0.25},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, Config{Speed: tc.speeds, GPUModel: tc.model}.SpeedFactor())
+		})
+	}
+}
+
+// Iterations on a model with factor 0.5 take twice as long.
+func TestSpeedSlowsIterations(t *testing.T) {
+	c := Config{Iterations: 4, IterationTime: 20 * time.Millisecond, Steps: 1, Mode: ModeNormal,
+		Speed: map[string]float64{"fast": 1, "slow": 0.5}, GPUModel: "slow"}
+	start := time.Now()
+	must.NoError(t, Run(context.Background(), c, &bytes.Buffer{}))
+	must.GreaterEq(t, 160*time.Millisecond, time.Since(start))
+}
+
+func TestParseSpeeds(t *testing.T) {
+	cases := []struct {
+		in   string
+		want map[string]float64
+		err  string
+	}{
+		{"", map[string]float64{}, ""},
+		{"V100=1,P100=0.42", map[string]float64{"V100": 1, "P100": 0.42}, ""},
+		{"Tesla T4=0.3, NVIDIA H100 80GB HBM3=2", map[string]float64{"Tesla T4": 0.3, "NVIDIA H100 80GB HBM3": 2}, ""},
+		{"a=b=2", map[string]float64{"a=b": 2}, ""},
+		{"V100", nil, "not MODEL=FACTOR"},
+		{"=1", nil, "no model"},
+		{"V100=0", nil, "positive"},
+		{"V100=-1", nil, "positive"},
+		{"V100=NaN", nil, "positive"},
+		{"V100=fast", nil, "positive"},
+		{"V100=1,V100=2", nil, "twice"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSpeeds(tc.in)
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+			again, err := ParseSpeeds(FormatSpeeds(got))
+			must.NoError(t, err)
+			must.Eq(t, got, again)
+		})
+	}
+}
+
+// ParseSpeeds never panics, and what it accepts survives a round trip
+// through FormatSpeeds.
+func FuzzParseSpeeds(f *testing.F) {
+	for _, s := range []string{"", "V100=1,P100=0.5", "Tesla T4=0.3", "a=b=2", "=", ",,", "x=1e308"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseSpeeds(s)
+		if err != nil {
+			return
+		}
+		for m, v := range got {
+			if m == "" || !(v > 0) {
+				t.Fatalf("ParseSpeeds(%q) accepted %q=%g", s, m, v)
+			}
+		}
+		again, err := ParseSpeeds(FormatSpeeds(got))
+		if err != nil {
+			t.Fatalf("round trip of %q: %v", s, err)
+		}
+		if len(again) != len(got) {
+			t.Fatalf("round trip of %q: %v != %v", s, again, got)
+		}
+		for m, v := range got {
+			if again[m] != v {
+				t.Fatalf("round trip of %q: %v != %v", s, again, got)
+			}
+		}
+	})
+}
