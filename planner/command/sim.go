@@ -20,7 +20,6 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/sim"
-	"github.com/caravan-gpu/caravan/planner/trace"
 )
 
 func init() {
@@ -75,37 +74,25 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
 }
 
 type simFlags struct {
-	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
-	queueCuts, out, plot                                                         string
-	promoteKnob, fairness, preemptionCost, load                                  float64
-	lanes, laneMemory, jobs                                                      int
-	seed                                                                         uint64
-	json, progress                                                               bool
+	traceFlags
+	out, plot         string
+	preemptionCost    float64
+	lanes, laneMemory int
+	json, progress    bool
 }
 
 func (c *simCommand) Run(args []string) int {
 	var f simFlags
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.trace, "trace", "", "")
-	fs.StringVar(&f.format, "format", "", "")
-	fs.StringVar(&f.cluster, "cluster", "", "")
-	fs.StringVar(&f.policies, "policy", "", "")
+	f.traceFlags.register(fs)
 	fs.StringVar(&f.compat, "compat", "", "")
-	fs.StringVar(&f.jobSizes, "job-sizes", "", "")
-	fs.StringVar(&f.throughputs, "throughputs", "", "")
 	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
-	fs.StringVar(&f.queueCuts, "queue-cuts", "", "")
 	fs.StringVar(&f.out, "out", "", "")
 	fs.StringVar(&f.plot, "plot", "", "")
-	fs.Float64Var(&f.promoteKnob, "promote-knob", 0, "")
-	fs.Float64Var(&f.fairness, "fairness", 0, "")
 	fs.Float64Var(&f.preemptionCost, "preemption-cost", 0, "")
-	fs.Float64Var(&f.load, "load", 374, "")
 	fs.IntVar(&f.lanes, "lanes", 0, "")
 	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
-	fs.IntVar(&f.jobs, "jobs", 10000, "")
-	fs.Uint64Var(&f.seed, "seed", 1, "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.BoolVar(&f.progress, "progress", false, "")
 	if err := fs.Parse(args); err != nil {
@@ -135,36 +122,16 @@ func (c *simCommand) usage(msg string) int {
 
 // check validates flags that need no file access.
 func (f *simFlags) check() string {
+	if msg := f.traceFlags.check(); msg != "" {
+		return msg
+	}
 	switch {
-	case f.cluster == "":
-		return "flag -cluster is required"
-	case f.policies == "":
-		return "flag -policy is required"
 	case f.compat != "" && f.compat != "tiresias":
 		return fmt.Sprintf("flag -compat: unknown mode %q (want tiresias)", f.compat)
-	case f.promoteKnob < 0:
-		return "flag -promote-knob must not be negative"
-	case f.fairness < 0 || f.fairness > 1:
-		return "flag -fairness must be in [0,1]"
 	case f.preemptionCost < 0:
 		return "flag -preemption-cost must not be negative"
 	case f.lanes < 0 || f.laneMemory < 0:
 		return "flags -lanes and -lane-memory must not be negative"
-	case f.jobs <= 0:
-		return "flag -jobs must be positive"
-	case f.load <= 0:
-		return "flag -load must be positive"
-	}
-	switch f.format {
-	case "", "tiresias", "philly", "gavel", "synthetic":
-	default:
-		return fmt.Sprintf("flag -format: unknown format %q (want tiresias, philly, gavel or synthetic)", f.format)
-	}
-	if f.trace == "" && f.format != "" && f.format != "synthetic" {
-		return "flag -format " + f.format + " needs -trace"
-	}
-	if _, err := parseCuts(f.queueCuts); err != nil {
-		return "flag -queue-cuts: " + err.Error()
 	}
 	return ""
 }
@@ -198,64 +165,36 @@ type simReport struct {
 	Policies []policyReport `json:"policies"`
 }
 
+// add appends a run's line, with its average JCT over the first run's.
+func (rep *simReport) add(res *sim.Result) {
+	pr := policyReport{Summary: res.Summary}
+	if len(rep.Policies) == 0 {
+		pr.AvgJCTRatio = 1
+		if res.Summary.AvgJCT <= 0 {
+			pr.AvgJCTRatio = 0
+		}
+	} else if first := rep.Policies[0].AvgJCT; first > 0 {
+		pr.AvgJCTRatio = res.Summary.AvgJCT / first
+	}
+	rep.Policies = append(rep.Policies, pr)
+}
+
 func (c *simCommand) run(f *simFlags) (int, error) {
-	cl, err := trace.LoadCluster(f.cluster)
+	in, code, err := f.load()
 	if err != nil {
-		var pe *trace.ParseError
-		if errors.As(err, &pe) || errors.Is(err, os.ErrNotExist) {
-			return 1, err
-		}
-		return 2, fmt.Errorf("flag -cluster: %w", err) // a malformed nNgG or mix
+		return code, err
 	}
-	cfg := policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias"}
-	cfg.QueueCuts, _ = parseCuts(f.queueCuts)
-	if f.jobSizes != "" {
-		if cfg.JobSizes, err = trace.LoadJobSizes(f.jobSizes); err != nil {
-			return 1, err
-		}
-	}
-	var tputs *trace.Throughputs
-	if f.throughputs != "" {
-		if tputs, err = trace.LoadThroughputs(f.throughputs); err != nil {
-			return 1, err
-		}
-		cfg.Colocation = tputs.Colocation()
-	}
-	if f.sensitivity != "" {
-		if cfg.Sensitivity, err = trace.LoadSensitivity(f.sensitivity); err != nil {
-			return 1, err
-		}
-	}
-	var pols []*policy.Policy
-	for _, name := range strings.Split(f.policies, ",") {
-		p, err := policy.Parse(name, cfg)
-		if err != nil {
-			return 2, fmt.Errorf("flag -policy: %w", err)
-		}
-		pols = append(pols, p)
-	}
-	var jobs []trace.Job
-	traceName := f.trace
-	if f.trace == "" || f.format == "synthetic" {
-		jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.load})
-		traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d)", f.jobs, f.load, f.seed)
-	} else if jobs, err = trace.LoadJobs(f.trace, f.format); err != nil {
-		return 1, err
-	}
-	if cfg.Sensitivity != nil {
-		trace.AssignModels(jobs, cfg.Sensitivity.Models(), f.seed)
-	}
-	rep := simReport{Trace: traceName, Cluster: cl.Name, GPUs: cl.GPUs(), Compat: f.compat}
+	rep := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs(), Compat: f.compat}
 	var results []*sim.Result
-	for _, p := range pols {
-		scfg := sim.Config{Cluster: cl, Policy: p, Lanes: f.lanes, LaneMemoryMB: f.laneMemory,
-			PreemptionCost: f.preemptionCost, Throughputs: tputs, Colocation: cfg.Colocation,
-			Compat: cfg.Compat, KeepUtil: f.out != "" || f.plot != ""}
-		bar := c.progressBar(f.progress, p.Name)
+	for _, p := range in.policies {
+		scfg := in.simConfig(p)
+		scfg.Lanes, scfg.LaneMemoryMB, scfg.PreemptionCost = f.lanes, f.laneMemory, f.preemptionCost
+		scfg.KeepUtil = f.out != "" || f.plot != ""
+		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {
 			scfg.Progress = bar.update
 		}
-		res, err := sim.Run(scfg, jobs)
+		res, err := sim.Run(scfg, in.jobs)
 		if bar != nil {
 			bar.finish()
 		}
@@ -263,11 +202,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 			return 1, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
 		results = append(results, res)
-		pr := policyReport{Summary: res.Summary}
-		if first := results[0].Summary.AvgJCT; first > 0 {
-			pr.AvgJCTRatio = res.Summary.AvgJCT / first
-		}
-		rep.Policies = append(rep.Policies, pr)
+		rep.add(res)
 	}
 	if f.out != "" {
 		if err := writeOutputs(f.out, rep, results); err != nil {
@@ -373,8 +308,9 @@ type progress struct {
 	started bool
 }
 
-func (c *simCommand) progressBar(forced bool, label string) *progress {
-	w := c.stderr
+// newProgressBar returns a bar on w (nil: os.Stderr), or nil when w is not
+// a terminal and the bar is not forced.
+func newProgressBar(w io.Writer, forced bool, label string) *progress {
 	if w == nil {
 		w = os.Stderr
 	}

@@ -28,41 +28,55 @@ type Summary struct {
 
 func (s *simulator) result() *Result {
 	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds}
-	var jcts []float64
-	sum := Summary{Policy: s.cfg.Policy.Name, Jobs: len(s.jobs)}
-	var wsum, wjct, ftfSum float64
-	ftfN := 0
-	first, last := math.Inf(1), 0.0
 	for i := range s.jobs {
 		js := &s.jobs[i]
-		first = min(first, js.Arrival)
 		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
 			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, GPUModel: js.GPUModel}
 		if !js.done {
-			sum.Unfinished++
 			jr.Finish, jr.JCT, jr.Start = math.NaN(), math.NaN(), math.NaN()
-			res.Jobs = append(res.Jobs, jr)
+		} else {
+			jr.Finish = js.finish
+			jr.JCT = js.finish - js.Arrival
+		}
+		res.Jobs = append(res.Jobs, jr)
+	}
+	res.Summary = Summarize(s.cfg.Policy.Name, s.gpus, res.Jobs, s.busyArea)
+	return res
+}
+
+// Summarize computes a run's metrics from its jobs: a job with a NaN JCT
+// is unfinished. busyArea is the GPU-seconds the GPUs were busy, for the
+// utilisation; the live replay computes the same metrics from what Nomad
+// recorded, with BusyArea.
+func Summarize(policyName string, gpus int, jobs []JobResult, busyArea float64) Summary {
+	var jcts []float64
+	sum := Summary{Policy: policyName, Jobs: len(jobs)}
+	var wsum, wjct, ftfSum float64
+	ftfN := 0
+	first, last := math.Inf(1), 0.0
+	for i := range jobs {
+		jr := &jobs[i]
+		first = min(first, jr.Arrival)
+		if math.IsNaN(jr.JCT) {
+			sum.Unfinished++
 			continue
 		}
-		jr.Finish = js.finish
-		jr.JCT = js.finish - js.Arrival
-		last = max(last, js.finish)
+		last = max(last, jr.Finish)
 		jcts = append(jcts, jr.JCT)
-		w := js.Weight
+		w := jr.Weight
 		if w <= 0 {
 			w = 1
 		}
 		wsum += w
 		wjct += w * jr.JCT
-		sum.AvgQueueing += js.queued
-		sum.Preemptions += js.preempts
-		if js.isolated > 0 {
-			f := jr.JCT / js.isolated
+		sum.AvgQueueing += jr.Queueing
+		sum.Preemptions += jr.Preemptions
+		if jr.Isolated > 0 {
+			f := jr.JCT / jr.Isolated
 			ftfSum += f
 			ftfN++
 			sum.FTFMax = max(sum.FTFMax, f)
 		}
-		res.Jobs = append(res.Jobs, jr)
 	}
 	if n := len(jcts); n > 0 {
 		slices.Sort(jcts)
@@ -77,15 +91,30 @@ func (s *simulator) result() *Result {
 		sum.WeightedJCT = wjct / wsum
 		sum.AvgQueueing /= float64(n)
 		sum.Makespan = last - first
-		if sum.Makespan > 0 && s.gpus > 0 {
-			sum.Utilization = s.busyArea / (float64(s.gpus) * sum.Makespan)
+		if sum.Makespan > 0 && gpus > 0 {
+			sum.Utilization = busyArea / (float64(gpus) * sum.Makespan)
 		}
 	}
 	if ftfN > 0 {
 		sum.FTFMean = ftfSum / float64(ftfN)
 	}
-	res.Summary = sum
-	return res
+	return sum
+}
+
+// BusyArea integrates busy GPUs over time: util is a step function (Busy
+// GPUs from T on, sorted by T), counted up to end.
+func BusyArea(util []UtilPoint, end float64) float64 {
+	area := 0.0
+	for i, p := range util {
+		next := end
+		if i+1 < len(util) {
+			next = min(util[i+1].T, end)
+		}
+		if next > p.T {
+			area += p.Busy * (next - p.T)
+		}
+	}
+	return area
 }
 
 // percentile is the nearest-rank percentile of sorted values.

@@ -232,6 +232,16 @@ func LoadSensitivity(path string) (*policy.Sensitivity, error) {
 // ParseJobSizes reads a job-size sample (header, then one GPU-seconds
 // value per line), like Tiresias' yarn-gput1000.csv.
 func ParseJobSizes(r io.Reader, file string) (*policy.SizeDistribution, error) {
+	v, err := ParseJobSizeSample(r, file)
+	if err != nil {
+		return nil, err
+	}
+	return policy.NewSizeDistribution(v), nil
+}
+
+// ParseJobSizeSample reads a job-size sample as ParseJobSizes does and
+// returns its values in file order.
+func ParseJobSizeSample(r io.Reader, file string) ([]float64, error) {
 	var v []float64
 	seenHeader := false
 	err := lines(r, file, func(n int, line string) error {
@@ -252,10 +262,15 @@ func ParseJobSizes(r io.Reader, file string) (*policy.SizeDistribution, error) {
 	if len(v) == 0 {
 		return nil, &ParseError{File: file, Line: 1, Err: ErrEmpty}
 	}
-	return policy.NewSizeDistribution(v), nil
+	return v, nil
 }
 
 // LoadJobSizes reads a job-size sample file.
 func LoadJobSizes(path string) (*policy.SizeDistribution, error) {
 	return openWith(path, ParseJobSizes)
+}
+
+// LoadJobSizeSample reads a job-size sample file's values.
+func LoadJobSizeSample(path string) ([]float64, error) {
+	return openWith(path, ParseJobSizeSample)
 }
