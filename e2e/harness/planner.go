@@ -1,0 +1,150 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
+)
+
+// PlannerOptions shape a `caravan planner run` beside the cluster.
+type PlannerOptions struct {
+	// ID is the planner's Consul service ID ("caravan-planner-e2e" when
+	// empty).
+	ID string
+	// Policy is planning.policy.
+	Policy string
+	// QueueCuts and PromoteKnob are planning.queue_cuts and promote_knob;
+	// the planner's defaults when empty or 0.
+	QueueCuts   []float64
+	PromoteKnob float64
+	// Interval and MinInterval are planning.interval and min_interval; 1s
+	// and 200ms when 0, so that rounds follow events quickly.
+	Interval, MinInterval time.Duration
+	// LogLevel is the planner's log_level (info when empty).
+	LogLevel string
+}
+
+// Planner is bin/caravan planner run as a child process.
+type Planner struct {
+	// Addr is the planner's HTTP API, host:port.
+	Addr string
+	// ConfigPath and LogPath are its planner.hcl and its log.
+	ConfigPath, LogPath string
+	cmd                 *exec.Cmd
+	done                chan struct{}
+}
+
+// Config renders o as planner.hcl with the API on addr.
+func (o PlannerOptions) Config(addr string) string {
+	id := o.ID
+	if id == "" {
+		id = "caravan-planner-e2e"
+	}
+	level := o.LogLevel
+	if level == "" {
+		level = "info"
+	}
+	interval, minInterval := o.Interval, o.MinInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	if minInterval <= 0 {
+		minInterval = 200 * time.Millisecond
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "id = %q\nlog_level = %q\nhttp {\n  address = %q\n}\nplanning {\n", id, level, addr)
+	fmt.Fprintf(&b, "  policy       = %q\n  interval     = %q\n  min_interval = %q\n", o.Policy, interval, minInterval)
+	if len(o.QueueCuts) > 0 {
+		cuts := make([]string, len(o.QueueCuts))
+		for i, c := range o.QueueCuts {
+			cuts[i] = fmt.Sprintf("%g", c)
+		}
+		fmt.Fprintf(&b, "  queue_cuts   = [%s]\n", strings.Join(cuts, ", "))
+	}
+	if o.PromoteKnob > 0 {
+		fmt.Fprintf(&b, "  promote_knob = %g\n", o.PromoteKnob)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// StartPlanner writes a planner.hcl into the cluster's directory and runs
+// bin/caravan planner run on it against the cluster's Nomad and Consul,
+// and waits until the planner leads. Call Stop when done; the cluster's
+// Stop does not stop it.
+func (c *Cluster) StartPlanner(ctx context.Context, o PlannerOptions) (*Planner, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p := &Planner{Addr: addr, ConfigPath: filepath.Join(c.Dir, "planner.hcl"), LogPath: filepath.Join(c.Dir, "planner.log"),
+		done: make(chan struct{})}
+	if err := os.WriteFile(p.ConfigPath, []byte(o.Config(addr)), 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(filepath.Join(c.BinDir, "caravan"), "planner", "run", "-config", p.ConfigPath)
+	p.cmd.Env = c.Env()
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// Its own process group: Ctrl-C reaches the caller, which stops the
+	// planner before the cluster.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start the planner: %w", err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := plannerapi.NewClient(addr).Status(sctx)
+		cancel()
+		if err == nil && s.Leader {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			p.Stop()
+			return nil, ctx.Err()
+		case <-p.done:
+			return nil, fmt.Errorf("the planner exited; see %s", p.LogPath)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	p.Stop()
+	return nil, errors.New("the planner did not lead within 30s; see " + p.LogPath)
+}
+
+// Stop sends SIGTERM, and SIGKILL if the planner has not exited in 10 s.
+func (p *Planner) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}

@@ -1,0 +1,283 @@
+// Command replay runs `caravan replay` on a cluster of its own: it builds
+// caravan's binaries, starts a Consul and a Nomad agent with caravan on a
+// simulated GPU fleet matching the -cluster spec, runs the planner with
+// the -policy (queue cuts scaled by -time-scale, a round every second at
+// most), replays the trace, prints what `caravan replay` prints and tears
+// everything down, Ctrl-C included.
+//
+//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-json] [caravan replay flags]
+//
+// Every flag is `caravan replay`'s (see caravan replay -help), except
+// -workload, -address and -planner, which it sets. Nomad and Consul come
+// from `make tools` (.tools/bin).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/planner/command"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprintln(os.Stderr, "usage: go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [caravan replay flags]")
+			fmt.Fprintln(os.Stderr, "Starts Consul, Nomad and a planner on a simulated fleet matching SPEC, runs caravan replay, tears down.")
+			return command.Run([]string{"replay", "-help"}, os.Stdout, os.Stderr)
+		}
+	}
+	opts, err := scan(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := replay(ctx, args, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// options are the few flags the cluster and the planner depend on.
+type options struct {
+	cluster     trace.Cluster
+	policy      string
+	timeScale   float64
+	queueCuts   []float64
+	promoteKnob float64
+	jobSizes    string
+	profiles    bool // the trace needs throughput profiles (-throughputs)
+}
+
+// scan reads the flags it needs from caravan replay's arguments, leaving
+// their checking to caravan replay itself where it can.
+func scan(args []string) (options, error) {
+	var o options
+	val := func(name string) (string, bool) {
+		for i, a := range args {
+			for _, p := range []string{"-" + name, "--" + name} {
+				if a == p && i+1 < len(args) {
+					return args[i+1], true
+				}
+				if strings.HasPrefix(a, p+"=") {
+					return a[len(p)+1:], true
+				}
+			}
+		}
+		return "", false
+	}
+	for _, own := range []string{"workload", "address", "planner"} {
+		if _, ok := val(own); ok {
+			return o, fmt.Errorf("flag -%s is set by this command; leave it out", own)
+		}
+	}
+	spec, ok := val("cluster")
+	if !ok {
+		return o, errors.New("flag -cluster is required")
+	}
+	var err error
+	if o.cluster, err = trace.LoadCluster(spec); err != nil {
+		return o, fmt.Errorf("flag -cluster: %w", err)
+	}
+	if o.policy, ok = val("policy"); !ok {
+		return o, errors.New("flag -policy is required")
+	}
+	s, ok := val("time-scale")
+	if !ok {
+		return o, errors.New("flag -time-scale is required")
+	}
+	if o.timeScale, err = strconv.ParseFloat(s, 64); err != nil || !(o.timeScale > 0) {
+		return o, fmt.Errorf("flag -time-scale: want a positive number, got %q", s)
+	}
+	o.queueCuts = []float64{3250, 7200}
+	if v, ok := val("queue-cuts"); ok {
+		o.queueCuts = nil
+		for _, p := range strings.Split(v, ",") {
+			c, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+			if err != nil || c <= 0 {
+				return o, fmt.Errorf("flag -queue-cuts: want positive GPU-seconds, got %q", v)
+			}
+			o.queueCuts = append(o.queueCuts, c)
+		}
+	}
+	if v, ok := val("promote-knob"); ok {
+		if o.promoteKnob, err = strconv.ParseFloat(v, 64); err != nil || o.promoteKnob < 0 {
+			return o, fmt.Errorf("flag -promote-knob: want a number >= 0, got %q", v)
+		}
+	}
+	o.jobSizes, _ = val("job-sizes")
+	_, o.profiles = val("throughputs")
+	return o, nil
+}
+
+func replay(ctx context.Context, args []string, o options) (int, error) {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return 1, err
+	}
+	say("building caravan's binaries into bin/ ...")
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(root, "bin")+string(filepath.Separator), "./cmd/...")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return 1, fmt.Errorf("go build ./cmd/...: %v\n%s", err, out)
+	}
+	fleet, gpus, err := Fleet(o.cluster)
+	if err != nil {
+		return 1, err
+	}
+	say("starting Consul and Nomad with one client holding %s ...", fleetSummary(o.cluster))
+	c, err := harness.Start(ctx, harness.Options{
+		Fleet: fleet,
+		// Every allocation asks a little CPU and memory; the client must
+		// hold one per GPU whatever the machine has.
+		ClientConfig: fmt.Sprintf("  cpu_total_compute = %d\n  memory_total_mb   = %d\n", max(20000, 100*gpus), max(16384, 128*gpus)),
+		Logf:         func(f string, a ...any) { say("  "+f, a...) },
+	})
+	if err != nil {
+		return 1, err
+	}
+	defer func() {
+		say("stopping Consul and Nomad ...")
+		c.Stop()
+	}()
+	os.Setenv("NOMAD_ADDR", c.NomadAddr)
+	os.Setenv("CONSUL_HTTP_ADDR", c.ConsulAddr)
+	os.Unsetenv("NOMAD_TOKEN")
+	os.Unsetenv("NOMAD_NAMESPACE")
+	os.Unsetenv("CARAVAN_PLANNER_ADDR")
+	if code := command.Run([]string{"setup"}, os.Stderr, os.Stderr); code != 0 {
+		return code, errors.New("caravan setup failed")
+	}
+	// The planner reads profiles and the job-size sample when it starts.
+	if o.profiles || o.jobSizes != "" && strings.Contains(o.policy, "gittins") {
+		pre := append(append([]string{"replay"}, args...), "-prepare-only")
+		if o.jobSizes != "" && strings.Contains(o.policy, "gittins") {
+			pre = append(pre, "-seed-history")
+		}
+		if code := command.Run(pre, os.Stderr, os.Stderr); code != 0 {
+			return code, errors.New("writing the replay's profiles to Consul failed")
+		}
+	}
+	cuts := make([]float64, len(o.queueCuts))
+	for i, v := range o.queueCuts {
+		cuts[i] = v / o.timeScale
+	}
+	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g)", o.policy, cuts, o.timeScale)
+	p, err := c.StartPlanner(ctx, harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob})
+	if err != nil {
+		return 1, err
+	}
+	defer p.Stop()
+	full := append(append([]string{"replay"}, args...),
+		"-workload", filepath.Join(c.BinDir, "caravan-workload"), "-planner", p.Addr, "-address", c.NomadAddr)
+	code := command.Run(full, os.Stdout, os.Stderr)
+	if code != 0 {
+		say("the planner's log: %s (kept with CARAVAN_E2E_KEEP=1)", p.LogPath)
+	}
+	return code, nil
+}
+
+// Fleet is a sim fleet file with the cluster's GPUs, all on one node: the
+// simulator's count placement counts free GPUs per model across nodes, so
+// one node of 16 V100s plays n4g4 for it. It returns the GPU count.
+func Fleet(c trace.Cluster) (string, int, error) {
+	perModel := map[string]int{}
+	for _, g := range c.Groups {
+		perModel[g.GPUModel] += g.Count * g.GPUs
+	}
+	models := make([]string, 0, len(perModel))
+	for m := range perModel {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	type gpu struct {
+		UUID         string `json:"uuid"`
+		Count        int    `json:"count"`
+		Model        string `json:"model"`
+		Architecture string `json:"architecture"`
+		MemoryMiB    uint64 `json:"memory_mib"`
+		SMCount      int    `json:"sm_count"`
+	}
+	fleet := struct {
+		DriverVersion string `json:"driver_version"`
+		CUDAVersion   string `json:"cuda_version"`
+		GPUs          []gpu  `json:"gpus"`
+	}{DriverVersion: "550.54.15", CUDAVersion: "12.4"}
+	total := 0
+	for _, m := range models {
+		n := perModel[m]
+		if n > 1024 {
+			return "", 0, fmt.Errorf("cluster %s: %d %s GPUs is more than one simulated node holds (1024)", c.Name, n, m)
+		}
+		mem, arch := modelMemory(m)
+		fleet.GPUs = append(fleet.GPUs, gpu{UUID: "GPU-" + slug(m), Count: n, Model: m, Architecture: arch, MemoryMiB: mem, SMCount: 80})
+		total += n
+	}
+	data, err := json.MarshalIndent(fleet, "", "  ")
+	return string(data), total, err
+}
+
+// modelMemory guesses a model's memory and architecture for the fleet
+// file; only the name matters to the replay.
+func modelMemory(model string) (uint64, string) {
+	m := strings.ToLower(model)
+	switch {
+	case strings.Contains(m, "k80"):
+		return 12288, "kepler"
+	case strings.Contains(m, "p100"):
+		return 16384, "pascal"
+	case strings.Contains(m, "v100m32"):
+		return 32768, "volta"
+	case strings.Contains(m, "v100"):
+		return 16384, "volta"
+	case strings.Contains(m, "t4"):
+		return 15360, "turing"
+	case strings.Contains(m, "a100"):
+		return 40960, "ampere"
+	case strings.Contains(m, "h100"):
+		return 81559, "hopper"
+	}
+	return 16384, "unknown"
+}
+
+var nonSlug = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+func slug(s string) string { return strings.Trim(nonSlug.ReplaceAllString(s, "-"), "-") }
+
+func fleetSummary(c trace.Cluster) string {
+	perModel := map[string]int{}
+	for _, g := range c.Groups {
+		perModel[g.GPUModel] += g.Count * g.GPUs
+	}
+	var parts []string
+	for m, n := range perModel {
+		parts = append(parts, fmt.Sprintf("%d %s", n, m))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ") + " GPUs"
+}
+
+func say(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }

@@ -1,0 +1,447 @@
+package command
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/cli"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/replay"
+	"github.com/caravan-gpu/caravan/planner/sim"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+func init() {
+	register("replay", func(ui cli.Ui) (cli.Command, error) {
+		c := &replayCommand{ui: ui}
+		if b, ok := ui.(*cli.BasicUi); ok {
+			c.stderr = b.ErrorWriter
+		}
+		return c, nil
+	})
+}
+
+type replayCommand struct {
+	ui cli.Ui
+	// stderr receives logs and the progress bar; nil means os.Stderr.
+	stderr io.Writer
+}
+
+func (c *replayCommand) Synopsis() string {
+	return "Replay a job trace on Nomad under the live planner and compare it with the simulator"
+}
+
+func (c *replayCommand) Help() string {
+	return helpText("caravan replay -trace FILE -cluster SPEC -policy P -time-scale S -workload PATH [options]", `
+Submits each trace job to Nomad at its arrival divided by the time scale, as
+a batch job with one allocation per GPU running caravan-workload for the
+job's duration divided by the time scale, held until the planner starts it.
+A planner must already run against this Nomad with policy P. When every
+job is done, each job's start and finish are read back from Nomad, in trace
+seconds, and printed beside the simulator's run of the same trace,
+cluster and policy. The replay's jobs (IDs replay-<run>-<trace id>) are
+purged on every exit, Ctrl-C included.
+
+Trace and policy (as caravan sim):
+  -trace FILE, -format F, -cluster SPEC, -policy P (one), -job-sizes FILE,
+  -throughputs FILE, -queue-cuts A,B, -promote-knob K, -fairness F,
+  -jobs N, -load L, -seed S
+
+Replay:
+  -time-scale S        one real second stands for S trace seconds (required)
+  -workload PATH       caravan-workload's path on the client nodes (required)
+  -checkpoint-dir DIR  where each allocation keeps its checkpoint; shared
+                       storage on a cluster of several nodes (default: a
+                       new directory under $TMPDIR, removed at the end)
+  -held=false          submit without the planner's hold (default true)
+  -iteration D         real time of one workload iteration, the most a
+                       preemption loses (default 200ms)
+  -cpu MHZ, -memory MB what each allocation asks for (default 20, 64)
+  -timeout D           stop waiting after D; jobs left are unfinished
+                       (default: 3 × the simulated makespan ÷ S + 2m)
+  -run ID              run ID in job IDs (default: random)
+  -seed-history        with -job-sizes: replace the planner's completed-job
+                       sample in Consul KV with those sizes ÷ S (2D-Gittins)
+  -prepare-only        write the profiles (and -seed-history's sample) to
+                       Consul KV and exit; the planner reads KV when it
+                       starts or takes the lead
+
+Nomad, Consul and the planner:
+  -address ADDR        Nomad's HTTP address (default $NOMAD_ADDR)
+  -token TOKEN         Nomad ACL token (default $NOMAD_TOKEN)
+  -planner ADDR        the planner's API (default $CARAVAN_PLANNER_ADDR,
+                       then Consul, then 127.0.0.1:4680)
+  Consul from $CONSUL_HTTP_ADDR, for the throughput profiles of Gavel jobs.
+
+Output:
+  -json                one object {"live": ..., "sim": ...}, each side as
+                       caravan sim -json prints it
+  -out DIR             live/ and sim/ as caravan sim -out writes them, and
+                       replay.json
+  -progress            progress bar even when stderr is not a terminal
+  -log-level L         trace, debug, info, warn, error (default info)`)
+}
+
+type replayFlags struct {
+	traceFlags
+	nomad                        nomadFlags
+	timeScale                    float64
+	workload, checkpointDir, run string
+	planner, out, logLevel       string
+	iteration, timeout           time.Duration
+	cpu, memory                  int
+	held, json, progress         bool
+	prepareOnly, seedHistory     bool
+}
+
+var runIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+func (f *replayFlags) check() error {
+	if msg := f.traceFlags.check(); msg != "" {
+		return usagef("%s", msg)
+	}
+	switch {
+	case strings.Contains(f.policies, ","):
+		return usagef("flag -policy: the live planner runs one policy, got %q", f.policies)
+	case !(f.timeScale > 0) || math.IsInf(f.timeScale, 0):
+		return usagef("flag -time-scale is required and must be a positive number (trace seconds per real second)")
+	case f.workload == "" && !f.prepareOnly:
+		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
+	case f.workload != "" && !filepath.IsAbs(f.workload):
+		return usagef("flag -workload: want an absolute path on the client nodes, got %q", f.workload)
+	case f.iteration <= 0:
+		return usagef("flag -iteration must be a positive duration like \"200ms\"")
+	case f.timeout < 0:
+		return usagef("flag -timeout must not be negative")
+	case f.cpu <= 0 || f.memory <= 0:
+		return usagef("flags -cpu and -memory must be positive")
+	case f.run != "" && !runIDPattern.MatchString(f.run):
+		return usagef("flag -run: want 1 to 32 lower-case letters, digits and dashes, got %q", f.run)
+	case f.seedHistory && f.jobSizes == "":
+		return usagef("flag -seed-history needs -job-sizes")
+	}
+	switch f.logLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return usagef("flag -log-level: want trace, debug, info, warn or error, got %q", f.logLevel)
+	}
+	return nil
+}
+
+func (c *replayCommand) Run(args []string) int {
+	var f replayFlags
+	fs := newFlags("replay")
+	f.traceFlags.register(fs)
+	f.nomad.register(fs)
+	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
+	fs.StringVar(&f.workload, "workload", "", "")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
+	fs.StringVar(&f.run, "run", "", "")
+	fs.StringVar(&f.planner, "planner", "", "")
+	fs.StringVar(&f.out, "out", "", "")
+	fs.StringVar(&f.logLevel, "log-level", "info", "")
+	fs.DurationVar(&f.iteration, "iteration", replay.DefaultIteration, "")
+	fs.DurationVar(&f.timeout, "timeout", 0, "")
+	fs.IntVar(&f.cpu, "cpu", replay.DefaultCPU, "")
+	fs.IntVar(&f.memory, "memory", replay.DefaultMemoryMB, "")
+	fs.BoolVar(&f.held, "held", true, "")
+	fs.BoolVar(&f.json, "json", false, "")
+	fs.BoolVar(&f.progress, "progress", false, "")
+	fs.BoolVar(&f.prepareOnly, "prepare-only", false, "")
+	fs.BoolVar(&f.seedHistory, "seed-history", false, "")
+	if err := parse(fs, args); err != nil {
+		return fail(c.ui, "replay", err)
+	}
+	if fs.NArg() > 0 {
+		return fail(c.ui, "replay", usagef("unexpected argument %q", fs.Arg(0)))
+	}
+	if err := f.check(); err != nil {
+		return fail(c.ui, "replay", err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if err := c.run(ctx, &f); err != nil {
+		return fail(c.ui, "replay", err)
+	}
+	return exitOK
+}
+
+// replayReport is the -json output: each side as caravan sim -json prints
+// a run, and how the replay went.
+type replayReport struct {
+	Live   simReport  `json:"live"`
+	Sim    simReport  `json:"sim"`
+	Replay replayInfo `json:"replay"`
+}
+
+type replayInfo struct {
+	Run           string  `json:"run"`
+	TimeScale     float64 `json:"time_scale"`
+	Held          bool    `json:"held"`
+	PlannerPolicy string  `json:"planner_policy,omitempty"`
+	// WritesPerJob is the mean of each job's last Nomad job version: the
+	// writes that changed the job after its submission.
+	WritesPerJob float64 `json:"planner_writes_per_job"`
+	WallSeconds  float64 `json:"wall_s"`
+	MaxLag       float64 `json:"max_submit_lag_s"`
+	TimedOut     bool    `json:"timed_out,omitempty"`
+}
+
+func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
+	stderr := c.stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "caravan-replay", Level: hclog.LevelFromString(f.logLevel), Output: stderr})
+	in, code, err := f.load()
+	if err != nil {
+		if code == exitUsage {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	pol := in.policies[0]
+
+	// The simulator first: it is quick, and its makespan bounds the wait.
+	scfg := in.simConfig(pol)
+	scfg.KeepUtil = true
+	simRes, err := sim.Run(scfg, in.jobs)
+	if err != nil {
+		return fmt.Errorf("simulator: %w", err)
+	}
+
+	run := f.run
+	if run == "" {
+		run = randomRunID()
+	}
+	timeout := f.timeout
+	if timeout == 0 {
+		timeout = time.Duration(3*lastFinish(simRes)/f.timeScale*float64(time.Second)) + 2*time.Minute
+	}
+	bar := newProgressBar(stderr, f.progress, "replay "+pol.Name)
+	var progress func(done, total int)
+	if bar != nil {
+		progress = bar.update
+	}
+	plan, err := replay.Prepare(replay.Config{
+		Jobs: in.jobs, Cluster: in.cluster, Throughputs: in.tputs, Policy: pol.Name, Timeout: timeout, Log: log,
+		Progress: progress,
+		Job: replay.JobOptions{Prefix: "replay-" + run + "-", TimeScale: f.timeScale, Workload: f.workload,
+			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.cpu, MemoryMB: f.memory},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.writeKV(ctx, f, plan, log); err != nil {
+		return err
+	}
+	if f.prepareOnly {
+		c.ui.Output("Prepared Consul KV for the replay; start the planner, then run the replay without -prepare-only.")
+		return nil
+	}
+
+	nomad, err := replay.NewAPI(f.nomad.address, f.nomad.token)
+	if err != nil {
+		return err
+	}
+	if err := plan.Check(ctx, nomad); err != nil {
+		return err
+	}
+	plannerPolicy, err := checkPlanner(ctx, f, pol, log)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(f.workload); err != nil {
+		log.Warn("the workload binary is not on this machine; it must be on every client node", "workload", f.workload)
+	}
+
+	log.Info("replaying", "jobs", len(in.jobs), "run", run, "time_scale", f.timeScale,
+		"trace_span_s", in.jobs[len(in.jobs)-1].Arrival, "simulated_makespan_s", lastFinish(simRes),
+		"timeout", timeout)
+	res, err := plan.Run(ctx, nomad)
+	if bar != nil {
+		bar.finish()
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted; the replay's jobs were purged")
+		}
+		return err
+	}
+
+	live := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
+	live.add(res.Sim)
+	simulated := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
+	simulated.add(simRes)
+	rep := replayReport{Live: live, Sim: simulated, Replay: replayInfo{Run: run, TimeScale: f.timeScale, Held: f.held,
+		PlannerPolicy: plannerPolicy, WritesPerJob: res.AvgWrites(), WallSeconds: res.Wall.Seconds(),
+		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut}}
+	if f.out != "" {
+		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
+			return err
+		}
+	}
+	if f.json {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		c.ui.Output(string(b))
+	} else {
+		c.ui.Output(renderReplay(rep))
+	}
+	if res.TimedOut {
+		return fmt.Errorf("%d of %d jobs did not finish within -timeout %s", res.Sim.Summary.Unfinished, len(in.jobs), timeout)
+	}
+	return nil
+}
+
+// writeKV writes the jobs' throughput profiles and, with -seed-history,
+// the job-size sample into Consul KV.
+func (c *replayCommand) writeKV(ctx context.Context, f *replayFlags, plan *replay.Plan, log hclog.Logger) error {
+	profiles, err := replay.Profiles(plan.Works)
+	if err != nil {
+		return err
+	}
+	if len(profiles) == 0 && !f.seedHistory {
+		return nil
+	}
+	addr := os.Getenv("CONSUL_HTTP_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:8500"
+	}
+	consul, err := consulx.New("")
+	if err != nil {
+		return err
+	}
+	if len(profiles) > 0 {
+		n, err := plan.WriteProfiles(ctx, consul)
+		if err != nil {
+			return fmt.Errorf("consul at %s (CONSUL_HTTP_ADDR): %w", addr, err)
+		}
+		log.Info("wrote throughput profiles to Consul KV", "profiles", n, "prefix", consulx.ProfilesPrefix)
+	}
+	if f.seedHistory {
+		sizes, err := trace.LoadJobSizeSample(f.jobSizes)
+		if err != nil {
+			return err
+		}
+		if err := replay.SeedHistory(ctx, consul, sizes, f.timeScale); err != nil {
+			return fmt.Errorf("consul at %s (CONSUL_HTTP_ADDR): %w", addr, err)
+		}
+		log.Info("replaced the planner's completed-job sample", "key", consulx.HistoryKey, "sizes", len(sizes))
+	}
+	return nil
+}
+
+// checkPlanner asks the planner for its status: held jobs need one, and
+// its policy should be the simulated one. It returns the planner's policy.
+func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log hclog.Logger) (string, error) {
+	addr := plannerAddress(ctx, f.planner)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := plannerapi.NewClient(addr).Status(sctx)
+	if err != nil {
+		if f.held {
+			return "", fmt.Errorf("no caravan planner answers at %s (-planner): held jobs would never start; start one with `caravan planner run`, or pass -held=false: %w", addr, err)
+		}
+		log.Warn("no caravan planner answers; jobs run in Nomad's own order", "planner", addr, "error", err)
+		return "", nil
+	}
+	if expandPolicy(st.Policy) != expandPolicy(pol.Name) {
+		log.Warn("the planner runs another policy than the simulator; the live side is the planner's", "planner", st.Policy, "sim", pol.Name)
+	}
+	if f.timeScale != 1 {
+		cuts := []float64{3250, 7200}
+		if c, _ := parseCuts(f.queueCuts); c != nil {
+			cuts = c
+		}
+		scaled := make([]string, len(cuts))
+		for i, v := range cuts {
+			scaled[i] = fmt.Sprintf("%g", v/f.timeScale)
+		}
+		log.Info("the planner counts attained service in real GPU-seconds: for the simulator's queue cuts its planning.queue_cuts should be the cuts ÷ the time scale",
+			"queue_cuts", "["+strings.Join(scaled, ", ")+"]")
+	}
+	return st.Policy, nil
+}
+
+func expandPolicy(name string) string {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if full, ok := policy.Shorthands[n]; ok {
+		return full
+	}
+	return n
+}
+
+// lastFinish is the simulated run's last finish in trace seconds.
+func lastFinish(r *sim.Result) float64 {
+	last := 0.0
+	for _, j := range r.Jobs {
+		if !math.IsNaN(j.Finish) {
+			last = max(last, j.Finish)
+		}
+	}
+	return last
+}
+
+func randomRunID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func renderReplay(rep replayReport) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
+		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\t")
+	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
+		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
+		ratio := math.NaN()
+		if s.AvgJCT > 0 {
+			ratio = l.AvgJCT / s.AvgJCT
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob)
+	}
+	tw.Flush()
+	b.WriteString("\nlive:\n")
+	b.WriteString(renderTable(rep.Live))
+	b.WriteString("\n\nsimulated:\n")
+	b.WriteString(renderTable(rep.Sim))
+	return b.String()
+}
+
+// writeReplayOutputs writes live/ and sim/ as caravan sim -out does, and
+// replay.json.
+func writeReplayOutputs(dir string, rep replayReport, live, simulated *sim.Result) error {
+	if err := writeOutputs(filepath.Join(dir, "live"), rep.Live, []*sim.Result{live}); err != nil {
+		return err
+	}
+	if err := writeOutputs(filepath.Join(dir, "sim"), rep.Sim, []*sim.Result{simulated}); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "replay.json"), append(b, '\n'), 0o644)
+}

@@ -1,0 +1,115 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Nomad is every call a replay makes. The real one wraps nomad/api; the
+// jobs live in the client's namespace (NOMAD_NAMESPACE).
+type Nomad interface {
+	// Address is the agent's HTTP address, for errors.
+	Address() string
+	// Nodes lists client nodes with their devices.
+	Nodes(ctx context.Context) ([]*api.NodeListStub, error)
+	// Register submits a new job; it fails when the ID is taken.
+	Register(ctx context.Context, job *api.Job) error
+	// Jobs lists the jobs whose ID starts with prefix.
+	Jobs(ctx context.Context, prefix string) ([]*api.JobListStub, error)
+	// Allocations lists every allocation of a job, stopped ones included,
+	// with their devices.
+	Allocations(ctx context.Context, jobID string) ([]*api.AllocationListStub, error)
+	// Version is the job's current version: 0 as submitted, one more for
+	// each write that changed it.
+	Version(ctx context.Context, jobID string) (uint64, error)
+	// Purge deregisters a job and purges it from Nomad's state.
+	Purge(ctx context.Context, jobID string) error
+	// BatchPreemption reports whether Nomad preempts batch allocations.
+	BatchPreemption(ctx context.Context) (bool, error)
+}
+
+// API is Nomad on a real agent.
+type API struct{ c *api.Client }
+
+// NewAPI returns a Nomad for the agent the NOMAD_* environment points at,
+// with address and token overriding it when set.
+func NewAPI(address, token string) (*API, error) {
+	cfg := api.DefaultConfig()
+	if address != "" {
+		cfg.Address = address
+	}
+	if token != "" {
+		cfg.SecretID = token
+	}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	return &API{c: c}, nil
+}
+
+// WrapAPI returns a Nomad around an existing client.
+func WrapAPI(c *api.Client) *API { return &API{c: c} }
+
+func (a *API) Address() string { return a.c.Address() }
+
+func q(ctx context.Context) *api.QueryOptions { return (&api.QueryOptions{}).WithContext(ctx) }
+func w(ctx context.Context) *api.WriteOptions { return (&api.WriteOptions{}).WithContext(ctx) }
+func qp(ctx context.Context, params map[string]string) *api.QueryOptions {
+	return (&api.QueryOptions{Params: params}).WithContext(ctx)
+}
+
+func (a *API) Nodes(ctx context.Context) ([]*api.NodeListStub, error) {
+	nodes, _, err := a.c.Nodes().List(qp(ctx, map[string]string{"resources": "true"}))
+	return nodes, err
+}
+
+func (a *API) Register(ctx context.Context, job *api.Job) error {
+	// EnforceIndex with index 0: register only if no job has the ID.
+	_, _, err := a.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: 0}, w(ctx))
+	return err
+}
+
+func (a *API) Jobs(ctx context.Context, prefix string) ([]*api.JobListStub, error) {
+	o := q(ctx)
+	o.Prefix = prefix
+	jobs, _, err := a.c.Jobs().List(o)
+	return jobs, err
+}
+
+func (a *API) Allocations(ctx context.Context, jobID string) ([]*api.AllocationListStub, error) {
+	o := qp(ctx, map[string]string{"resources": "true"})
+	o.Filter = "JobID == " + strconv.Quote(jobID)
+	allocs, _, err := a.c.Allocations().List(o)
+	return allocs, err
+}
+
+func (a *API) Version(ctx context.Context, jobID string) (uint64, error) {
+	job, _, err := a.c.Jobs().Info(jobID, q(ctx))
+	if err != nil {
+		return 0, err
+	}
+	if job.Version == nil {
+		return 0, nil
+	}
+	return *job.Version, nil
+}
+
+func (a *API) Purge(ctx context.Context, jobID string) error {
+	_, _, err := a.c.Jobs().Deregister(jobID, true, w(ctx))
+	return err
+}
+
+func (a *API) BatchPreemption(ctx context.Context) (bool, error) {
+	resp, _, err := a.c.Operator().SchedulerGetConfiguration(q(ctx))
+	if err != nil {
+		return false, err
+	}
+	if resp.SchedulerConfig == nil {
+		return false, fmt.Errorf("nomad returned no scheduler configuration")
+	}
+	return resp.SchedulerConfig.PreemptionConfig.BatchSchedulerEnabled, nil
+}

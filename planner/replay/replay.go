@@ -1,0 +1,561 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/sim"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+// KV is where the replay writes profiles and the job-size sample: Consul
+// KV, where the planner reads them.
+type KV interface {
+	Put(ctx context.Context, key string, value []byte) error
+}
+
+// Config describes one replay.
+type Config struct {
+	Jobs        []trace.Job
+	Cluster     trace.Cluster
+	Throughputs *trace.Throughputs
+	// Policy names the live run in its results.
+	Policy string
+	Job    JobOptions
+	// Poll is how often Nomad is read while jobs run (default 500ms).
+	Poll time.Duration
+	// Timeout bounds the run from trace second 0; jobs not finished by then
+	// are reported unfinished. 0: no bound.
+	Timeout time.Duration
+	// Stall is how long after the first submission with no job started
+	// the replay warns (default 30s).
+	Stall time.Duration
+	Log   hclog.Logger
+	// Progress is called with the number of finished jobs.
+	Progress func(done, total int)
+}
+
+// Plan is a replay ready to run: each trace job's ID and work.
+type Plan struct {
+	cfg   Config
+	IDs   []string
+	Works []Work
+	log   hclog.Logger
+	// models maps device instance IDs to GPU models, from Check.
+	models map[string]string
+}
+
+// Prepare works out every job's ID and work and checks that each fits the
+// cluster. Errors name the trace job.
+func Prepare(cfg Config) (*Plan, error) {
+	if len(cfg.Jobs) == 0 {
+		return nil, ErrNoJobs
+	}
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	models := clusterModels(cfg.Cluster)
+	p := &Plan{cfg: cfg, IDs: JobIDs(cfg.Job.Prefix, cfg.Jobs), log: cfg.Log}
+	for _, j := range cfg.Jobs {
+		w, err := PlanWork(j, models, cfg.Throughputs, cfg.Job)
+		if err != nil {
+			return nil, err
+		}
+		p.Works = append(p.Works, w)
+	}
+	if err := Fit(cfg.Jobs, p.Works, cfg.Cluster); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func clusterModels(c trace.Cluster) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, g := range c.Groups {
+		if !seen[g.GPUModel] {
+			seen[g.GPUModel] = true
+			out = append(out, g.GPUModel)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WriteProfiles writes the throughput profiles the jobs name into Consul
+// KV, as `caravan profile import` does. It returns how many it wrote.
+func (p *Plan) WriteProfiles(ctx context.Context, kv KV) (int, error) {
+	profiles, err := Profiles(p.Works)
+	if err != nil {
+		return 0, err
+	}
+	for _, pr := range profiles {
+		value, _ := json.Marshal(pr)
+		if err := kv.Put(ctx, consulx.ProfilesPrefix+pr.Name, value); err != nil {
+			return 0, fmt.Errorf("write profile %s to Consul KV: %w", pr.Name, err)
+		}
+	}
+	return len(profiles), nil
+}
+
+// SeedHistory replaces the completed-job sizes that 2D-Gittins learns from
+// with sizes (GPU-seconds in trace time) scaled to real time.
+func SeedHistory(ctx context.Context, kv KV, sizes []float64, scale float64) error {
+	real := make([]float64, len(sizes))
+	for i, s := range sizes {
+		real[i] = s / scale
+	}
+	value, _ := json.Marshal(real)
+	if err := kv.Put(ctx, consulx.HistoryKey, value); err != nil {
+		return fmt.Errorf("write the job-size sample to Consul KV %s: %w", consulx.HistoryKey, err)
+	}
+	return nil
+}
+
+// Check reads Nomad's nodes: Nomad must answer, and every job must fit the
+// GPUs its nodes offer. Differences from the cluster spec are warnings.
+func (p *Plan) Check(ctx context.Context, n Nomad) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	stubs, err := n.Nodes(cctx)
+	if err != nil {
+		return fmt.Errorf("cannot reach Nomad at %s (set -address or NOMAD_ADDR): %w", n.Address(), err)
+	}
+	p.models = map[string]string{}
+	live := map[string]int{}
+	for _, stub := range stubs {
+		node := cluster.NodeFrom(stub)
+		for _, g := range node.GPUs {
+			for _, in := range g.Instances {
+				p.models[in.ID] = g.Model
+				if node.Ready && in.Healthy {
+					live[g.Model]++
+				}
+			}
+		}
+	}
+	if len(live) == 0 {
+		return fmt.Errorf("Nomad at %s has no ready node with healthy nvidia/gpu devices (is caravan-device installed?)", n.Address())
+	}
+	spec := map[string]int{}
+	for _, g := range p.cfg.Cluster.Groups {
+		spec[g.GPUModel] += g.Count * g.GPUs
+	}
+	if !sameCounts(spec, live) {
+		p.log.Warn("Nomad's GPUs differ from the cluster spec; the simulator runs on the spec",
+			"nomad", formatCounts(live), "spec", formatCounts(spec))
+	}
+	for i, j := range p.cfg.Jobs {
+		best, where := 0, ""
+		for m, k := range live {
+			if r := p.Works[i].Rates; r != nil && r[m] == 0 {
+				continue
+			}
+			if k > best || k == best && m < where {
+				best, where = k, m
+			}
+		}
+		if gpus := max(j.GPUs, 1); gpus > best {
+			if where == "" {
+				return fmt.Errorf("trace job %s: Nomad at %s has no GPU model it has a throughput on (it has %s)",
+					j.ID, n.Address(), formatCounts(live))
+			}
+			return fmt.Errorf("trace job %s asks for %d GPUs, but Nomad at %s offers at most %d of one model (%s)",
+				j.ID, gpus, n.Address(), best, where)
+		}
+	}
+	if on, err := n.BatchPreemption(cctx); err == nil && !on {
+		p.log.Warn("Nomad does not preempt batch allocations; run `caravan setup` so that the planner's priorities can take GPUs back")
+	}
+	return nil
+}
+
+func sameCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func formatCounts(m map[string]int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%dx%s", v, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// deadGrace is how long a dead job that has not finished may stay so
+// before it counts as unfinished.
+const deadGrace = 10 * time.Second
+
+// jobDead is the status of a job with nothing left to run.
+const jobDead = "dead"
+
+// Result is a live run in the simulator's terms.
+type Result struct {
+	// Sim holds the jobs, utilisation and summary in trace seconds.
+	Sim *sim.Result
+	// Writes is each job's number of planner writes (its last Nomad job
+	// version: 0 as submitted).
+	Writes []uint64
+	// T0 is the real instant of trace second 0.
+	T0 time.Time
+	// MaxLag is the latest a job was submitted after its scaled arrival.
+	MaxLag time.Duration
+	// Wall is the run's real duration.
+	Wall time.Duration
+	// TimedOut says the timeout ended the run with jobs unfinished.
+	TimedOut bool
+}
+
+// AvgWrites is the mean number of planner writes per job.
+func (r *Result) AvgWrites() float64 {
+	if len(r.Writes) == 0 {
+		return 0
+	}
+	total := 0.0
+	for _, w := range r.Writes {
+		total += float64(w)
+	}
+	return total / float64(len(r.Writes))
+}
+
+// Run submits every job at its scaled arrival, waits until all are done
+// (or the timeout), reads their course back from Nomad and purges them. The
+// jobs are purged on every return, a cancelled ctx (Ctrl-C) included. Call
+// Check first.
+func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
+	cfg := p.cfg
+	if cfg.Poll <= 0 {
+		cfg.Poll = 500 * time.Millisecond
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = 30 * time.Second
+	}
+	opts := cfg.Job
+	if opts.CheckpointDir == "" {
+		dir, err := os.MkdirTemp("", "caravan-replay-")
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		opts.CheckpointDir = dir
+	}
+	if err := openCheckpointDir(opts.CheckpointDir, cfg.Job.CheckpointDir == ""); err != nil {
+		return nil, err
+	}
+	defer p.purge(n)
+
+	total := len(cfg.Jobs)
+	index := make(map[string]int, total)
+	for i, id := range p.IDs {
+		index[id] = i
+	}
+	begin := time.Now()
+	clock := Clock{T0: begin.Add(500 * time.Millisecond), Scale: opts.TimeScale}
+	var mu sync.Mutex
+	submitted := make([]time.Time, total)
+	var maxLag time.Duration
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		for i, j := range cfg.Jobs {
+			at := clock.At(j.Arrival)
+			if d := time.Until(at); d > 0 {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			spec := JobSpec(opts, p.IDs[i], j, p.Works[i])
+			now := time.Now()
+			if err := n.Register(runCtx, spec); err != nil {
+				if runCtx.Err() == nil {
+					errc <- fmt.Errorf("submit trace job %s as %s to Nomad at %s: %w", j.ID, p.IDs[i], n.Address(), err)
+				}
+				return
+			}
+			p.log.Debug("submitted", "job", p.IDs[i], "trace_s", j.Arrival, "gpus", max(j.GPUs, 1),
+				"iterations", p.Works[i].Iterations, "iteration_time", p.Works[i].IterationTime)
+			mu.Lock()
+			submitted[i] = now
+			maxLag = max(maxLag, now.Sub(at))
+			mu.Unlock()
+		}
+	}()
+
+	outcomes := make([]Outcome, total)
+	writes := make([]uint64, total)
+	recorded := make([]bool, total)
+	deadSince := map[int]time.Time{}
+	done := 0
+	started := false
+	warned := false
+	timedOut := false
+	tick := time.NewTicker(cfg.Poll)
+	defer tick.Stop()
+	report := func() {
+		if cfg.Progress != nil {
+			cfg.Progress(done, total)
+		}
+	}
+	report()
+	for done < total {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-errc:
+			return nil, err
+		case <-tick.C:
+		}
+		if cfg.Timeout > 0 && time.Since(clock.T0) > cfg.Timeout {
+			timedOut = true
+			p.log.Warn("timeout: jobs left unfinished", "timeout", cfg.Timeout, "unfinished", total-done)
+			break
+		}
+		stubs, err := n.Jobs(runCtx, opts.Prefix)
+		if err != nil {
+			if runCtx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			p.log.Warn("cannot list the replay's jobs", "nomad", n.Address(), "error", err)
+			continue
+		}
+		mu.Lock()
+		subs := append([]time.Time(nil), submitted...)
+		mu.Unlock()
+		for _, stub := range stubs {
+			i, ok := index[stub.ID]
+			if !ok || recorded[i] || subs[i].IsZero() {
+				continue
+			}
+			if s := groupSummary(stub); s.Running+s.Complete > 0 {
+				started = true
+			}
+			if s := groupSummary(stub); s.Failed > 0 {
+				if err := p.failure(runCtx, n, stub.ID, opts.Workload); err != nil {
+					return nil, err
+				}
+			}
+			if stub.Status != jobDead {
+				delete(deadSince, i)
+				continue
+			}
+			allocs, err := n.Allocations(runCtx, stub.ID)
+			if err != nil {
+				p.log.Warn("cannot read a finished job's allocations", "job", stub.ID, "error", err)
+				continue
+			}
+			o := ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, time.Now())
+			if !o.Finished {
+				// Dead without every allocation complete: stopped by
+				// someone, or between a stop and its replacement. Give
+				// it a while before calling it unfinished.
+				if _, ok := deadSince[i]; !ok {
+					deadSince[i] = time.Now()
+				}
+				if time.Since(deadSince[i]) < deadGrace {
+					continue
+				}
+				p.log.Warn("job stopped without finishing", "job", stub.ID)
+			}
+			if v, err := n.Version(runCtx, stub.ID); err == nil {
+				writes[i] = v
+			}
+			p.log.Debug("finished", "job", stub.ID, "jct_s", clock.Trace(o.Finish)-clock.Trace(subs[i]),
+				"preemptions", o.Preemptions, "writes", writes[i])
+			outcomes[i], recorded[i] = o, true
+			done++
+			report()
+		}
+		if !started && !warned && !subs[0].IsZero() && time.Since(subs[0]) > cfg.Stall {
+			warned = true
+			if opts.Held {
+				p.log.Warn("no replay job has started yet; held jobs wait for the planner to release them: does a caravan planner run against this Nomad? (-held=false submits without the hold)",
+					"since_first_submission", time.Since(subs[0]).Round(time.Second))
+			} else {
+				p.log.Warn("no replay job has started yet: do the client nodes offer free nvidia/gpu devices and the caravan driver?",
+					"since_first_submission", time.Since(subs[0]).Round(time.Second))
+			}
+		}
+	}
+	cancel()
+	now := time.Now()
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range outcomes {
+		if recorded[i] || submitted[i].IsZero() {
+			continue
+		}
+		// Unfinished: what ran still counts towards the utilisation.
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if allocs, err := n.Allocations(rctx, p.IDs[i]); err == nil {
+			outcomes[i] = ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, now)
+			outcomes[i].Finished, outcomes[i].Finish = false, time.Time{}
+		}
+		if v, err := n.Version(rctx, p.IDs[i]); err == nil {
+			writes[i] = v
+		}
+		rcancel()
+	}
+	res := &Result{Writes: writes, T0: clock.T0, MaxLag: maxLag, Wall: now.Sub(begin), TimedOut: timedOut}
+	res.Sim = p.simResult(clock, submitted, outcomes, now)
+	return res, nil
+}
+
+// simResult is the live run as the simulator reports a run.
+func (p *Plan) simResult(clock Clock, submitted []time.Time, outcomes []Outcome, now time.Time) *sim.Result {
+	cfg := p.cfg
+	r := &sim.Result{Policy: cfg.Policy, GPUs: cfg.Cluster.GPUs()}
+	end := 0.0
+	for i, j := range cfg.Jobs {
+		var jr sim.JobResult
+		if submitted[i].IsZero() {
+			jr = sim.JobResult{ID: j.ID, GPUs: max(j.GPUs, 1), Weight: j.Weight, Arrival: j.Arrival,
+				Start: math.NaN(), Finish: math.NaN(), JCT: math.NaN(), Isolated: p.Works[i].Isolated}
+		} else {
+			jr = JobResult(clock, j.ID, j.GPUs, j.Weight, p.Works[i], submitted[i], outcomes[i])
+		}
+		if !math.IsNaN(jr.Finish) {
+			end = max(end, jr.Finish)
+		}
+		r.Jobs = append(r.Jobs, jr)
+	}
+	r.Util = Utilization(clock, outcomes)
+	if r.Jobs != nil && hasUnfinished(r.Jobs) {
+		end = max(end, clock.Trace(now))
+	}
+	r.Summary = sim.Summarize(cfg.Policy, r.GPUs, r.Jobs, sim.BusyArea(r.Util, end))
+	return r
+}
+
+func hasUnfinished(jobs []sim.JobResult) bool {
+	for _, j := range jobs {
+		if math.IsNaN(j.JCT) {
+			return true
+		}
+	}
+	return false
+}
+
+func groupSummary(stub *api.JobListStub) api.TaskGroupSummary {
+	if stub.JobSummary == nil {
+		return api.TaskGroupSummary{}
+	}
+	return stub.JobSummary.Summary[GroupName]
+}
+
+// failure turns a failed allocation of a job into an error naming the job,
+// the allocation and what its task reported; nil when no failed task is
+// found.
+func (p *Plan) failure(ctx context.Context, n Nomad, jobID, workloadPath string) error {
+	allocs, err := n.Allocations(ctx, jobID)
+	if err != nil {
+		return nil
+	}
+	for _, a := range allocs {
+		for task, ts := range a.TaskStates {
+			if ts == nil || !ts.Failed {
+				continue
+			}
+			msg := ""
+			driverFailed := false
+			for _, ev := range ts.Events {
+				if ev == nil {
+					continue
+				}
+				if ev.Type == api.TaskDriverFailure || ev.Type == api.TaskSetupFailure {
+					driverFailed = true
+				}
+				if ev.DisplayMessage != "" && ev.Type != api.TaskNotRestarting {
+					msg = ev.Type + ": " + ev.DisplayMessage
+				}
+			}
+			if driverFailed {
+				return fmt.Errorf("job %s: the caravan driver could not start task %s of allocation %s (%s): is -workload %s on every client node and executable there?",
+					jobID, task, shortID(a.ID), msg, workloadPath)
+			}
+			return fmt.Errorf("job %s: task %s of allocation %s failed (%s); see `nomad alloc logs -stderr %s`",
+				jobID, task, shortID(a.ID), msg, a.ID)
+		}
+	}
+	return nil
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// purge removes every job of the replay, however the run ends.
+func (p *Plan) purge(n Nomad) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stubs, err := n.Jobs(ctx, p.cfg.Job.Prefix)
+	if err != nil {
+		p.log.Error("cannot list the replay's jobs to purge them; purge them by hand", "prefix", p.cfg.Job.Prefix, "error", err)
+		return
+	}
+	purged := 0
+	for _, s := range stubs {
+		if !strings.HasPrefix(s.ID, p.cfg.Job.Prefix) {
+			continue
+		}
+		if err := n.Purge(ctx, s.ID); err != nil {
+			p.log.Error("cannot purge a replay job", "job", s.ID, "error", err)
+			continue
+		}
+		purged++
+	}
+	p.log.Info("purged the replay's jobs", "prefix", p.cfg.Job.Prefix, "jobs", purged)
+}
+
+// openCheckpointDir makes dir when it is missing or the replay's own, and
+// then lets tasks running as any user (nobody, by default) write their
+// checkpoints in it, as /tmp does. A directory the user named and that
+// exists is left as it is.
+func openCheckpointDir(dir string, own bool) error {
+	st, err := os.Stat(dir)
+	switch {
+	case os.IsNotExist(err):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("checkpoint directory: %w", err)
+		}
+		own = true
+	case err != nil:
+		return fmt.Errorf("checkpoint directory: %w", err)
+	case !st.IsDir():
+		return fmt.Errorf("checkpoint directory %s is not a directory", dir)
+	}
+	if !own {
+		return nil
+	}
+	if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
+		return fmt.Errorf("checkpoint directory %s: tasks run as another user and must write there: %w", dir, err)
+	}
+	return nil
+}

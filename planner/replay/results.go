@@ -1,0 +1,220 @@
+package replay
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// Run is one allocation's run: when its task started and stopped, and on
+// which GPU model.
+type Run struct {
+	Start, End time.Time
+	Model      string
+}
+
+// Outcome is one job's course as Nomad recorded it, in real time.
+type Outcome struct {
+	// Start is when the first task of the job's first allocation started;
+	// zero when none has.
+	Start time.Time
+	// Finish is when the job's last task finished, once every allocation
+	// index has completed; zero until then.
+	Finish time.Time
+	// Finished says every allocation index completed successfully.
+	Finished bool
+	// Preemptions counts the times the job's running allocations were
+	// stopped by Nomad (the planner's hold or Nomad's own preemption);
+	// allocations stopped within a second of each other count once.
+	Preemptions int
+	// Model is the GPU model the job finished on ("" when unknown).
+	Model string
+	Runs  []Run
+}
+
+// stopGap is how close the stops of one preemption's allocations are.
+const stopGap = time.Second
+
+// ReadOutcome reads a job's course from its allocations (every one,
+// stopped and replaced ones included), for a task group of count
+// allocations. models gives the GPU model of each device instance ID.
+// Allocations still running count as running until now.
+func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]string, now time.Time) Outcome {
+	var o Outcome
+	done := map[int]bool{}
+	var stops []time.Time
+	var lastEnd time.Time
+	for _, a := range allocs {
+		start, end, failed := taskTimes(a)
+		stopped := a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict
+		if !start.IsZero() {
+			if o.Start.IsZero() || start.Before(o.Start) {
+				o.Start = start
+			}
+			r := Run{Start: start, End: end, Model: allocModel(a, models)}
+			if r.End.IsZero() {
+				r.End = now
+			}
+			o.Runs = append(o.Runs, r)
+			if stopped && !end.IsZero() {
+				stops = append(stops, end)
+			}
+		}
+		if !end.IsZero() && end.After(lastEnd) {
+			lastEnd = end
+		}
+		if a.DesiredStatus == api.AllocDesiredStatusRun && a.ClientStatus == api.AllocClientStatusComplete && !failed {
+			if i, ok := allocIndex(a.Name); ok {
+				done[i] = true
+			}
+		}
+	}
+	o.Finished = count > 0
+	for i := 0; i < count; i++ {
+		o.Finished = o.Finished && done[i]
+	}
+	if o.Finished {
+		o.Finish = lastEnd
+		// The model of the run that ended last.
+		for _, r := range o.Runs {
+			if r.End.Equal(lastEnd) && r.Model != "" {
+				o.Model = r.Model
+			}
+		}
+	}
+	sort.Slice(stops, func(i, j int) bool { return stops[i].Before(stops[j]) })
+	for i, t := range stops {
+		if i == 0 || t.Sub(stops[i-1]) > stopGap {
+			o.Preemptions++
+		}
+	}
+	sort.Slice(o.Runs, func(i, j int) bool { return o.Runs[i].Start.Before(o.Runs[j].Start) })
+	return o
+}
+
+// taskTimes is when the allocation's tasks first started and last
+// finished, and whether any failed.
+func taskTimes(a *api.AllocationListStub) (start, end time.Time, failed bool) {
+	for _, ts := range a.TaskStates {
+		if ts == nil {
+			continue
+		}
+		failed = failed || ts.Failed
+		if !ts.StartedAt.IsZero() && (start.IsZero() || ts.StartedAt.Before(start)) {
+			start = ts.StartedAt
+		}
+		if !ts.FinishedAt.IsZero() && ts.FinishedAt.After(end) {
+			end = ts.FinishedAt
+		}
+	}
+	return start, end, failed
+}
+
+// allocIndex reads the index from an allocation name, "job.group[3]".
+func allocIndex(name string) (int, bool) {
+	open := strings.LastIndexByte(name, '[')
+	if open < 0 || !strings.HasSuffix(name, "]") {
+		return 0, false
+	}
+	i, err := strconv.Atoi(name[open+1 : len(name)-1])
+	return i, err == nil && i >= 0
+}
+
+func allocModel(a *api.AllocationListStub, models map[string]string) string {
+	if a.AllocatedResources == nil {
+		return ""
+	}
+	for _, task := range a.AllocatedResources.Tasks {
+		if task == nil {
+			continue
+		}
+		for _, d := range task.Devices {
+			if d == nil {
+				continue
+			}
+			for _, id := range d.DeviceIDs {
+				if m := models[id]; m != "" {
+					return m
+				}
+			}
+			if d.Name != "" {
+				return d.Name
+			}
+		}
+	}
+	return ""
+}
+
+// executed is the real time any of runs covered, overlaps counted once.
+func executed(runs []Run) time.Duration {
+	var total time.Duration
+	var cur Run
+	for i, r := range runs { // sorted by start
+		switch {
+		case i == 0:
+			cur = r
+		case r.Start.After(cur.End):
+			total += cur.End.Sub(cur.Start)
+			cur = r
+		case r.End.After(cur.End):
+			cur.End = r.End
+		}
+	}
+	if len(runs) > 0 {
+		total += cur.End.Sub(cur.Start)
+	}
+	return total
+}
+
+// JobResult is o in the simulator's terms, in trace seconds: the job
+// arrived when it was submitted; an unfinished job has NaN start, finish
+// and JCT, as in the simulator.
+func JobResult(c Clock, id string, gpus int, weight float64, w Work, submitted time.Time, o Outcome) sim.JobResult {
+	jr := sim.JobResult{ID: id, GPUs: max(gpus, 1), Weight: weight, Arrival: c.Trace(submitted),
+		Start: c.Trace(o.Start), Isolated: w.Isolated, Preemptions: o.Preemptions, GPUModel: o.Model,
+		Finish: math.NaN(), JCT: math.NaN()}
+	if !o.Finished {
+		jr.Start = math.NaN()
+		return jr
+	}
+	jr.Finish = c.Trace(o.Finish)
+	jr.JCT = jr.Finish - jr.Arrival
+	jr.Queueing = max(0, jr.JCT-c.Span(executed(o.Runs)))
+	return jr
+}
+
+// Utilization is busy GPUs over time in trace seconds, each run holding
+// one GPU, as the simulator's Result.Util.
+func Utilization(c Clock, outcomes []Outcome) []sim.UtilPoint {
+	type step struct {
+		t time.Time
+		d float64
+	}
+	var steps []step
+	for _, o := range outcomes {
+		for _, r := range o.Runs {
+			if r.End.After(r.Start) {
+				steps = append(steps, step{r.Start, 1}, step{r.End, -1})
+			}
+		}
+	}
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].t.Before(steps[j].t) })
+	var out []sim.UtilPoint
+	busy := 0.0
+	for _, s := range steps {
+		busy += s.d
+		t := c.Trace(s.t)
+		if n := len(out); n > 0 && out[n-1].T == t {
+			out[n-1].Busy = busy
+		} else {
+			out = append(out, sim.UtilPoint{T: t, Busy: busy})
+		}
+	}
+	return out
+}

@@ -1,0 +1,172 @@
+package replay
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func TestClock(t *testing.T) {
+	c := Clock{T0: t0, Scale: 20}
+	cases := []struct {
+		trace float64
+		real  time.Time
+	}{
+		{0, t0},
+		{20, at(1)},
+		{100, at(5)},
+		{-10, at(-0.5)},
+		{1, at(0.05)},
+	}
+	for _, tc := range cases {
+		must.Eq(t, tc.real, c.At(tc.trace))
+		must.InDelta(t, tc.trace, c.Trace(tc.real), 1e-9)
+	}
+	must.True(t, math.IsNaN(c.Trace(time.Time{})), must.Sprint("never is NaN"))
+	must.Eq(t, 30.0, c.Span(1500*time.Millisecond))
+}
+
+// alloc builds an allocation stub of job "j" at index i: desired status,
+// client status, and its task's start and finish in seconds after t0 (<0:
+// not yet).
+func alloc(id string, i int, desired, client string, start, finish float64, failed bool, device string) *api.AllocationListStub {
+	ts := &api.TaskState{State: "dead", Failed: failed}
+	if start >= 0 {
+		ts.StartedAt = at(start)
+	}
+	if finish >= 0 {
+		ts.FinishedAt = at(finish)
+	}
+	a := &api.AllocationListStub{ID: id, Name: "j.train[" + itoa(i) + "]", DesiredStatus: desired, ClientStatus: client,
+		TaskStates: map[string]*api.TaskState{"train": ts}}
+	if device != "" {
+		a.AllocatedResources = &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"train": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "group", DeviceIDs: []string{device}}}}}}
+	}
+	return a
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
+
+func TestReadOutcome(t *testing.T) {
+	models := map[string]string{"GPU-v-0": "V100", "GPU-v-1": "V100", "GPU-k-0": "K80"}
+	now := at(100)
+	cases := []struct {
+		name        string
+		count       int
+		allocs      []*api.AllocationListStub
+		finished    bool
+		start       time.Time
+		finish      time.Time
+		preemptions int
+		model       string
+		runs        int
+	}{
+		{name: "one allocation ran to the end", count: 1,
+			allocs:   []*api.AllocationListStub{alloc("a1", 0, "run", "complete", 2, 12, false, "GPU-v-0")},
+			finished: true, start: at(2), finish: at(12), model: "V100", runs: 1},
+		{name: "not started yet", count: 1,
+			allocs: []*api.AllocationListStub{alloc("a1", 0, "run", "pending", -1, -1, false, "")}},
+		{name: "still running: runs until now, not finished", count: 1,
+			allocs: []*api.AllocationListStub{alloc("a1", 0, "run", "running", 3, -1, false, "GPU-v-0")},
+			start:  at(3), runs: 1},
+		{name: "two GPUs: finished when both indexes completed, at the later end", count: 2,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", 0, "run", "complete", 1, 10, false, "GPU-v-0"),
+				alloc("a2", 1, "run", "complete", 1.5, 11, false, "GPU-v-1"),
+			}, finished: true, start: at(1), finish: at(11), model: "V100", runs: 2},
+		{name: "one of two indexes still running", count: 2,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", 0, "run", "complete", 1, 10, false, "GPU-v-0"),
+				alloc("a2", 1, "run", "running", 1, -1, false, "GPU-v-1"),
+			}, start: at(1), runs: 2},
+		{name: "held while running (both allocations stopped together), released onto a K80", count: 2,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", 0, "stop", "complete", 1, 5, false, "GPU-v-0"),
+				alloc("a2", 1, "stop", "complete", 1, 5.3, false, "GPU-v-1"),
+				alloc("a3", 0, "run", "complete", 20, 30, false, "GPU-k-0"),
+				alloc("a4", 1, "run", "complete", 20, 31, false, "GPU-k-0"),
+			}, finished: true, start: at(1), finish: at(31), preemptions: 1, model: "K80", runs: 4},
+		{name: "preempted twice by Nomad, evicted", count: 1,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", 0, "evict", "complete", 0, 4, false, "GPU-v-0"),
+				alloc("a2", 0, "evict", "complete", 10, 14, false, "GPU-v-0"),
+				alloc("a3", 0, "run", "complete", 20, 25, false, "GPU-v-1"),
+			}, finished: true, start: at(0), finish: at(25), preemptions: 2, model: "V100", runs: 3},
+		{name: "stopped before it started is no preemption", count: 1,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", 0, "stop", "complete", -1, -1, false, ""),
+				alloc("a2", 0, "run", "complete", 5, 6, false, "GPU-v-0"),
+			}, finished: true, start: at(5), finish: at(6), model: "V100", runs: 1},
+		{name: "a failed task does not finish its index", count: 1,
+			allocs:   []*api.AllocationListStub{alloc("a1", 0, "run", "complete", 1, 2, true, "GPU-v-0")},
+			finished: false, start: at(1), runs: 1},
+		{name: "stopped for good", count: 1,
+			allocs: []*api.AllocationListStub{alloc("a1", 0, "stop", "complete", 1, 2, false, "GPU-v-0")},
+			start:  at(1), preemptions: 1, runs: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ReadOutcome(tc.allocs, tc.count, models, now)
+			must.Eq(t, tc.finished, o.Finished)
+			must.Eq(t, tc.start, o.Start)
+			must.Eq(t, tc.finish, o.Finish)
+			must.Eq(t, tc.preemptions, o.Preemptions)
+			must.Eq(t, tc.model, o.Model)
+			must.SliceLen(t, tc.runs, o.Runs)
+			for _, r := range o.Runs {
+				must.False(t, r.End.Before(r.Start))
+			}
+		})
+	}
+}
+
+func TestAllocIndex(t *testing.T) {
+	for name, want := range map[string]int{"j.train[0]": 0, "replay-x-1.train[12]": 12, "a[b].train[3]": 3} {
+		i, ok := allocIndex(name)
+		must.True(t, ok, must.Sprint(name))
+		must.Eq(t, want, i)
+	}
+	for _, name := range []string{"j.train", "j.train[x]", "j.train[-1]", "j.train[1"} {
+		_, ok := allocIndex(name)
+		must.False(t, ok, must.Sprint(name))
+	}
+}
+
+// The live job in trace seconds: scale 10, submitted 1 s after T0 (trace
+// 10), ran 2..4 and 6..9 real, so JCT (9-1)*10 = 80 with 50 executed and
+// 30 queued.
+func TestJobResult(t *testing.T) {
+	c := Clock{T0: t0, Scale: 10}
+	w := Work{Isolated: 50}
+	o := Outcome{Start: at(2), Finish: at(9), Finished: true, Preemptions: 1, Model: "V100",
+		Runs: []Run{{Start: at(2), End: at(4)}, {Start: at(6), End: at(9)}, {Start: at(6.5), End: at(8)}}}
+	jr := JobResult(c, "17", 2, 1, w, at(1), o)
+	must.Eq(t, sim.JobResult{ID: "17", GPUs: 2, Weight: 1, Arrival: 10, Start: 20, Finish: 90, JCT: 80,
+		Queueing: 30, Isolated: 50, Preemptions: 1, GPUModel: "V100"}, jr)
+
+	o.Finished, o.Finish = false, time.Time{}
+	un := JobResult(c, "17", 2, 1, w, at(1), o)
+	must.True(t, math.IsNaN(un.JCT) && math.IsNaN(un.Finish) && math.IsNaN(un.Start), must.Sprint("unfinished is NaN as in the simulator"))
+	must.Eq(t, 10.0, un.Arrival)
+}
+
+func TestUtilization(t *testing.T) {
+	c := Clock{T0: t0, Scale: 2}
+	outs := []Outcome{
+		{Runs: []Run{{Start: at(0), End: at(5)}, {Start: at(1), End: at(3)}}},
+		{Runs: []Run{{Start: at(3), End: at(4)}, {Start: at(7), End: at(7)}}},
+	}
+	u := Utilization(c, outs)
+	must.Eq(t, []sim.UtilPoint{{T: 0, Busy: 1}, {T: 2, Busy: 2}, {T: 6, Busy: 2}, {T: 8, Busy: 1}, {T: 10, Busy: 0}}, u)
+	must.Eq(t, 1*2+2*4+2*2+1*2.0, sim.BusyArea(u, 10))
+}

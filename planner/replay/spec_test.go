@@ -1,0 +1,190 @@
+package replay
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/trace"
+)
+
+// Throughputs of one job type: 2 steps/s on a V100, 1 on a P100 (a T4 is
+// read as a P100), none on a K80.
+const tputJSON = `{
+  "v100": {"('ResNet-18 (batch size 64)', 1)": {"null": 2}, "('ResNet-18 (batch size 64)', 2)": {"null": 3.5}},
+  "p100": {"('ResNet-18 (batch size 64)', 1)": {"null": 1}},
+  "k80":  {"('LM (batch size 5)', 1)": {"null": 0.5}}
+}`
+
+func throughputs(t *testing.T) *trace.Throughputs {
+	t.Helper()
+	tp, err := trace.ParseThroughputs(strings.NewReader(tputJSON), "tp.json")
+	must.NoError(t, err)
+	return tp
+}
+
+func TestPlanWork(t *testing.T) {
+	tp := throughputs(t)
+	models := []string{"K80", "P100", "T4", "V100"}
+	o := JobOptions{TimeScale: 10}
+	cases := []struct {
+		name      string
+		job       trace.Job
+		tputs     *trace.Throughputs
+		isolated  float64
+		real      time.Duration
+		its       int
+		itTime    time.Duration
+		speed     map[string]float64
+		profile   string
+		errSubstr string
+	}{
+		{name: "duration: 100 trace s at scale 10 is 10 real s in 200ms iterations",
+			job: trace.Job{ID: "0", GPUs: 2, Duration: 100}, isolated: 100, real: 10 * time.Second, its: 50, itTime: 200 * time.Millisecond},
+		{name: "a short job is one iteration of its whole length",
+			job: trace.Job{ID: "1", GPUs: 1, Duration: 0.5}, isolated: 0.5, real: 50 * time.Millisecond, its: 1, itTime: 50 * time.Millisecond},
+		{name: "iterations divide the duration exactly",
+			job: trace.Job{ID: "2", GPUs: 1, Duration: 3}, isolated: 3, real: 300 * time.Millisecond, its: 2, itTime: 150 * time.Millisecond},
+		{name: "a zero-length job still runs one short iteration",
+			job: trace.Job{ID: "3", GPUs: 1}, isolated: 0, real: 0, its: 1, itTime: time.Millisecond},
+		{name: "steps at the fastest model's rate; slower models get their ratio",
+			job:   trace.Job{ID: "4", GPUs: 1, Steps: 400, JobType: "ResNet-18 (batch size 64)"},
+			tputs: tp, isolated: 200, real: 20 * time.Second, its: 100, itTime: 200 * time.Millisecond,
+			speed: map[string]float64{"V100": 1, "P100": 0.5, "T4": 0.5}, profile: "replay-resnet-18-batch-size-64-x1"},
+		{name: "the rate of the job's scale",
+			job:   trace.Job{ID: "5", GPUs: 2, Steps: 350, JobType: "ResNet-18 (batch size 64)"},
+			tputs: tp, isolated: 100, real: 10 * time.Second, its: 50, itTime: 200 * time.Millisecond,
+			// P100 has no 2-GPU measurement: linear from 1 GPU, 2 steps/s.
+			speed: map[string]float64{"V100": 1, "P100": 2 / 3.5, "T4": 2 / 3.5}, profile: "replay-resnet-18-batch-size-64-x2"},
+		{name: "steps without throughputs",
+			job: trace.Job{ID: "6", GPUs: 1, Steps: 10, JobType: "LM (batch size 5)"}, errSubstr: "trace job 6 is given in steps of \"LM (batch size 5)\": it needs -throughputs"},
+		{name: "a job type measured on no model of the cluster",
+			job: trace.Job{ID: "7", GPUs: 1, Steps: 10, JobType: "CycleGAN"}, tputs: tp, errSubstr: "trace job 7: no throughput for \"CycleGAN\" on 1 GPUs"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := PlanWork(tc.job, models, tc.tputs, o)
+			if tc.errSubstr != "" {
+				must.ErrorContains(t, err, tc.errSubstr)
+				return
+			}
+			must.NoError(t, err)
+			must.InDelta(t, tc.isolated, w.Isolated, 1e-9)
+			must.Eq(t, tc.real, w.Real)
+			must.Eq(t, tc.its, w.Iterations)
+			must.Eq(t, tc.itTime, w.IterationTime)
+			must.Eq(t, tc.profile, w.Profile)
+			must.Eq(t, len(tc.speed), len(w.Speed))
+			for m, f := range tc.speed {
+				must.InDelta(t, f, w.Speed[m], 1e-9, must.Sprint(m))
+			}
+		})
+	}
+	_, err := PlanWork(trace.Job{ID: "x", Duration: 1}, models, nil, JobOptions{})
+	must.ErrorContains(t, err, "time scale must be a positive number")
+}
+
+func TestJobSpec(t *testing.T) {
+	o := JobOptions{Prefix: "replay-ab12-", TimeScale: 10, Workload: "/opt/bin/caravan-workload",
+		CheckpointDir: "/shared/ckpt", Held: true}
+	j := trace.Job{ID: "17", GPUs: 4, Duration: 100}
+	w := Work{Isolated: 100, Real: 10 * time.Second, Iterations: 50, IterationTime: 200 * time.Millisecond,
+		Speed: map[string]float64{"V100": 1, "K80": 0.25}, Profile: "replay-lm-x4"}
+	job := JobSpec(o, "replay-ab12-17", j, w)
+
+	must.Eq(t, "replay-ab12-17", *job.ID)
+	must.Eq(t, api.JobTypeBatch, *job.Type)
+	must.Eq(t, map[string]string{cluster.MetaPolicy: "default", cluster.MetaProfile: "replay-lm-x4",
+		cluster.MetaDuration: "10", MetaTraceID: "17"}, job.Meta)
+	must.SliceLen(t, 1, job.Constraints)
+	must.True(t, cluster.IsHold(job.Constraints[0]))
+	must.True(t, cluster.Held(job))
+
+	must.SliceLen(t, 1, job.TaskGroups)
+	tg := job.TaskGroups[0]
+	must.Eq(t, 4, *tg.Count, must.Sprint("one allocation per GPU"))
+	must.SliceLen(t, 1, tg.Tasks)
+	task := tg.Tasks[0]
+	must.Eq(t, "caravan", task.Driver)
+	must.Eq(t, "/opt/bin/caravan-workload", task.Config["command"])
+	must.Eq(t, []string{"-iterations", "50", "-iteration-time", "200ms", "-steps", "1",
+		"-persistent-mib", "256", "-ephemeral-mib", "64",
+		"-checkpoint", "/shared/ckpt/replay-ab12-17-${NOMAD_ALLOC_INDEX}.json",
+		"-speed", "K80=0.25,V100=1"}, task.Config["args"].([]string))
+	must.SliceLen(t, 1, task.Resources.Devices)
+	must.Eq(t, "nvidia/gpu", task.Resources.Devices[0].Name)
+	must.Eq(t, uint64(1), *task.Resources.Devices[0].Count)
+	must.Eq(t, DefaultCPU, *task.Resources.CPU)
+	must.Eq(t, DefaultMemoryMB, *task.Resources.MemoryMB)
+
+	// Unheld, no profile, no speeds: a plain job the planner still manages.
+	o.Held = false
+	plain := JobSpec(o, "replay-ab12-3", trace.Job{ID: "3", GPUs: 0, Duration: 5},
+		Work{Real: 500 * time.Millisecond, Iterations: 2, IterationTime: 250 * time.Millisecond})
+	must.SliceEmpty(t, plain.Constraints)
+	must.False(t, cluster.Held(plain))
+	_, hasProfile := plain.Meta[cluster.MetaProfile]
+	must.False(t, hasProfile)
+	must.Eq(t, "0.5", plain.Meta[cluster.MetaDuration])
+	must.Eq(t, 1, *plain.TaskGroups[0].Count, must.Sprint("a job of 0 GPUs takes one, as in the simulator"))
+	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-speed")
+}
+
+func TestJobIDs(t *testing.T) {
+	jobs := []trace.Job{{ID: "0"}, {ID: "job 7/a"}, {ID: "0"}, {ID: ""}, {ID: "ok.x_y-z"}}
+	must.Eq(t, []string{"replay-r1-0", "replay-r1-job-7-a", "replay-r1-0-2", "replay-r1-job", "replay-r1-ok.x_y-z"},
+		JobIDs("replay-r1-", jobs))
+}
+
+func TestProfiles(t *testing.T) {
+	must.Eq(t, "replay-resnet-50-batch-size-64-x2", ProfileName("ResNet-50 (batch size 64)", 2))
+	works := []Work{
+		{Profile: "replay-b-x1", Rates: map[string]float64{"V100": 2}},
+		{},
+		{Profile: "replay-a-x1", Rates: map[string]float64{"V100": 1, "P100": 0.5}},
+		{Profile: "replay-b-x1", Rates: map[string]float64{"V100": 2}},
+	}
+	ps, err := Profiles(works)
+	must.NoError(t, err)
+	must.SliceLen(t, 2, ps)
+	must.Eq(t, "replay-a-x1", ps[0].Name)
+	must.Eq(t, map[string]float64{"V100": 1, "P100": 0.5}, ps[0].Throughput)
+	must.Eq(t, "replay-b-x1", ps[1].Name)
+}
+
+func TestFit(t *testing.T) {
+	mix, err := trace.ParseShorthand("4xV100,2xK80")
+	must.NoError(t, err)
+	n4g4, err := trace.ParseShorthand("n4g4")
+	must.NoError(t, err)
+	cases := []struct {
+		name    string
+		c       trace.Cluster
+		jobs    []trace.Job
+		works   []Work
+		wantErr string
+	}{
+		{"16 GPUs over 4 nodes hold a 16-GPU job", n4g4, []trace.Job{{ID: "a", GPUs: 16}}, nil, ""},
+		{"a 17-GPU job does not fit n4g4", n4g4, []trace.Job{{ID: "a", GPUs: 4}, {ID: "big", GPUs: 17}}, nil,
+			"trace job big asks for 17 GPUs, but cluster n4g4 has at most 16 of one model (V100)"},
+		{"a job runs on one model", mix, []trace.Job{{ID: "a", GPUs: 5}}, nil,
+			"trace job a asks for 5 GPUs, but cluster 4xV100,2xK80 has at most 4 of one model (V100)"},
+		{"only models the job has a rate on", mix, []trace.Job{{ID: "a", GPUs: 3}},
+			[]Work{{Rates: map[string]float64{"K80": 1}}},
+			"has at most 2 of one model (K80)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Fit(tc.jobs, tc.works, tc.c)
+			if tc.wantErr == "" {
+				must.NoError(t, err)
+				return
+			}
+			must.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
