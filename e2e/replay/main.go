@@ -159,6 +159,7 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	say("  cluster state in %s", c.Dir)
 	defer func() {
 		say("stopping Consul and Nomad ...")
 		c.Stop()

@@ -367,7 +367,7 @@ func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log h
 	if expandPolicy(st.Policy) != expandPolicy(pol.Name) {
 		log.Warn("the planner runs another policy than the simulator; the live side is the planner's", "planner", st.Policy, "sim", pol.Name)
 	}
-	if f.timeScale != 1 {
+	if order := strings.SplitN(expandPolicy(pol.Name), "+", 2)[0]; f.timeScale != 1 && (order == "las" || order == "gittins") {
 		cuts := []float64{3250, 7200}
 		if c, _ := parseCuts(f.queueCuts); c != nil {
 			cuts = c
