@@ -1,7 +1,11 @@
 # A GPU training job managed by caravan's planner. The job meta
-# caravan.policy opts it in; the planner then sets its priority (in bands 10
-# apart, so Nomad's preemption enforces the queue) and, while it has no
-# allocation, its GPU model, lane and CPU/memory.
+# caravan.policy opts it in. The job is submitted held: the job-level
+# constraint on ${meta.caravan.planner.held} matches no node, so Nomad places
+# nothing of it until the planner's policy starts it. The planner then
+# removes the hold and, in the same write, sets its GPU model, lane and
+# CPU/memory; it preempts the job by writing the hold back, which stops
+# every allocation at once. Submitted with -var held=false, the job may
+# start before the planner's first round sees it.
 #
 #   nomad job run -var name=train-1 -var iterations=600 jobspecs/planner-batch.nomad.hcl
 #   caravan queue
@@ -20,6 +24,22 @@ variable "iterations" {
   default     = 50
 }
 
+variable "count" {
+  description = "allocations of one GPU each; the planner starts and stops them together"
+  default     = 1
+}
+
+variable "duration" {
+  description = "expected run time (\"120s\"), which srtf, srsf, hare and matching read; empty: unknown"
+  default     = ""
+}
+
+variable "held" {
+  description = "submit held, so that the job starts only when the planner's policy starts it"
+  type        = bool
+  default     = true
+}
+
 variable "profile" {
   description = "the throughput profile (caravan profile show) the planner matches GPU models with"
   default     = ""
@@ -36,11 +56,22 @@ job "train" {
   type = "batch"
 
   meta = {
-    "caravan.policy"  = "default" # the policy the planner runs
-    "caravan.profile" = var.profile
+    "caravan.policy"   = "default" # the policy the planner runs
+    "caravan.profile"  = var.profile
+    "caravan.duration" = var.duration
+  }
+
+  dynamic "constraint" {
+    for_each = var.held ? [1] : []
+    content {
+      attribute = "${meta.caravan.planner.held}"
+      operator  = "is_set"
+    }
   }
 
   group "train" {
+    count = var.count
+
     # Preempted allocations come back through rescheduling; a failed run
     # should not retry for minutes.
     restart {

@@ -60,14 +60,14 @@ func Build(in Inputs, selectJob Selector) *State {
 			Policy: policy, Priority: stub.Priority, JobModifyIndex: stub.JobModifyIndex,
 			Submitted: time.Unix(0, stub.SubmitTime), Profile: stub.Meta[MetaProfile],
 		}
-		if v, ok := stub.Meta[MetaGPUMemory]; ok {
+		if v := stub.Meta[MetaGPUMemory]; strings.TrimSpace(v) != "" {
 			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
 				j.GPUMemoryMiB = n
 			} else {
 				j.Warnings = append(j.Warnings, fmt.Sprintf("meta %s = %q: must be MiB as a whole number", MetaGPUMemory, v))
 			}
 		}
-		if v, ok := stub.Meta[MetaDuration]; ok {
+		if v := stub.Meta[MetaDuration]; strings.TrimSpace(v) != "" {
 			if d, err := ParseDuration(v); err == nil {
 				j.Duration = d
 			} else {

@@ -113,7 +113,11 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
 			c.Action = Preempt
 		case !d.Run && !j.Held:
 			c.Action = Hold
-		case d.Run && j.Held && !j.Live:
+		case d.Run && j.Held && j.Live:
+			// Held while it ran (a preemption the policy took back before
+			// its stop went through): release it, placement untouched.
+			c.Action = Start
+		case d.Run && j.Held:
 			c.Action, c.Target.Placement = Start, placement(inv, j, d)
 		case d.Run && !j.Held && !j.Live && j.Settled:
 			if pl := placement(inv, j, d); *pl != (rewrite.Placement{}) {

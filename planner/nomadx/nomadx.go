@@ -38,6 +38,9 @@ type Client interface {
 	// modifyIndex, and returns ErrConflict otherwise. It returns the job's
 	// new JobModifyIndex.
 	RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error)
+	// StopAllocation stops one allocation, as `nomad alloc stop` does.
+	// Nomad stops it whether or not a replacement can be placed.
+	StopAllocation(ctx context.Context, namespace, allocID string) error
 	// JobVersions lists the versions Nomad keeps of a job, newest first.
 	JobVersions(ctx context.Context, namespace, id string) ([]*api.Job, error)
 	// SchedulerConfig reads the scheduler configuration.
@@ -112,6 +115,15 @@ func (a *API) JobAllocations(ctx context.Context, namespace, id string) ([]*api.
 	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 	allocs, _, err := a.c.Jobs().Allocations(id, false, q)
 	return allocs, err
+}
+
+func (a *API) StopAllocation(ctx context.Context, namespace, allocID string) error {
+	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
+	_, err := a.c.Allocations().Stop(&api.Allocation{ID: allocID, Namespace: namespace}, q)
+	if err != nil && is404(err) {
+		return fmt.Errorf("allocation %s: %w", allocID, ErrNotFound)
+	}
+	return err
 }
 
 func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {

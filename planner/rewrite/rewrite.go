@@ -5,6 +5,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -230,28 +231,49 @@ func place(job *api.Job, p Placement) Change {
 // its GPU requests, by device name or by a constraint the planner did not
 // add. The planner never pins such a job.
 func UserModel(job *api.Job) bool {
+	_, picked := UserModels(job)
+	return picked
+}
+
+// UserModels lists the GPU models the job's own spec allows, where it names
+// them: by device name ("nvidia/gpu/Tesla T4") or by an equality constraint
+// on the model attribute. picked is true when the user chose models in any
+// way, including ways (regexp, set_contains) that give no list.
+func UserModels(job *api.Job) (models []string, picked bool) {
 	if job == nil {
-		return false
+		return nil, false
 	}
 	mine := parseOwned("")
 	if job.Meta != nil {
 		mine = parseOwned(job.Meta[cluster.MetaPlacement])
 	}
+	listed := true
 	for _, tg := range job.TaskGroups {
 		for _, task := range tg.Tasks {
 			for _, d := range cluster.GPURequests(task) {
-				if strings.Count(d.Name, "/") >= 2 {
-					return true
+				if parts := strings.SplitN(d.Name, "/", 3); len(parts) == 3 {
+					picked = true
+					models = append(models, parts[2])
 				}
 				for _, c := range d.Constraints {
-					if c.LTarget == cluster.AttrModel && !mine[owned{c.LTarget, c.Operand, c.RTarget}] {
-						return true
+					if c.LTarget != cluster.AttrModel || mine[owned{c.LTarget, c.Operand, c.RTarget}] {
+						continue
+					}
+					picked = true
+					if c.Operand == "=" || c.Operand == "==" || c.Operand == "is" {
+						models = append(models, c.RTarget)
+					} else {
+						listed = false
 					}
 				}
 			}
 		}
 	}
-	return false
+	if !listed {
+		return nil, picked
+	}
+	slices.Sort(models)
+	return slices.Compact(models), picked
 }
 
 // resources are a task's CPU and memory as its user wrote them, kept in the

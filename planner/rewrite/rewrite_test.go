@@ -281,3 +281,68 @@ func TestWriterRestoresEditLandingBetweenIndexCheckAndWrite(t *testing.T) {
 	must.Eq(t, "user", got.Meta["owner"], must.Sprint("the user's edit survives"))
 	must.Eq(t, 70, *got.Priority)
 }
+
+// Holding a running job preempts it: the hold alone would leave it running,
+// since Nomad backs out a destructive update it cannot place, so every live
+// allocation is stopped too, and none that already stopped.
+func TestWriterPreemptsByHoldingAndStopping(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	fake.Allocs = []*api.AllocationListStub{
+		{ID: "a1", JobID: "j", Namespace: "default", ClientStatus: "running", DesiredStatus: "run"},
+		{ID: "a2", JobID: "j", Namespace: "default", ClientStatus: "pending", DesiredStatus: "run"},
+		{ID: "old", JobID: "j", Namespace: "default", ClientStatus: "complete", DesiredStatus: "stop"},
+	}
+	w := &Writer{Nomad: fake}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 70, Hold: true})
+	must.NoError(t, res.Err)
+	must.Eq(t, Written, res.Outcome)
+	must.Eq(t, []string{"priority 50→70", "hold: preempted, every allocation stops", "stopped 2 allocation(s)"}, []string(res.Change))
+	must.Eq(t, []string{"a1", "a2"}, fake.Stopped)
+	must.True(t, cluster.Held(fake.Get("default", "j")))
+
+	// Held, but one allocation still runs (a stop that did not finish):
+	// the next write stops it.
+	fake.Allocs[0].ClientStatus, fake.Allocs[0].DesiredStatus = "running", "run"
+	res = w.Apply(context.Background(), "default", "j", Target{Priority: 70, Hold: true})
+	must.Eq(t, Written, res.Outcome)
+	must.Eq(t, []string{"stopped 1 allocation(s)"}, []string(res.Change))
+	must.Eq(t, []string{"a1", "a2", "a1"}, fake.Stopped)
+
+	// Held and stopped: a second write changes nothing and stops nothing.
+	res = w.Apply(context.Background(), "default", "j", Target{Priority: 70, Hold: true})
+	must.Eq(t, Unchanged, res.Outcome)
+	must.Len(t, 3, fake.Stopped)
+}
+
+func TestUserModels(t *testing.T) {
+	job := gpuJob("j")
+	models, picked := UserModels(job)
+	must.False(t, picked)
+	must.SliceEmpty(t, models)
+
+	dev := job.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	dev.Constraints = []*api.Constraint{{LTarget: cluster.AttrModel, Operand: "=", RTarget: "Tesla T4"}}
+	models, picked = UserModels(job)
+	must.True(t, picked)
+	must.Eq(t, []string{"Tesla T4"}, models)
+
+	// The planner's own pin is not the user's choice.
+	job = gpuJob("k")
+	Rewrite(job, Target{Placement: &Placement{Model: "NVIDIA H100 80GB HBM3"}}, false)
+	_, picked = UserModels(job)
+	must.False(t, picked)
+
+	// A choice that names no list: picked, but any model as far as the
+	// list goes.
+	job = gpuJob("r")
+	job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints = []*api.Constraint{{LTarget: cluster.AttrModel, Operand: "regexp", RTarget: "A100|H100"}}
+	models, picked = UserModels(job)
+	must.True(t, picked)
+	must.SliceEmpty(t, models)
+
+	job = gpuJob("n")
+	job.TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpu/Tesla T4"
+	models, _ = UserModels(job)
+	must.Eq(t, []string{"Tesla T4"}, models)
+}

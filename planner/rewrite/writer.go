@@ -115,22 +115,36 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			return res
 		}
 		live = false
-		if t.Placement != nil || t.Restore {
-			// Placement may only change while nothing of the job is placed;
-			// ask Nomad now rather than trust the round's snapshot.
+		var running []string
+		if t.Placement != nil || t.Restore || t.Hold {
+			// Placement may only change while nothing of the job is placed,
+			// and a hold preempts what is; ask Nomad now rather than trust
+			// the round's snapshot.
 			allocs, err := w.Nomad.JobAllocations(ctx, namespace, id)
 			if err != nil {
 				res.Outcome, res.Err = Failed, err
 				return res
 			}
 			for _, a := range allocs {
-				if a.ClientStatus == "running" || a.ClientStatus == "pending" {
-					live = a.DesiredStatus == "run" || live
+				if (a.ClientStatus == "running" || a.ClientStatus == "pending") && a.DesiredStatus == "run" {
+					live = true
+					running = append(running, a.ID)
 				}
 			}
 		}
 		res.Live = live
 		change := Rewrite(job, t, live)
+		if len(change) == 0 && t.Hold && live {
+			// Held already, yet running: a preemption whose stop did not
+			// finish. Stop what runs.
+			stopped, err := w.stop(ctx, namespace, running)
+			res.Change = Change{fmt.Sprintf("stopped %d allocation(s)", stopped)}
+			res.Outcome, res.Err = Written, err
+			if err != nil {
+				res.Outcome = Failed
+			}
+			return res
+		}
 		if len(change) == 0 {
 			res.Outcome = Unchanged
 			return res
@@ -143,6 +157,18 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 		written, registered, lost, err := w.registerChecked(ctx, namespace, id, job, index)
 		if registered {
 			res.Change = change
+			if t.Hold && live {
+				// Nomad backs out a destructive update whose replacement
+				// cannot be placed, so the hold alone leaves the job
+				// running; stopping its allocations makes it stop, and the
+				// hold keeps their replacements from being placed.
+				stopped, stopErr := w.stop(ctx, namespace, running)
+				res.Change = append(res.Change, fmt.Sprintf("stopped %d allocation(s)", stopped))
+				if err == nil && stopErr != nil {
+					res.Outcome, res.Err = Failed, stopErr
+					return res
+				}
+			}
 		}
 		if registered && err == nil {
 			if lost == nil {
@@ -167,6 +193,18 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 	res.Outcome = Failed
 	res.Err = fmt.Errorf("job %s/%s changed %d times while being rewritten; left for the next round", namespace, id, res.Conflicts)
 	return res
+}
+
+// stop stops the allocations and counts those it stopped.
+func (w *Writer) stop(ctx context.Context, namespace string, allocs []string) (int, error) {
+	n := 0
+	for _, id := range allocs {
+		if err := w.Nomad.StopAllocation(ctx, namespace, id); err != nil && !errors.Is(err, nomadx.ErrNotFound) {
+			return n, fmt.Errorf("stop allocation %s: %w", id, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // registerChecked writes job if its modify index is still index, then

@@ -37,7 +37,9 @@ type Fake struct {
 	AfterIndexCheck func(job *api.Job)
 	// Registers counts successful RegisterJob calls; Conflicts the refused.
 	Registers, Conflicts int
-	changes              chan struct{}
+	// Stopped lists the allocations StopAllocation stopped, in order.
+	Stopped []string
+	changes chan struct{}
 }
 
 var _ nomadx.Client = (*Fake)(nil)
@@ -179,6 +181,21 @@ func (f *Fake) JobAllocations(_ context.Context, namespace, id string) ([]*api.A
 		}
 	}
 	return out, nil
+}
+
+// StopAllocation marks the allocation stopped and complete, as the client
+// reports it once its tasks are killed.
+func (f *Fake) StopAllocation(_ context.Context, namespace, allocID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.Allocs {
+		if a.ID == allocID {
+			a.DesiredStatus, a.ClientStatus = "stop", "complete"
+			f.Stopped = append(f.Stopped, allocID)
+			return nil
+		}
+	}
+	return fmt.Errorf("allocation %s: %w", allocID, nomadx.ErrNotFound)
 }
 
 func (f *Fake) RegisterJob(_ context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
