@@ -2,8 +2,9 @@
 // heterogeneous GPU fleet, runs caravan's planner beside them, and submits
 // jobs that show the planner at work: a long job demoted and preempted by a
 // short one, small jobs packed into H100 lanes, and a profiled job that
-// arrives when every GPU is busy, is matched to the H100 and pinned there
-// by the planner, waits for it, and runs on it. Ctrl-C stops everything.
+// arrives when every GPU is busy, is held by the planner while it waits for
+// the H100 it is matched to, and is released onto it, pinned there, when an
+// H100 lane frees up. Ctrl-C stops everything.
 // `make demo` runs it.
 package main
 
@@ -60,7 +61,7 @@ func run(once bool) error {
 	}
 	showGPUs(node)
 
-	say("\n== turning on Nomad's preemption, which enforces the planner's priority bands")
+	say("\n== turning on Nomad's preemption, a fallback for jobs the planner has not held (it preempts by holding jobs itself)")
 	out, err := caravan(c, "setup")
 	say("$ caravan setup\n%s", strings.TrimSpace(out))
 	if err != nil {
@@ -183,14 +184,14 @@ func run(once bool) error {
 		return err
 	}
 	if on := runsOn(c.Nomad, "resnet"); on != "" {
-		say("\nresnet was matched to the H100: it arrived with every GPU busy, the planner pinned it to the H100 with the\nconstraint above while it waited (A100s and T4s would have been slower), and it runs on %s.", on)
+		say("\nresnet was matched to the H100: it arrived with every GPU busy, the planner held it while it waited and\nreleased it with the constraint above when an H100 lane freed up (A100s and T4s would have been slower),\nand it runs on %s.", on)
 	}
 	out, _ = caravan(c, "lanes")
 	say("\n$ caravan lanes   (the small jobs share H100s, a quarter each)\n%s", strings.TrimRight(out, "\n"))
 	explainJobs := []string{"resnet"}
 	if victim := preemptedJob(c.Nomad, "long-1", "long-2", "long-3", "long-4"); victim != "" {
 		explainJobs = append([]string{victim}, explainJobs...)
-		say("\n%s was preempted by short: its allocation was evicted, short ran and completed, and %s came back.", victim, victim)
+		say("\n%s was preempted by short: the planner held it and stopped its allocation, short ran and completed,\nand the planner released %s again with its attained service kept.", victim, victim)
 	}
 	for _, job := range explainJobs {
 		out, _ = caravan(c, "explain", "-address", planner.addr, job)
@@ -292,7 +293,7 @@ func preemptedJob(client *api.Client, jobs ...string) string {
 			continue
 		}
 		for _, a := range allocs {
-			if a.DesiredStatus == "evict" || a.PreemptedByAllocation != "" {
+			if a.DesiredStatus == "stop" || a.DesiredStatus == "evict" || a.PreemptedByAllocation != "" {
 				return id
 			}
 		}

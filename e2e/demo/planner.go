@@ -88,7 +88,7 @@ func startPlanner(c *harness.Cluster) (*plannerChild, error) {
 }
 
 var (
-	decisionLine = regexp.MustCompile(`decision applied: job=(\S+) priority=(\d+) changes="([^"]*)" reason="([^"]*)"`)
+	decisionLine = regexp.MustCompile(`decision applied: job=(\S+) action=(\S+) priority=(\d+) changes="([^"]*)" reason="([^"]*)"`)
 	leaderLine   = regexp.MustCompile(`(?i)acquired leadership|now leads|became leader`)
 )
 
@@ -101,7 +101,7 @@ func echoDecisions(r io.Reader, w io.Writer) {
 		line := sc.Text()
 		fmt.Fprintln(w, line)
 		if m := decisionLine.FindStringSubmatch(line); m != nil {
-			say("  planner decision: %-18s %s  (%s)", m[1], m[3], m[4])
+			say("  planner decision: %-18s %-8s %s  (%s)", m[1], m[2], m[4], m[5])
 		} else if leaderLine.MatchString(line) || strings.Contains(line, "[ERROR]") {
 			say("  planner: %s", line[strings.Index(line, "]")+1:])
 		}

@@ -7,6 +7,8 @@ type capacity struct {
 	models   []string // sorted by first appearance in Nodes
 	total    []int    // healthy GPUs per model
 	perNode  []int    // most healthy GPUs of one model on one node
+	lanes    []int    // most lanes of one GPU of the model (1: whole only)
+	laneMem  []int    // memory of one such lane in MB
 	byNode   [][]int  // healthy GPU indices per node
 	modelOf  [][]int  // model index of each GPU in byNode
 	gpus     int      // GPUs on all nodes, healthy or not
@@ -33,6 +35,9 @@ func (s *Snapshot) capacity() *capacity {
 			}
 			m := c.modelIndex(gpu.Model)
 			c.total[m]++
+			if gpu.LaneCount() > c.lanes[m] {
+				c.lanes[m], c.laneMem[m] = gpu.LaneCount(), gpu.LaneMemoryMB
+			}
 			count[m]++
 			c.byNode[n] = append(c.byNode[n], g)
 			c.modelOf[n] = append(c.modelOf[n], m)
@@ -59,6 +64,8 @@ func (c *capacity) modelIndex(model string) int {
 	c.models = append(c.models, model)
 	c.total = append(c.total, 0)
 	c.perNode = append(c.perNode, 0)
+	c.lanes = append(c.lanes, 1)
+	c.laneMem = append(c.laneMem, 0)
 	return len(c.models) - 1
 }
 

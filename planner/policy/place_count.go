@@ -11,8 +11,13 @@ func (countPlacer) countsOnly()  {}
 func (countPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	walkByCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int {
 		return mostFree(free, g)
-	})
+	}, shareLanes)
 }
+
+// shareLanes lets walkByCount start a one-GPU job on a free lane of a GPU
+// that lane jobs already share. Placers that give jobs concrete lanes
+// themselves (consolidated, pack) leave it off.
+const shareLanes = true
 
 // modelChooser picks the model a pending job should start on given the
 // free GPUs per model, or -1 to leave it waiting.
@@ -24,10 +29,22 @@ type modelChooser func(j *Job, free []int, g int) int
 // them, for non-preemptive orders), pending jobs start where choose says.
 // With a nil choose it leaves pending jobs to the caller. It returns the
 // GPUs left free per model.
-func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser) []int {
+//
+// With lanes set, a GPU cut into lanes holds one lane job per lane: the
+// first one-GPU job on it counts the GPU, and the jobs after it take its
+// spare lanes, when their memory fits one. Without it every job counts
+// whole GPUs. A job that names its models (Job.Models) runs on no other.
+func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser, lanes ...bool) []int {
+	return walkByCountKeeper(s, r, preemptive, blocking, choose, len(lanes) > 0 && lanes[0]).free
+}
+
+// walkByCountKeeper is walkByCount returning its keeper, for a placer that
+// goes on starting jobs with take.
+func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser, share bool) *keeper {
 	c := s.capacity()
-	k := keeper{c: c, s: s, free: append([]int(nil), c.total...)}
+	k := &keeper{c: c, s: s, free: append([]int(nil), c.total...), spare: make([]int, len(c.total)), share: share}
 	free := k.free
+	avail := make([]int, len(free))
 	if !preemptive {
 		for i := range s.Jobs {
 			if j := &s.Jobs[i]; j.State == Running {
@@ -57,29 +74,73 @@ func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose model
 			d.Reason = r.join(d.Reason, "; waits behind the head of the queue")
 			continue
 		}
+		// What the job may take of each model: whole free GPUs, and spare
+		// lanes for a one-GPU job that fits one.
+		for m := range avail {
+			avail[m] = 0
+			if !j.allows(c.models[m]) {
+				continue
+			}
+			avail[m] = k.room(j, m, g)
+		}
 		m := -1
 		if g <= maxInt(c.total) {
-			m = choose(j, free, g)
+			m = choose(j, avail, g)
 		}
 		if m < 0 {
 			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
 			startsBlocked = blocking
 			continue
 		}
-		d.Run, d.GPUModel = true, c.models[m]
-		free[m] -= g
+		k.take(j, d, m, g)
 		d.Reason = r.join(d.Reason, "; starts")
 	}
-	return free
+	return k
 }
 
 // keeper lets running jobs keep their GPUs, counting a GPU shared by lane
-// jobs once.
+// jobs once; spare counts the lanes left on such GPUs, per model.
 type keeper struct {
 	c        *capacity
 	s        *Snapshot
 	free     []int
+	spare    []int
+	share    bool // one-GPU jobs may take spare lanes
 	laneGPUs map[[2]int]bool
+}
+
+// room is how many GPUs of model m job j may take now: whole free GPUs,
+// and spare lanes for a one-GPU job that fits one.
+func (k *keeper) room(j *Job, m, g int) int {
+	if !j.allows(k.c.models[m]) {
+		return 0
+	}
+	if k.share && g == 1 && k.fitsLane(j, m) {
+		return k.free[m] + k.spare[m]
+	}
+	return k.free[m]
+}
+
+// take starts j on g GPUs of model m, on a spare lane when it can.
+func (k *keeper) take(j *Job, d *Decision, m, g int) {
+	d.Run, d.GPUModel = true, k.c.models[m]
+	switch {
+	case k.share && g == 1 && k.fitsLane(j, m) && k.spare[m] > 0:
+		k.spare[m]--
+		d.Lane = true
+	case k.share && g == 1 && k.fitsLane(j, m):
+		// The first lane job on a GPU: the rest of its lanes are spare.
+		k.free[m]--
+		k.spare[m] += k.c.lanes[m] - 1
+		d.Lane = true
+	default:
+		k.free[m] -= g
+	}
+}
+
+// fitsLane says j may run on one lane of model m.
+func (k *keeper) fitsLane(j *Job, m int) bool {
+	return k.c.lanes[m] > 1 && (j.GPUMemoryMB == 0 || k.c.laneMem[m] == 0 || j.GPUMemoryMB <= k.c.laneMem[m])
 }
 
 func (k *keeper) sharesCounted(j *Job) bool {
@@ -95,7 +156,14 @@ func (k *keeper) fits(j *Job) bool {
 		return true
 	}
 	m := k.c.runningModel(k.s, j)
-	return m >= 0 && k.free[m] >= max(j.GPUs, 1)
+	return m >= 0 && (k.free[m] >= max(j.GPUs, 1) || k.onSpareLane(j, m))
+}
+
+// onSpareLane says a running lane job whose GPU is not counted yet may be
+// counted on a spare lane: counting is by model, so the spare lanes that
+// jobs started this round took are as good as the lanes of its own GPU.
+func (k *keeper) onSpareLane(j *Job, m int) bool {
+	return k.share && k.free[m] < 1 && k.spare[m] > 0 && len(j.Placement) == 1 && j.Placement[0].Lane >= 0
 }
 
 func (k *keeper) keep(j *Job, d *Decision) {
@@ -106,7 +174,11 @@ func (k *keeper) keep(j *Job, d *Decision) {
 	if m >= 0 {
 		d.GPUModel = k.c.models[m]
 	}
-	if m < 0 || k.sharesCounted(j) {
+	if m < 0 {
+		return
+	}
+	if k.sharesCounted(j) || k.onSpareLane(j, m) {
+		k.spare[m] = max(k.spare[m]-1, 0)
 		return
 	}
 	k.free[m] -= max(j.GPUs, 1)
@@ -114,7 +186,11 @@ func (k *keeper) keep(j *Job, d *Decision) {
 		if k.laneGPUs == nil {
 			k.laneGPUs = map[[2]int]bool{}
 		}
-		k.laneGPUs[[2]int{j.Placement[0].Node, j.Placement[0].GPU}] = true
+		sl := j.Placement[0]
+		k.laneGPUs[[2]int{sl.Node, sl.GPU}] = true
+		if sl.Node < len(k.s.Nodes) && sl.GPU < len(k.s.Nodes[sl.Node].GPUs) {
+			k.spare[m] += k.s.Nodes[sl.Node].GPUs[sl.GPU].LaneCount() - 1
+		}
 	}
 }
 

@@ -12,7 +12,7 @@ func (fastestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	c := s.capacity()
 	walkByCount(s, r, preemptive, blocking, func(j *Job, free []int, g int) int {
 		return fastestFree(c, j, free, g)
-	})
+	}, shareLanes)
 }
 
 // fastestFree is the model with room for g GPUs that runs j fastest; ties
@@ -20,7 +20,7 @@ func (fastestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 func fastestFree(c *capacity, j *Job, free []int, g int) int {
 	best, bestT := -1, inf
 	for m, f := range free {
-		if f < g {
+		if f < g || !j.allows(c.models[m]) {
 			continue
 		}
 		t := j.timeOn(c.models[m])

@@ -27,9 +27,18 @@ func (matchPlacer) Name() string { return "match" }
 
 func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	c := s.capacity()
-	// Running jobs first (matching never preempts), and collect the
-	// pending ones in rank order.
-	free := walkByCount(s, r, preemptive, blocking, nil)
+	// Running jobs first, and collect the pending ones in rank order. The
+	// matching itself never preempts; under a preemptive order, a running
+	// job keeps its GPUs only if the pending jobs ranked above it leave
+	// room for it, each on its fastest free model as Hare would, and the
+	// matching then places the pending jobs on what is free.
+	var k *keeper
+	var undo []preemption
+	if preemptive {
+		k, undo = keepRunningBelowPending(s, r, blocking)
+	} else {
+		k = walkByCountKeeper(s, r, false, blocking, nil, shareLanes)
+	}
 	var pending []int
 	for _, i := range r.Order {
 		if s.Jobs[i].State == Pending {
@@ -71,7 +80,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 			t := j.timeOn(c.models[m])
 			for k := 0; k < len(win); k++ {
 				v := float64(k+1) * t * g / float64(max(c.total[m], 1))
-				if j.GPUs > c.total[m] || math.IsInf(t, 1) {
+				if j.GPUs > c.total[m] || math.IsInf(t, 1) || !j.allows(c.models[m]) {
 					v = 1e18
 				}
 				cost[a][m*len(win)+k] = v
@@ -94,30 +103,85 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 		matched[pk.job] = true
 		j, d := &s.Jobs[pk.job], &r.Decisions[pk.job]
 		g := max(j.GPUs, 1)
-		if free[pk.model] >= g {
-			free[pk.model] -= g
-			d.Run, d.GPUModel = true, c.models[pk.model]
+		if k.room(j, pk.model, g) >= g {
+			k.take(j, d, pk.model, g)
 			d.Reason = r.join(d.Reason, "; matched to "+d.GPUModel)
 		} else {
+			d.GPUModel = c.models[pk.model]
 			d.Reason = r.join(d.Reason, "; matched to "+c.models[pk.model]+", waits for it")
 		}
 	}
 	// Keep the GPUs busy: the rest start in rank order on their fastest
 	// free model. That includes window jobs the matching could not cost,
-	// such as live jobs whose run time is unknown.
-	for _, i := range pending {
+	// such as live jobs whose run time is unknown. In the same walk, a
+	// running job that the preemptive walk displaced keeps running if its
+	// GPUs are still free when its rank comes: the pending jobs above it
+	// that displaced it did not take them, and stopping it would be for
+	// nothing.
+	displaced := make(map[int]string, len(undo))
+	for _, u := range undo {
+		displaced[u.job] = u.reason
+	}
+	room := make([]int, len(c.models))
+	for _, i := range r.Order {
 		j, d := &s.Jobs[i], &r.Decisions[i]
-		if d.Run || matched[i] {
+		if reason, ok := displaced[i]; ok {
+			if k.fits(j) {
+				d.Reason = reason
+				k.keep(j, d)
+			}
 			continue
 		}
-		if m := fastestFree(c, j, free, max(j.GPUs, 1)); m >= 0 {
-			free[m] -= max(j.GPUs, 1)
-			d.Run, d.GPUModel = true, c.models[m]
+		if j.State != Pending || d.Run || matched[i] {
+			continue
+		}
+		g := max(j.GPUs, 1)
+		for m := range room {
+			room[m] = k.room(j, m, g)
+		}
+		if m := fastestFree(c, j, room, g); m >= 0 {
+			k.take(j, d, m, g)
 			d.Reason = r.join(d.Reason, "; backfills "+d.GPUModel)
 		} else {
 			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
 		}
 	}
+}
+
+// preemption is a running job the preemptive walk displaced, with its
+// reason before the walk.
+type preemption struct {
+	job    int
+	reason string
+}
+
+// keepRunningBelowPending runs the preemptive count walk to learn which
+// running jobs the pending jobs ranked above them displace, then undoes the
+// walk's starts, and returns a keeper holding only the running jobs kept,
+// and the displaced ones in rank order.
+func keepRunningBelowPending(s *Snapshot, r *Result, blocking bool) (*keeper, []preemption) {
+	c := s.capacity()
+	reasons := make(map[int]string, len(s.Jobs))
+	for i := range s.Jobs {
+		reasons[i] = r.Decisions[i].Reason
+	}
+	walkByCountKeeper(s, r, true, blocking, func(j *Job, free []int, g int) int {
+		return fastestFree(c, j, free, g)
+	}, shareLanes)
+	k := &keeper{c: c, s: s, free: append([]int(nil), c.total...), spare: make([]int, len(c.total)), share: shareLanes}
+	var displaced []preemption
+	for _, i := range r.Order {
+		j, d := &s.Jobs[i], &r.Decisions[i]
+		switch {
+		case j.State == Pending:
+			d.Run, d.GPUModel, d.Lane, d.Reason = false, "", false, reasons[i]
+		case d.Run:
+			k.keep(j, d)
+		default:
+			displaced = append(displaced, preemption{i, reasons[i]})
+		}
+	}
+	return k, displaced
 }
 
 // hungarian solves the rectangular assignment problem (rows <= columns)

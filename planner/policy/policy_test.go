@@ -420,3 +420,89 @@ func TestEnterRanksLikeARound(t *testing.T) {
 	want, got := p.Plan(rounds, nil), p.Plan(entered, nil)
 	must.Eq(t, ranked(rounds, want), ranked(entered, got))
 }
+
+// A GPU cut into lanes takes one lane job per lane: once a lane job runs on
+// it, one-GPU jobs that fit a lane start on its spare lanes, and the count
+// placers do not count it as full. Jobs too big for a lane, and placers that
+// give concrete lanes themselves, do not.
+func TestCountPlacersShareLanes(t *testing.T) {
+	laned := []Node{{ID: "n", CPUs: 8, MemoryGB: 64, Healthy: true,
+		GPUs: []GPU{{Model: "H100", MemoryMB: 80000, Lanes: 4, LaneMemoryMB: 20000, Healthy: true}}}}
+	on := job("on", 0, 1)
+	on.State, on.Placement, on.GPUMemoryMB = Running, []Slot{{Node: 0, GPU: 0, Lane: 0}}, 10000
+	jobs := []Job{on}
+	for i := 1; i <= 4; i++ {
+		j := job(fmt.Sprintf("p%d", i), float64(i), 1)
+		j.GPUMemoryMB = 10000
+		jobs = append(jobs, j)
+	}
+	big := job("big", 9, 1)
+	big.GPUMemoryMB = 30000
+	jobs = append(jobs, big)
+	for _, name := range []string{"fjf", "hare", "allox"} {
+		t.Run(name, func(t *testing.T) {
+			s := &Snapshot{Nodes: laned, Jobs: slices.Clone(jobs)}
+			r := plan(t, name, Config{}, s)
+			must.Eq(t, []string{"on", "p1", "p2", "p3"}, running(s, r))
+			for i := 1; i <= 3; i++ {
+				must.True(t, r.Decisions[i].Lane, must.Sprint(s.Jobs[i].ID, " runs on a lane"))
+			}
+		})
+	}
+	// Consolidated placement hands out whole GPUs: the shared GPU is full.
+	s := &Snapshot{Nodes: laned, Jobs: slices.Clone(jobs)}
+	must.Eq(t, []string{"on"}, running(s, plan(t, "fjf+consolidated", Config{}, s)))
+
+	// On an idle laned GPU the first one-GPU job takes a lane, the next
+	// ones share the GPU.
+	s = &Snapshot{Nodes: laned, Jobs: slices.Clone(jobs[1:])}
+	must.Eq(t, []string{"p1", "p2", "p3", "p4"}, running(s, plan(t, "fjf", Config{}, s)))
+}
+
+// A job that names its GPU models runs on no other, whatever the placer.
+func TestPlacersKeepTheJobsOwnModels(t *testing.T) {
+	for _, name := range []string{"fjf", "hare", "allox"} {
+		t.Run(name, func(t *testing.T) {
+			s := heteroSnapshot()
+			// conv runs 4x faster on a V100 but its user chose the K80.
+			s.Jobs[1].Models = []string{"K80"}
+			r := plan(t, name, Config{}, s)
+			must.Eq(t, "K80", r.Decisions[1].GPUModel)
+			must.True(t, r.Decisions[1].Run)
+			must.NotEq(t, "K80", r.Decisions[0].GPUModel, must.Sprint("rec goes where conv does not"))
+		})
+	}
+}
+
+// Under a preemptive order, matching preempts a running job that a pending
+// job ranked above it needs, then places the pending job by the matching.
+func TestMatchPreemptsUnderPreemptiveOrder(t *testing.T) {
+	long, short := job("long", 0, 1), job("short", 10, 1)
+	long.State, long.Attained, long.GPUModel = Running, 10000, "V100"
+	s := &Snapshot{Nodes: []Node{{ID: "n", Healthy: true, GPUs: []GPU{{Model: "V100", Healthy: true}}}}, Jobs: []Job{long, short}}
+	r := plan(t, "las+match", Config{}, s)
+	must.Eq(t, []string{"short"}, running(s, r))
+	must.StrContains(t, r.Decisions[0].Reason, "preempted")
+	// AlloX's own order is not preemptive: the running job keeps its GPU.
+	s = &Snapshot{Nodes: s.Nodes, Jobs: []Job{long, short}}
+	must.Eq(t, []string{"long"}, running(s, plan(t, "allox", Config{}, s)))
+}
+
+// A running job displaced by a pending job that the matching then does not
+// start there keeps running: no preemption for nothing.
+func TestMatchKeepsRunningJobThePendingJobDoesNotTake(t *testing.T) {
+	long := job("long", 0, 1)
+	long.State, long.Attained, long.GPUModel = Running, 10000, "K80"
+	fast := job("fast", 10, 1)
+	// fast is matched to the busy V100; on the K80 it would crawl.
+	fast.RemainingWork, fast.Throughput = 100, map[string]float64{"V100": 100, "K80": 1}
+	busy := job("busy", 0, 1)
+	busy.State, busy.GPUModel = Running, "V100"
+	s := &Snapshot{Nodes: []Node{{ID: "n", Healthy: true, GPUs: []GPU{{Model: "V100", Healthy: true}, {Model: "K80", Healthy: true}}}},
+		Jobs: []Job{busy, long, fast}}
+	r := plan(t, "las+match", Config{}, s)
+	must.Eq(t, "V100", r.Decisions[2].GPUModel)
+	must.False(t, r.Decisions[2].Run)
+	must.True(t, r.Decisions[1].Run, must.Sprint(r.Decisions[1].Reason))
+	must.StrNotContains(t, r.Decisions[1].Reason, "preempted")
+}

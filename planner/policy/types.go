@@ -108,6 +108,9 @@ type Job struct {
 	Throughput map[string]float64
 	// Model names the network (for sensitivity and co-location lookups).
 	Model string
+	// Models, when set, are the only GPU models the job may run on: the
+	// user's own choice, which every placer keeps.
+	Models []string
 
 	// Remaining is the oracle remaining run time in seconds on the
 	// reference GPU; negative when unknown. Only srtf, srsf, hare and
@@ -122,6 +125,19 @@ type Job struct {
 	// policies keep order stable within a queue with them.
 	PrevQueue int
 	PrevRank  int
+}
+
+// allows says whether the job may run on model.
+func (j *Job) allows(model string) bool {
+	if len(j.Models) == 0 {
+		return true
+	}
+	for _, m := range j.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
 }
 
 // weight returns Weight with the zero value meaning 1.
@@ -198,7 +214,9 @@ type Decision struct {
 	// Wait: the starvation knob moved it back to the top queue.
 	Promoted bool
 
-	GPUModel string // chosen GPU model when Run, "" if any
+	// GPUModel is the chosen GPU model when Run, "" if any; for a job that
+	// waits, the model it waits for, when the placer matched it to one.
+	GPUModel string
 	Lane     bool   // runs on a lane (co-located) rather than whole GPUs
 	Slots    []Slot // concrete GPUs when the placer picks them
 

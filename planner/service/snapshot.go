@@ -8,6 +8,7 @@ import (
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
 )
 
 // memory is what the planner remembers of a job between rounds: the policy
@@ -40,7 +41,11 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 	// lane, so that running jobs carry their placement: without it the
 	// policy counts every lane job as a whole GPU of its own.
 	where := map[[2]string]policy.Slot{}
+	groupModel := map[string]string{}
 	for ni, n := range st.Nodes {
+		for _, g := range n.GPUs {
+			groupModel[g.Name] = g.Model
+		}
 		pn := policy.Node{ID: n.ID, CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024, Healthy: n.Ready}
 		for _, g := range n.GPUs {
 			gpus, at := physicalGPUs(g)
@@ -60,6 +65,16 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 			ID: j.Key(), Arrival: unix(j.Submitted), GPUs: j.GPUs, GPUMemoryMB: int(j.GPUMemoryMiB),
 			Attained: j.Attained, Executed: j.Executed, Remaining: -1, PrevQueue: -1, PrevRank: -1,
 			Model: j.Profile,
+		}
+		if models, _ := rewrite.UserModels(j.Spec); len(models) > 0 {
+			// A device name ("nvidia/gpu/<group>") names a device group,
+			// which may carry its lane layout besides the model.
+			for k, m := range models {
+				if model, ok := groupModel[m]; ok {
+					models[k] = model
+				}
+			}
+			pj.Models = models
 		}
 		if j.Running() {
 			pj.State = policy.Running
