@@ -1,0 +1,30 @@
+package service
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/shoenig/test/must"
+)
+
+// A job's expected duration becomes the remaining time the oracle policies
+// read: less what it has run, and in the profile's unit of work when it
+// has one, counting the work each model did at that model's rate.
+func TestSnapshotRemainingFromDuration(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	state := &cluster.State{Time: now, Jobs: []*cluster.Job{
+		{Namespace: "default", ID: "plain", GPUs: 1, Duration: 100, Executed: 30, Submitted: now.Add(-time.Minute)},
+		{Namespace: "default", ID: "profiled", GPUs: 1, Duration: 100, Profile: "resnet", Submitted: now.Add(-time.Minute),
+			Executed: 40, ExecutedOn: map[string]float64{"T4": 40}},
+		{Namespace: "default", ID: "unknown", GPUs: 1, Submitted: now.Add(-time.Minute)},
+	}}
+	profiles := map[string]profile.Profile{"resnet": {Name: "resnet", Throughput: map[string]float64{"H100": 4, "T4": 1}}}
+	snap, _ := toSnapshot(snapshotInput{state: state, memory: map[string]*memory{}, profiles: profiles})
+	must.Eq(t, 70.0, snap.Jobs[0].Remaining)
+	// 100 s on the H100 is 400 units; 40 s on the T4 did 40 of them.
+	must.Eq(t, 360.0, snap.Jobs[1].RemainingWork)
+	must.Eq(t, 90.0, snap.Jobs[1].Remaining)
+	must.Eq(t, -1.0, snap.Jobs[2].Remaining)
+}
