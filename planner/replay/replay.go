@@ -359,7 +359,11 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 					return nil, err
 				}
 			}
-			if stub.Status != jobDead {
+			// Dead, or every index complete (a job the planner changed
+			// after it completed may wait on a placement that will never
+			// be needed).
+			dead := stub.Status == jobDead
+			if s := groupSummary(stub); !dead && (s.Complete < max(cfg.Jobs[i].GPUs, 1) || s.Running+s.Starting > 0) {
 				delete(deadSince, i)
 				continue
 			}
@@ -369,6 +373,9 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 				continue
 			}
 			o := ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, time.Now())
+			if !o.Finished && !dead {
+				continue
+			}
 			if !o.Finished {
 				// Dead without every allocation complete: stopped by
 				// someone, or between a stop and its replacement. Give

@@ -24,8 +24,8 @@ type Outcome struct {
 	// Start is when the first task of the job's first allocation started;
 	// zero when none has.
 	Start time.Time
-	// Finish is when the job's last task finished, once every allocation
-	// index has completed; zero until then.
+	// Finish is when the last allocation index first completed, once
+	// every index has; zero until then.
 	Finish time.Time
 	// Finished says every allocation index completed successfully.
 	Finished bool
@@ -45,19 +45,27 @@ const stopGap = time.Second
 // stopped and replaced ones included), for a task group of count
 // allocations. models gives the GPU model of each device instance ID.
 // Allocations still running count as running until now.
+//
+// The job finishes when each allocation index has first completed: a later
+// run of a completed index (Nomad places one again when the job changes
+// after it completed) finds its checkpoint done and does no work.
 func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]string, now time.Time) Outcome {
 	var o Outcome
-	done := map[int]bool{}
+	type completion struct {
+		at    time.Time
+		model string
+	}
+	done := map[int]completion{}
 	var stops []time.Time
-	var lastEnd time.Time
 	for _, a := range allocs {
 		start, end, failed := taskTimes(a)
 		stopped := a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict
+		model := allocModel(a, models)
 		if !start.IsZero() {
 			if o.Start.IsZero() || start.Before(o.Start) {
 				o.Start = start
 			}
-			r := Run{Start: start, End: end, Model: allocModel(a, models)}
+			r := Run{Start: start, End: end, Model: model}
 			if r.End.IsZero() {
 				r.End = now
 			}
@@ -66,27 +74,28 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 				stops = append(stops, end)
 			}
 		}
-		if !end.IsZero() && end.After(lastEnd) {
-			lastEnd = end
+		if a.DesiredStatus != api.AllocDesiredStatusRun || a.ClientStatus != api.AllocClientStatusComplete || failed || end.IsZero() {
+			continue
 		}
-		if a.DesiredStatus == api.AllocDesiredStatusRun && a.ClientStatus == api.AllocClientStatusComplete && !failed {
-			if i, ok := allocIndex(a.Name); ok {
-				done[i] = true
+		if i, ok := allocIndex(a.Name); ok {
+			if c, seen := done[i]; !seen || end.Before(c.at) {
+				done[i] = completion{at: end, model: model}
 			}
 		}
 	}
 	o.Finished = count > 0
 	for i := 0; i < count; i++ {
-		o.Finished = o.Finished && done[i]
-	}
-	if o.Finished {
-		o.Finish = lastEnd
-		// The model of the run that ended last.
-		for _, r := range o.Runs {
-			if r.End.Equal(lastEnd) && r.Model != "" {
-				o.Model = r.Model
-			}
+		c, ok := done[i]
+		if !ok {
+			o.Finished = false
+			continue
 		}
+		if c.at.After(o.Finish) {
+			o.Finish, o.Model = c.at, c.model
+		}
+	}
+	if !o.Finished {
+		o.Finish, o.Model = time.Time{}, ""
 	}
 	sort.Slice(stops, func(i, j int) bool { return stops[i].Before(stops[j]) })
 	for i, t := range stops {

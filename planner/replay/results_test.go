@@ -107,6 +107,11 @@ func TestReadOutcome(t *testing.T) {
 				alloc("a1", 0, "stop", "complete", -1, -1, false, ""),
 				alloc("a2", 0, "run", "complete", 5, 6, false, "GPU-v-0"),
 			}, finished: true, start: at(5), finish: at(6), model: "V100", runs: 1},
+		{name: "an index run again after it completed finished the first time", count: 1,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", 0, "run", "complete", 1, 4, false, "GPU-k-0"),
+				alloc("a2", 0, "run", "complete", 12, 12.1, false, "GPU-v-0"),
+			}, finished: true, start: at(1), finish: at(4), model: "K80", runs: 2},
 		{name: "a failed task does not finish its index", count: 1,
 			allocs:   []*api.AllocationListStub{alloc("a1", 0, "run", "complete", 1, 2, true, "GPU-v-0")},
 			finished: false, start: at(1), runs: 1},
