@@ -30,7 +30,9 @@ build() {
   if ! cmp -s "$cached" "$out/$name"; then
     cp "$cached" "$out/$name.tmp" && mv "$out/$name.tmp" "$out/$name"
   fi
-  "$out/$name" version | head -n 1
+  # sed reads to the end: with head, a binary still printing when head
+  # exits dies of SIGPIPE, which pipefail turns into a failed build.
+  "$out/$name" version | sed -n 1p
 }
 
 want=${1:-all}
