@@ -78,11 +78,16 @@ func Build(in Inputs, selectJob Selector) *State {
 			j.Spec = spec
 			j.GPUs = RequestedGPUs(spec)
 			j.Held = Held(spec)
+			j.Version = nomadVersion(spec)
 		}
 		if t, ok := in.Arrivals[j.Key()]; ok && t.Before(j.Submitted) {
 			j.Submitted = t
 		}
 		for _, a := range allocsByJob[j.Key()] {
+			if j.Spec == nil {
+				// Without the spec, the newest version an allocation runs.
+				j.Version = max(j.Version, a.JobVersion)
+			}
 			j.Allocs = append(j.Allocs, allocFrom(a, instances, in.Now))
 			if created := time.Unix(0, a.CreateTime); a.CreateTime > 0 && created.Before(j.Submitted) {
 				j.Submitted = created
@@ -117,6 +122,13 @@ func Build(in Inputs, selectJob Selector) *State {
 	return s
 }
 
+func nomadVersion(job *api.Job) uint64 {
+	if job.Version == nil {
+		return 0
+	}
+	return *job.Version
+}
+
 // Manageable says whether the planner may manage a job of this kind at all.
 // Periodic and parameterized parents never run anything themselves: their
 // children are the jobs, and inherit the parent's meta. System jobs run
@@ -136,7 +148,8 @@ func Manageable(stub *api.JobListStub) bool {
 }
 
 func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now time.Time) *Alloc {
-	out := &Alloc{ID: a.ID, NodeID: a.NodeID, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus}
+	out := &Alloc{ID: a.ID, NodeID: a.NodeID, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus,
+		JobVersion: a.JobVersion}
 	for _, ts := range a.TaskStates {
 		if ts == nil {
 			continue

@@ -111,3 +111,38 @@ func TestBuildWarnsOfBadMeta(t *testing.T) {
 	must.StrContains(t, s.Jobs[0].Warnings[0], MetaGPUMemory)
 	must.StrContains(t, s.Jobs[0].Warnings[1], MetaDuration)
 }
+
+// A job whose allocations of its current version completed is done, even
+// before Nomad marks it dead; completions of older versions do not count,
+// since Nomad runs those allocations again.
+func TestBuildFinishingAndDone(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	spec := func(v uint64) map[string]*api.Job {
+		return map[string]*api.Job{"default/j": {ID: pointerTo("j"), Version: &v}}
+	}
+	stub := &api.JobListStub{ID: "j", Namespace: "default", Type: "batch", Status: "running"}
+	done := alloc("j", "complete", "run", now.Add(-time.Minute), now.Add(-time.Second), "g0")
+	done.JobVersion = 3
+	live := alloc("j", "running", "run", now.Add(-time.Minute), time.Time{}, "g1")
+	live.JobVersion = 3
+
+	j := Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub}, Allocs: []*api.AllocationListStub{done, live}, Specs: spec(3)}, everyJob).Jobs[0]
+	must.True(t, j.Finishing())
+	must.False(t, j.Done(), must.Sprint("one allocation still runs"))
+
+	j = Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub}, Allocs: []*api.AllocationListStub{done}, Specs: spec(3)}, everyJob).Jobs[0]
+	must.True(t, j.Done())
+
+	// The user submitted it again: version 4 runs afresh.
+	j = Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub}, Allocs: []*api.AllocationListStub{done}, Specs: spec(4)}, everyJob).Jobs[0]
+	must.False(t, j.Finishing())
+	must.False(t, j.Done())
+
+	// Stopped by the planner is not completed.
+	stopped := alloc("j", "complete", "stop", now.Add(-time.Minute), now.Add(-time.Second), "g0")
+	stopped.JobVersion = 3
+	j = Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub}, Allocs: []*api.AllocationListStub{stopped}, Specs: spec(3)}, everyJob).Jobs[0]
+	must.False(t, j.Finishing())
+}
+
+func pointerTo[T any](v T) *T { return &v }

@@ -125,6 +125,8 @@ type Alloc struct {
 	// DesiredStatus is what the server wants: "run", or "stop" and "evict"
 	// once Nomad has decided to stop the allocation.
 	DesiredStatus string
+	// JobVersion is the version of the job the allocation runs.
+	JobVersion uint64
 	Started       time.Time
 	Finished      time.Time
 	// GPUShare is how many GPUs the allocation holds, a lane counting as its
@@ -154,6 +156,8 @@ type Job struct {
 	Profile        string
 	Priority       int
 	JobModifyIndex uint64
+	// Version is the job's version, from its spec.
+	Version uint64
 	Submitted      time.Time
 	// GPUs is the number of device instances the job asks for in all.
 	GPUs         int
@@ -202,17 +206,25 @@ func ServiceOptIn(meta map[string]string) bool {
 	return v
 }
 
-// Finishing reports whether an allocation of the job completed on its own
-// while others still run. Any new version of a batch job makes Nomad run
-// the completed allocations of older versions again, so such a job must not
-// be rewritten.
+// Finishing reports whether an allocation of the job completed on its own.
+// Any new version of a batch job makes Nomad run the completed allocations
+// of older versions again, so such a job must not be rewritten.
+//
+// Only allocations of the job's current version count: Nomad ignores the
+// completed allocations of older versions anyway.
 func (j *Job) Finishing() bool {
-	done := false
 	for _, a := range j.Allocs {
-		done = done || a.ClientStatus == "complete" && (a.DesiredStatus == "" || a.DesiredStatus == "run")
+		if a.JobVersion == j.Version && a.ClientStatus == "complete" && (a.DesiredStatus == "" || a.DesiredStatus == "run") {
+			return true
+		}
 	}
-	return done && j.Running()
+	return false
 }
+
+// Done reports whether the job has finished in all but name: allocations
+// of its version completed and none still runs, while Nomad has not yet
+// marked the job dead. It needs no GPUs and must not be written.
+func (j *Job) Done() bool { return j.Finishing() && !j.Running() }
 
 // Key is namespace/id.
 func (j *Job) Key() string { return Key(j.Namespace, j.ID) }

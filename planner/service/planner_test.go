@@ -289,3 +289,26 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	must.Eq(t, "las", s.Policy)
 	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
 }
+
+// A job whose allocation completed while Nomad still lists it as running is
+// neither planned nor written: a new version would make Nomad run it again.
+func TestRoundLeavesCompletedJobAlone(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("done", 1, nil))
+	fake.Update("default", "done", func(j *api.Job) { j.Status = str("running") })
+	a := runningAlloc("done", "T4-0", time.Now().Add(-time.Minute))
+	a.ClientStatus, a.JobVersion = "complete", *fake.Get("default", "done").Version
+	a.TaskStates["train"].FinishedAt = time.Now()
+	fake.Allocs = []*api.AllocationListStub{a}
+	fake.Submit(managedJob("next", 1, nil))
+
+	p, err := New(settings(t, `planning { policy = "fifo" }`), fake, nil, nil)
+	must.NoError(t, err)
+	regs := fake.Registers
+	round, err := p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 1, round.Jobs, must.Sprint("only next is planned"))
+	must.Eq(t, regs+1, fake.Registers, must.Sprint("next gets its priority; done is not written"))
+	must.Eq(t, 50, *fake.Get("default", "done").Priority)
+}

@@ -57,7 +57,9 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		snap.Nodes = append(snap.Nodes, pn)
 	}
 	for _, j := range st.Jobs {
-		if j.GPUs <= 0 {
+		// A job that has finished in all but Nomad's word needs no GPUs,
+		// and a write would make Nomad run it again.
+		if j.GPUs <= 0 || j.Done() {
 			continue
 		}
 		m := in.memory[j.Key()]
