@@ -127,8 +127,8 @@ type Alloc struct {
 	DesiredStatus string
 	// JobVersion is the version of the job the allocation runs.
 	JobVersion uint64
-	Started       time.Time
-	Finished      time.Time
+	Started    time.Time
+	Finished   time.Time
 	// GPUShare is how many GPUs the allocation holds, a lane counting as its
 	// share.
 	GPUShare  float64
@@ -157,8 +157,8 @@ type Job struct {
 	Priority       int
 	JobModifyIndex uint64
 	// Version is the job's version, from its spec.
-	Version uint64
-	Submitted      time.Time
+	Version   uint64
+	Submitted time.Time
 	// GPUs is the number of device instances the job asks for in all.
 	GPUs         int
 	GPUMemoryMiB uint64
