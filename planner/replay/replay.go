@@ -263,8 +263,6 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 	if err := openCheckpointDir(opts.CheckpointDir, cfg.Job.CheckpointDir == ""); err != nil {
 		return nil, err
 	}
-	defer p.purge(n)
-
 	total := len(cfg.Jobs)
 	index := make(map[string]int, total)
 	for i, id := range p.IDs {
@@ -272,57 +270,38 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 	}
 	begin := time.Now()
 	clock := Clock{T0: begin.Add(500 * time.Millisecond), Scale: opts.TimeScale}
-	var mu sync.Mutex
-	submitted := make([]time.Time, total)
-	var maxLag time.Duration
-
+	subs := &submissions{at: make([]time.Time, total)}
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	errc := make(chan error, 1)
+	subDone := make(chan struct{})
 	go func() {
-		for i, j := range cfg.Jobs {
-			at := clock.At(j.Arrival)
-			if d := time.Until(at); d > 0 {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-time.After(d):
-				}
-			}
-			spec := JobSpec(opts, p.IDs[i], j, p.Works[i])
-			now := time.Now()
-			if err := n.Register(runCtx, spec); err != nil {
-				if runCtx.Err() == nil {
-					errc <- fmt.Errorf("submit trace job %s as %s to Nomad at %s: %w", j.ID, p.IDs[i], n.Address(), err)
-				}
-				return
-			}
-			p.log.Debug("submitted", "job", p.IDs[i], "trace_s", j.Arrival, "gpus", max(j.GPUs, 1),
-				"iterations", p.Works[i].Iterations, "iteration_time", p.Works[i].IterationTime)
-			mu.Lock()
-			submitted[i] = now
-			maxLag = max(maxLag, now.Sub(at))
-			mu.Unlock()
+		defer close(subDone)
+		if err := p.submitAll(runCtx, n, opts, clock, subs); err != nil {
+			errc <- err
 		}
 	}()
+	defer func() {
+		cancel()
+		<-subDone
+		if subs.wasCut() {
+			// A register the cancel cut short may still land in Nomad.
+			time.Sleep(time.Second)
+		}
+		p.purge(n)
+	}()
 
-	outcomes := make([]Outcome, total)
-	writes := make([]uint64, total)
-	recorded := make([]bool, total)
-	deadSince := map[int]time.Time{}
-	done := 0
-	started := false
-	warned := false
-	timedOut := false
+	tr := &tracker{outcomes: make([]Outcome, total), writes: make([]uint64, total), recorded: make([]bool, total),
+		deadSince: map[int]time.Time{}, index: index}
+	warned, timedOut := false, false
 	tick := time.NewTicker(cfg.Poll)
 	defer tick.Stop()
 	report := func() {
 		if cfg.Progress != nil {
-			cfg.Progress(done, total)
+			cfg.Progress(tr.done, total)
 		}
 	}
 	report()
-	for done < total {
+	for tr.done < total {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -332,104 +311,192 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		}
 		if cfg.Timeout > 0 && time.Since(clock.T0) > cfg.Timeout {
 			timedOut = true
-			p.log.Warn("timeout: jobs left unfinished", "timeout", cfg.Timeout, "unfinished", total-done)
+			p.log.Warn("timeout: jobs left unfinished", "timeout", cfg.Timeout, "unfinished", total-tr.done)
 			break
 		}
-		stubs, err := n.Jobs(runCtx, opts.Prefix)
-		if err != nil {
-			if runCtx.Err() != nil {
+		at := subs.times()
+		before := tr.done
+		if err := p.poll(runCtx, n, tr, at, clock); err != nil {
+			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			p.log.Warn("cannot list the replay's jobs", "nomad", n.Address(), "error", err)
-			continue
+			return nil, err
 		}
-		mu.Lock()
-		subs := append([]time.Time(nil), submitted...)
-		mu.Unlock()
-		for _, stub := range stubs {
-			i, ok := index[stub.ID]
-			if !ok || recorded[i] || subs[i].IsZero() {
-				continue
-			}
-			if s := groupSummary(stub); s.Running+s.Complete > 0 {
-				started = true
-			}
-			if s := groupSummary(stub); s.Failed > 0 {
-				if err := p.failure(runCtx, n, stub.ID, opts.Workload); err != nil {
-					return nil, err
-				}
-			}
-			// Dead, or every index complete (a job the planner changed
-			// after it completed may wait on a placement that will never
-			// be needed).
-			dead := stub.Status == jobDead
-			if s := groupSummary(stub); !dead && (s.Complete < max(cfg.Jobs[i].GPUs, 1) || s.Running+s.Starting > 0) {
-				delete(deadSince, i)
-				continue
-			}
-			allocs, err := n.Allocations(runCtx, stub.ID)
-			if err != nil {
-				p.log.Warn("cannot read a finished job's allocations", "job", stub.ID, "error", err)
-				continue
-			}
-			o := ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, time.Now())
-			if !o.Finished && !dead {
-				continue
-			}
-			if !o.Finished {
-				// Dead without every allocation complete: stopped by
-				// someone, or between a stop and its replacement. Give
-				// it a while before calling it unfinished.
-				if _, ok := deadSince[i]; !ok {
-					deadSince[i] = time.Now()
-				}
-				if time.Since(deadSince[i]) < deadGrace {
-					continue
-				}
-				p.log.Warn("job stopped without finishing", "job", stub.ID)
-			}
-			if v, err := n.Version(runCtx, stub.ID); err == nil {
-				writes[i] = v
-			}
-			p.log.Debug("finished", "job", stub.ID, "jct_s", clock.Trace(o.Finish)-clock.Trace(subs[i]),
-				"preemptions", o.Preemptions, "writes", writes[i])
-			outcomes[i], recorded[i] = o, true
-			done++
+		if tr.done > before {
 			report()
 		}
-		if !started && !warned && !subs[0].IsZero() && time.Since(subs[0]) > cfg.Stall {
+		if !tr.started && !warned && !at[0].IsZero() && time.Since(at[0]) > cfg.Stall {
 			warned = true
-			if opts.Held {
-				p.log.Warn("no replay job has started yet; held jobs wait for the planner to release them: does a caravan planner run against this Nomad? (-held=false submits without the hold)",
-					"since_first_submission", time.Since(subs[0]).Round(time.Second))
-			} else {
-				p.log.Warn("no replay job has started yet: do the client nodes offer free nvidia/gpu devices and the caravan driver?",
-					"since_first_submission", time.Since(subs[0]).Round(time.Second))
-			}
+			p.warnStalled(opts.Held, time.Since(at[0]))
 		}
 	}
 	cancel()
 	now := time.Now()
-	mu.Lock()
-	defer mu.Unlock()
-	for i := range outcomes {
-		if recorded[i] || submitted[i].IsZero() {
+	at := subs.times()
+	for i := range tr.outcomes {
+		if tr.recorded[i] || at[i].IsZero() {
 			continue
 		}
 		// Unfinished: what ran still counts towards the utilisation.
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if allocs, err := n.Allocations(rctx, p.IDs[i]); err == nil {
-			outcomes[i] = ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, now)
-			outcomes[i].Finished, outcomes[i].Finish = false, time.Time{}
+			tr.outcomes[i] = ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, now)
+			tr.outcomes[i].Finished, tr.outcomes[i].Finish = false, time.Time{}
 		}
 		if v, err := n.Version(rctx, p.IDs[i]); err == nil {
-			writes[i] = v
+			tr.writes[i] = v
 		}
 		rcancel()
 	}
-	res := &Result{Writes: writes, T0: clock.T0, MaxLag: maxLag, Wall: now.Sub(begin), TimedOut: timedOut}
-	res.Sim = p.simResult(clock, submitted, outcomes, now)
+	res := &Result{Writes: tr.writes, T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
+	res.Sim = p.simResult(clock, at, tr.outcomes, now)
 	return res, nil
+}
+
+// submissions records when each job was submitted, from the submitting
+// goroutine to the watching one.
+type submissions struct {
+	mu     sync.Mutex
+	at     []time.Time
+	maxLag time.Duration
+	cut    bool // a register was cut short by the end of the run
+}
+
+func (s *submissions) record(i int, at time.Time, lag time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.at[i] = at
+	s.maxLag = max(s.maxLag, lag)
+}
+
+func (s *submissions) times() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.at...)
+}
+
+func (s *submissions) lag() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxLag
+}
+
+func (s *submissions) wasCut() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut
+}
+
+// submitAll registers each job at its scaled arrival, in trace order.
+func (p *Plan) submitAll(ctx context.Context, n Nomad, opts JobOptions, clock Clock, subs *submissions) error {
+	for i, j := range p.cfg.Jobs {
+		at := clock.At(j.Arrival)
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d):
+			}
+		}
+		now := time.Now()
+		if err := n.Register(ctx, JobSpec(opts, p.IDs[i], j, p.Works[i])); err != nil {
+			if ctx.Err() != nil {
+				subs.mu.Lock()
+				subs.cut = true
+				subs.mu.Unlock()
+				return nil
+			}
+			return fmt.Errorf("submit trace job %s as %s to Nomad at %s: %w", j.ID, p.IDs[i], n.Address(), err)
+		}
+		p.log.Debug("submitted", "job", p.IDs[i], "trace_s", j.Arrival, "gpus", max(j.GPUs, 1),
+			"iterations", p.Works[i].Iterations, "iteration_time", p.Works[i].IterationTime)
+		subs.record(i, now, now.Sub(at))
+	}
+	return nil
+}
+
+// tracker is what the watching loop knows of the jobs.
+type tracker struct {
+	index     map[string]int
+	outcomes  []Outcome
+	writes    []uint64
+	recorded  []bool
+	deadSince map[int]time.Time
+	done      int
+	started   bool // some job has run
+}
+
+// poll reads the replay's jobs once and records those that are done. A
+// failed task is an error.
+func (p *Plan) poll(ctx context.Context, n Nomad, tr *tracker, at []time.Time, clock Clock) error {
+	stubs, err := n.Jobs(ctx, p.cfg.Job.Prefix)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.log.Warn("cannot list the replay's jobs", "nomad", n.Address(), "error", err)
+		return nil
+	}
+	for _, stub := range stubs {
+		i, ok := tr.index[stub.ID]
+		if !ok || tr.recorded[i] || at[i].IsZero() {
+			continue
+		}
+		s := groupSummary(stub)
+		tr.started = tr.started || s.Running+s.Complete > 0
+		if s.Failed > 0 {
+			if err := p.failure(ctx, n, stub.ID, p.cfg.Job.Workload); err != nil {
+				return err
+			}
+		}
+		// Dead, or every index complete (a job the planner changed after
+		// it completed may wait on a placement that will never be needed).
+		count := max(p.cfg.Jobs[i].GPUs, 1)
+		dead := stub.Status == jobDead
+		if !dead && (s.Complete < count || s.Running+s.Starting > 0) {
+			delete(tr.deadSince, i)
+			continue
+		}
+		allocs, err := n.Allocations(ctx, stub.ID)
+		if err != nil {
+			p.log.Warn("cannot read a finished job's allocations", "job", stub.ID, "error", err)
+			continue
+		}
+		o := ReadOutcome(allocs, count, p.models, time.Now())
+		if !o.Finished {
+			if !dead {
+				continue
+			}
+			// Dead without every index complete: stopped by someone, or
+			// between a stop and its replacement. Give it a while before
+			// calling it unfinished.
+			if _, ok := tr.deadSince[i]; !ok {
+				tr.deadSince[i] = time.Now()
+			}
+			if time.Since(tr.deadSince[i]) < deadGrace {
+				continue
+			}
+			p.log.Warn("job stopped without finishing", "job", stub.ID)
+		}
+		if v, err := n.Version(ctx, stub.ID); err == nil {
+			tr.writes[i] = v
+		}
+		p.log.Debug("finished", "job", stub.ID, "jct_s", clock.Trace(o.Finish)-clock.Trace(at[i]),
+			"preemptions", o.Preemptions, "writes", tr.writes[i])
+		tr.outcomes[i], tr.recorded[i] = o, true
+		tr.done++
+	}
+	return nil
+}
+
+func (p *Plan) warnStalled(held bool, since time.Duration) {
+	if held {
+		p.log.Warn("no replay job has started yet; held jobs wait for the planner to release them: does a caravan planner run against this Nomad? (-held=false submits without the hold)",
+			"since_first_submission", since.Round(time.Second))
+		return
+	}
+	p.log.Warn("no replay job has started yet: do the client nodes offer free nvidia/gpu devices and the caravan driver?",
+		"since_first_submission", since.Round(time.Second))
 }
 
 // simResult is the live run as the simulator reports a run.
