@@ -482,6 +482,7 @@ func (c *Cluster) Stop() {
 	}
 	if c.Dir != "" {
 		killLeftovers(c.Dir)
+		unmountUnder(c.Dir)
 	}
 	if c.ownDir && os.Getenv("CARAVAN_E2E_KEEP") == "" {
 		_ = os.RemoveAll(c.Dir)

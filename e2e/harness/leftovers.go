@@ -50,3 +50,25 @@ func processesUnder(dir string) []int {
 // ProcessesUnder lists live processes tied to dir; tests use it to prove that
 // teardown left nothing behind.
 func ProcessesUnder(dir string) []int { return processesUnder(dir) }
+
+// unmountUnder detaches every mount below dir: the secrets and private
+// tmpfs of allocations that were still running when the client stopped,
+// which would otherwise outlive the cluster and keep its directory.
+func unmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) >= 2 && strings.HasPrefix(fields[1], prefix) {
+			points = append(points, fields[1])
+		}
+	}
+	// Deepest first.
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
+}
