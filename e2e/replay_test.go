@@ -98,3 +98,38 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 	must.NotNil(t, m, must.Sprint("the replay names its cluster's directory"))
 	must.Len(t, 0, harness.ProcessesUnder(m[1]), must.Sprint("processes left behind by the replay"))
 }
+
+// caravan replay against real agents refuses what cannot work, with an
+// error naming the job, the flag or the address, and leaves no job behind:
+// a workload binary the client does not have, a job larger than Nomad's
+// GPUs, and held jobs with no planner to release them.
+func TestReplayRefusesBadInput(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: oneT4})
+	dir := t.TempDir()
+	tracePath := filepath.Join(dir, "trace.csv")
+	must.NoError(t, os.WriteFile(tracePath, []byte("job_id,num_gpu,submit_time,duration\n7,1,0,100\n"), 0o644))
+	bigTrace := filepath.Join(dir, "big.csv")
+	must.NoError(t, os.WriteFile(bigTrace, []byte("job_id,num_gpu,submit_time,duration\n3,1,0,100\n9,2,0,100\n"), 0o644))
+	noPlanner := "127.0.0.1:1"
+
+	out, code := caravanCLI(c, "replay", "-trace", bigTrace, "-cluster", "n1g2", "-policy", "las", "-time-scale", "10",
+		"-workload", filepath.Join(c.BinDir, "caravan-workload"), "-held=false", "-planner", noPlanner)
+	must.Eq(t, 1, code, must.Sprint(out))
+	must.StrContains(t, out, "trace job 9 asks for 2 GPUs, but Nomad at "+c.NomadAddr+" offers at most 1 of one model (Tesla T4)")
+
+	out, code = caravanCLI(c, "replay", "-trace", tracePath, "-cluster", "n1g1", "-policy", "las", "-time-scale", "10",
+		"-workload", filepath.Join(c.BinDir, "caravan-workload"), "-planner", noPlanner)
+	must.Eq(t, 1, code, must.Sprint(out))
+	must.StrContains(t, out, "no caravan planner answers at "+noPlanner+" (-planner): held jobs would never start")
+
+	start := time.Now()
+	out, code = caravanCLI(c, "replay", "-trace", tracePath, "-cluster", "n1g1", "-policy", "las", "-time-scale", "10",
+		"-workload", "/nonexistent/caravan-workload", "-held=false", "-planner", noPlanner, "-run", "bad")
+	t.Logf("missing workload refused after %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	must.Eq(t, 1, code, must.Sprint(out))
+	must.StrContains(t, out, "job replay-bad-7: the caravan driver could not start task train")
+	must.StrContains(t, out, "-workload /nonexistent/caravan-workload")
+	jobs, _, err := c.Nomad.Jobs().PrefixList("replay-")
+	must.NoError(t, err)
+	must.SliceEmpty(t, jobs, must.Sprint("the replay purges its jobs"))
+}
