@@ -39,13 +39,17 @@ type Preemption struct {
 
 // Round summarises one planning round.
 type Round struct {
-	Started   time.Time     `json:"started"`
-	Duration  time.Duration `json:"duration_ns"`
-	Jobs      int           `json:"jobs"`
-	Writes    int           `json:"writes"`
-	Conflicts int           `json:"conflicts"`
-	Failures  int           `json:"failures"`
-	Error     string        `json:"error,omitempty"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
+	Jobs     int           `json:"jobs"`
+	// Planned says the round ran the policy; otherwise it carried out the
+	// last plan (no job arrived or completed, and the policy's wake-up
+	// time had not come).
+	Planned   bool   `json:"planned"`
+	Writes    int    `json:"writes"`
+	Conflicts int    `json:"conflicts"`
+	Failures  int    `json:"failures"`
+	Error     string `json:"error,omitempty"`
 }
 
 // QueueEntry is one managed job in GET /v1/queue, in rank order.

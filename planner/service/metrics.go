@@ -13,6 +13,7 @@ type metrics struct {
 	roundSeconds prometheus.Histogram
 	writes       *prometheus.CounterVec
 	actions      *prometheus.CounterVec
+	plans        prometheus.Counter
 	conflicts    prometheus.Counter
 	managed      *prometheus.GaugeVec
 	leader       prometheus.Gauge
@@ -30,6 +31,8 @@ func newMetrics() *metrics {
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caravan_planner_job_writes_total", Help: "Job rewrites by outcome (written, unchanged, skipped, failed)."},
 			[]string{"outcome"}),
+		plans: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caravan_planner_plans_total", Help: "Rounds that ran the policy: a job arrived or completed, GPUs changed, or the policy asked to plan again. Other rounds carry out the last plan."}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caravan_planner_actions_total", Help: "Job writes made, by what they do (start, hold, preempt, place, priority, restore)."},
 			[]string{"action"}),
@@ -43,7 +46,7 @@ func newMetrics() *metrics {
 			Name: "caravan_planner_nomad_preemption_enabled", Help: "1 when Nomad's scheduler may preempt jobs of this type."},
 			[]string{"scheduler"}),
 	}
-	m.registry.MustRegister(m.rounds, m.roundSeconds, m.writes, m.actions, m.conflicts, m.managed, m.leader, m.preemption,
+	m.registry.MustRegister(m.rounds, m.roundSeconds, m.writes, m.actions, m.plans, m.conflicts, m.managed, m.leader, m.preemption,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ type Planner struct {
 	preempt        plannerapi.Preemption
 	warnings       []string
 	result         *policy.Result
+	plannedKey     uint64                     // the jobs and GPUs the last plan was made for
+	plannedUntil   float64                    // when that plan's policy wants to plan again
+	planned        map[string]policy.Decision // the last plan's decisions by job key
+	plannedOrder   []string                   // and its rank order
 	nomadAddr      string
 	wake           chan struct{}
 }
@@ -210,7 +215,7 @@ func (p *Planner) LoadKV(ctx context.Context) error {
 		}
 	}
 	p.policy = pol
-	p.result = nil
+	p.result, p.planned = nil, nil
 	p.profiles = profiles
 	// Keep sizes seen in this process that the leader has not stored yet.
 	if len(history) >= len(p.history) {
@@ -283,9 +288,12 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 
 	p.mu.Lock()
 	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, history: p.history})
-	p.result = p.policy.Plan(snap, p.result)
-	result := p.result
+	result, replanned := p.plan(snap)
 	p.mu.Unlock()
+	if replanned {
+		p.metrics.plans.Inc()
+	}
+	round.Planned = replanned
 
 	targets, changes := p.targets(state, index, result)
 	changes = append(changes, p.released(stubs)...)
@@ -299,6 +307,76 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
 	return nil
+}
+
+// plan runs the policy when the simulator would: when a job arrived or
+// completed, when GPUs came or went, or when the last plan's policy asked to
+// plan again (a job crossing a queue cut, a starving job). Between those
+// moments it carries out the last plan's decisions again, so that a policy
+// whose order drifts with attained service (2D-Gittins) does not flip
+// between jobs at every Nomad event the way it never does in the
+// simulator. Called with p.mu held.
+func (p *Planner) plan(snap *policy.Snapshot) (*policy.Result, bool) {
+	key := planKey(snap)
+	if p.planned != nil && key == p.plannedKey && snap.Now < p.plannedUntil {
+		if r, ok := p.replay(snap); ok {
+			return r, false
+		}
+	}
+	p.result = p.policy.Plan(snap, p.result)
+	r := p.result
+	p.plannedKey, p.plannedUntil = key, snap.Now+r.Wake
+	p.planned = make(map[string]policy.Decision, len(r.Decisions))
+	p.plannedOrder = p.plannedOrder[:0]
+	for _, i := range r.Order {
+		id := snap.Jobs[i].ID
+		p.planned[id] = r.Decisions[i]
+		p.plannedOrder = append(p.plannedOrder, id)
+	}
+	return r, true
+}
+
+// replay returns the last plan's decisions for the jobs of snap, which are
+// the same jobs.
+func (p *Planner) replay(snap *policy.Snapshot) (*policy.Result, bool) {
+	at := make(map[string]int, len(snap.Jobs))
+	for i := range snap.Jobs {
+		at[snap.Jobs[i].ID] = i
+	}
+	r := &policy.Result{Decisions: make([]policy.Decision, len(snap.Jobs)), Order: make([]int, 0, len(snap.Jobs)), Wake: p.plannedUntil - snap.Now}
+	for _, id := range p.plannedOrder {
+		i, ok := at[id]
+		if !ok {
+			return nil, false
+		}
+		d := p.planned[id]
+		// Carried out already: a promotion resets the job's service once.
+		d.Job, d.Promoted = i, false
+		r.Decisions[i] = d
+		r.Order = append(r.Order, i)
+	}
+	return r, len(r.Order) == len(snap.Jobs)
+}
+
+// planKey identifies the jobs and the GPUs a plan is for.
+func planKey(snap *policy.Snapshot) uint64 {
+	h := fnv.New64a()
+	ids := make([]string, 0, len(snap.Jobs))
+	for i := range snap.Jobs {
+		ids = append(ids, snap.Jobs[i].ID)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	for _, n := range snap.Nodes {
+		fmt.Fprintf(h, "%s|%t|", n.ID, n.Healthy)
+		for _, g := range n.GPUs {
+			fmt.Fprintf(h, "%s:%d:%t,", g.Model, g.LaneCount(), g.Healthy)
+		}
+	}
+	return h.Sum64()
 }
 
 // fetchSpecs reads the full spec of every managed job whose spec changed

@@ -312,3 +312,47 @@ func TestRoundLeavesCompletedJobAlone(t *testing.T) {
 	must.Eq(t, regs+1, fake.Registers, must.Sprint("next gets its priority; done is not written"))
 	must.Eq(t, 50, *fake.Get("default", "done").Priority)
 }
+
+// The policy runs when the simulator would run it: when a job arrives or
+// completes, or when the last plan asked to plan again. Rounds in between
+// carry out the last plan, whatever attained service did meanwhile.
+func TestRoundPlansOnArrivalsCompletionsAndWake(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("long", 1, nil))
+	fake.Update("default", "long", func(j *api.Job) { j.Status = str("running") })
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-10*time.Second))}
+
+	// Queue cut at 40 GPU-s: long, at 10 s, crosses it in 30 s.
+	p, err := New(settings(t, `planning { queue_cuts = [40] }`), fake, nil, nil)
+	must.NoError(t, err)
+	round, err := p.Round(context.Background())
+	must.NoError(t, err)
+	must.True(t, round.Planned)
+	round, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.False(t, round.Planned, must.Sprint("nothing arrived, nothing completed, no cut crossed"))
+
+	fake.Submit(managedJob("new", 1, nil))
+	round, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.True(t, round.Planned, must.Sprint("an arrival"))
+	round, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.False(t, round.Planned)
+
+	// The plan wakes when long crosses the cut, 30 s from now; move its
+	// start back past that.
+	p.mu.Lock()
+	wake := p.plannedUntil - float64(time.Now().UnixNano())/1e9
+	p.mu.Unlock()
+	must.Between(t, 25, wake, 31)
+	fake.Allocs[0].TaskStates["train"].StartedAt = time.Now().Add(-time.Minute)
+	p.mu.Lock()
+	p.plannedUntil -= 31
+	p.mu.Unlock()
+	round, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.True(t, round.Planned)
+	must.Eq(t, 70, *fake.Get("default", "long").Priority, must.Sprint("demoted at the wake-up"))
+}
