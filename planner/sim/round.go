@@ -129,6 +129,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	} else if s.cfg.PreemptionCost > 0 {
 		js.work += s.cfg.PreemptionCost * s.baseRate(js)
 	}
+	if s.cfg.StartDelay > 0 {
+		js.work += s.cfg.StartDelay * s.baseRate(js)
+	}
 	js.laneShare = 0
 	if d.Lane && len(d.Slots) == 1 {
 		s.occupyLane(i, d.Slots[0])

@@ -25,6 +25,12 @@ type Config struct {
 	// PreemptionCost is the run time in seconds a preempted job loses
 	// when it resumes (checkpoint reload); 0 by default.
 	PreemptionCost float64
+	// StartDelay is the time in seconds every start, first or after a
+	// preemption, holds its GPUs before the job makes progress: what a
+	// real cluster spends between the planner's decision and the task
+	// running (a round, Nomad's evaluation and placement, the task's
+	// start). 0 by default; caravan replay measures it.
+	StartDelay float64
 	// Throughputs, when set, gives jobs with a JobType their steps/s per
 	// GPU model; jobs given as Steps need it.
 	Throughputs *trace.Throughputs

@@ -188,3 +188,29 @@ func TestShortcutsChangeNothing(t *testing.T) {
 		}
 	}
 }
+
+// Every start, the first and one after a preemption, holds its GPUs for
+// StartDelay before the job makes progress, as on a real cluster.
+func TestStartDelay(t *testing.T) {
+	// Under strict FIFO on 4 GPUs: X (2 GPUs, 100 s) runs, Y (4 GPUs)
+	// waits for it, Z (1 GPU) waits behind Y. Each start costs 5 s.
+	jobs := []trace.Job{
+		{ID: "X", Arrival: 0, GPUs: 2, Duration: 100},
+		{ID: "Y", Arrival: 1, GPUs: 4, Duration: 100},
+		{ID: "Z", Arrival: 2, GPUs: 1, Duration: 10},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartDelay: 5}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 105.0, res.Jobs[0].Finish)
+	must.Eq(t, 210.0, res.Jobs[1].Finish)
+	must.Eq(t, 225.0, res.Jobs[2].Finish)
+
+	// 2D-LAS preempts A for B at A's cut; A's resume costs the delay again.
+	jobs = []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 1, Duration: 500}}
+	plain, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{})}, jobs)
+	must.NoError(t, err)
+	delayed, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), StartDelay: 5}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 1, delayed.Jobs[0].Preemptions)
+	must.Eq(t, plain.Jobs[0].Finish+15, delayed.Jobs[0].Finish, must.Sprint("A starts twice, and waits for B's start"))
+}
