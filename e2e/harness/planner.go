@@ -26,6 +26,10 @@ type PlannerOptions struct {
 	// the planner's defaults when empty or 0.
 	QueueCuts   []float64
 	PromoteKnob float64
+	// JobSizes and JobSizesScale are planning.job_sizes and
+	// job_sizes_scale: 2D-Gittins' fixed size sample.
+	JobSizes      string
+	JobSizesScale float64
 	// Interval and MinInterval are planning.interval and min_interval; 1s
 	// and 200ms when 0, so that rounds follow events quickly.
 	Interval, MinInterval time.Duration
@@ -72,6 +76,12 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	if o.PromoteKnob > 0 {
 		fmt.Fprintf(&b, "  promote_knob = %g\n", o.PromoteKnob)
+	}
+	if o.JobSizes != "" {
+		fmt.Fprintf(&b, "  job_sizes    = %q\n", o.JobSizes)
+		if o.JobSizesScale > 0 {
+			fmt.Fprintf(&b, "  job_sizes_scale = %g\n", o.JobSizesScale)
+		}
 	}
 	b.WriteString("}\n")
 	return b.String()

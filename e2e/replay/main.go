@@ -172,12 +172,9 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	if code := command.Run([]string{"setup"}, os.Stderr, os.Stderr); code != 0 {
 		return code, errors.New("caravan setup failed")
 	}
-	// The planner reads profiles and the job-size sample when it starts.
-	if o.profiles || o.jobSizes != "" && strings.Contains(o.policy, "gittins") {
+	// The planner reads profiles when it starts.
+	if o.profiles {
 		pre := append(append([]string{"replay"}, args...), "-prepare-only")
-		if o.jobSizes != "" && strings.Contains(o.policy, "gittins") {
-			pre = append(pre, "-seed-history")
-		}
 		if code := command.Run(pre, os.Stderr, os.Stderr); code != 0 {
 			return code, errors.New("writing the replay's profiles to Consul failed")
 		}
@@ -187,7 +184,17 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 		cuts[i] = v / o.timeScale
 	}
 	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g)", o.policy, cuts, o.timeScale)
-	p, err := c.StartPlanner(ctx, harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob})
+	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob}
+	if o.jobSizes != "" {
+		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
+		// -job-sizes gives it to the simulator: neither learns from
+		// completed jobs.
+		if popts.JobSizes, err = filepath.Abs(o.jobSizes); err != nil {
+			return 1, err
+		}
+		popts.JobSizesScale = 1 / o.timeScale
+	}
+	p, err := c.StartPlanner(ctx, popts)
 	if err != nil {
 		return 1, err
 	}

@@ -2,11 +2,14 @@ package service
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/trace"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -52,10 +55,14 @@ type PlanningBlock struct {
 	MinInterval string    `hcl:"min_interval,optional"`
 	QueueCuts   []float64 `hcl:"queue_cuts,optional"`
 	PromoteKnob float64   `hcl:"promote_knob,optional"`
-	MaxWrites   *float64  `hcl:"max_writes_per_second,optional"`
-	WriteBurst  int       `hcl:"write_burst,optional"`
-	Writers     int       `hcl:"write_workers,optional"`
-	DryRun      bool      `hcl:"dry_run,optional"`
+	// JobSizes is 2D-Gittins' fixed job-size sample, the file that
+	// caravan sim -job-sizes takes; JobSizesScale multiplies its values.
+	JobSizes      string   `hcl:"job_sizes,optional"`
+	JobSizesScale float64  `hcl:"job_sizes_scale,optional"`
+	MaxWrites     *float64 `hcl:"max_writes_per_second,optional"`
+	WriteBurst    int      `hcl:"write_burst,optional"`
+	Writers       int      `hcl:"write_workers,optional"`
+	DryRun        bool     `hcl:"dry_run,optional"`
 }
 
 // Settings is Config validated and with defaults filled in.
@@ -75,10 +82,14 @@ type Settings struct {
 	MinInterval   time.Duration
 	QueueCuts     []float64
 	PromoteKnob   float64
-	MaxWrites     float64
-	WriteBurst    int
-	Writers       int
-	DryRun        bool
+	// JobSizes, when set, is 2D-Gittins' fixed size distribution: the
+	// planner then does not learn from completed jobs, as caravan sim
+	// -job-sizes does not.
+	JobSizes   *policy.SizeDistribution
+	MaxWrites  float64
+	WriteBurst int
+	Writers    int
+	DryRun     bool
 }
 
 // DefaultHTTPAddr is where the planner listens unless told otherwise.
@@ -183,6 +194,23 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 			return nil, bad("planning.promote_knob", "must be >= 0, got %g", p.PromoteKnob)
 		}
 		s.PromoteKnob = p.PromoteKnob
+		if p.JobSizesScale < 0 || math.IsNaN(p.JobSizesScale) || math.IsInf(p.JobSizesScale, 0) {
+			return nil, bad("planning.job_sizes_scale", "must be a positive factor, got %g", p.JobSizesScale)
+		}
+		if p.JobSizes != "" {
+			sizes, err := trace.LoadJobSizeSample(p.JobSizes)
+			if err != nil {
+				return nil, bad("planning.job_sizes", "%v", err)
+			}
+			if p.JobSizesScale > 0 {
+				for i := range sizes {
+					sizes[i] *= p.JobSizesScale
+				}
+			}
+			s.JobSizes = policy.NewSizeDistribution(sizes)
+		} else if p.JobSizesScale != 0 {
+			return nil, bad("planning.job_sizes_scale", "needs planning.job_sizes")
+		}
 		// A pointer, so that an explicit 0 (unlimited) differs from unset.
 		if p.MaxWrites != nil {
 			if *p.MaxWrites < 0 {

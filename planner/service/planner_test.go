@@ -3,10 +3,13 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -279,6 +282,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`planing { }`:                             "Unsupported block type",
 		`planning { policy = 3 `:                  "planner.hcl:1",
 		`planning { max_writes_per_second = -1 }`: "planning.max_writes_per_second",
+		`planning { job_sizes = "/nonexistent" }`: "planning.job_sizes",
+		`planning { job_sizes_scale = 0.5 }`:      "planning.job_sizes_scale",
 	}
 	for src, want := range cases {
 		_, err := ParseConfig("planner.hcl", []byte(src))
@@ -288,6 +293,21 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "las", s.Policy)
 	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
+}
+
+// A fixed job-size sample, scaled, is 2D-Gittins' distribution, as
+// caravan sim -job-sizes gives it.
+func TestConfigJobSizes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sizes.csv")
+	must.NoError(t, os.WriteFile(path, []byte("duration\n100\n200\n400\n"), 0o644))
+	s, err := ParseConfig("planner.hcl", []byte(fmt.Sprintf("planning {\n job_sizes = %q\n job_sizes_scale = 0.5\n}\n", path)))
+	must.NoError(t, err)
+	must.Eq(t, 3, s.JobSizes.Len())
+	// Scaled by 0.5: 50, 100, 200. Past 50 GPU-s, of the two samples left
+	// one ends within a 50 GPU-s quantum, and the two use 50 + 50 of it.
+	must.Eq(t, 1.0/(50+50), s.JobSizes.Gittins(50, 50))
+	_, err = ParseConfig("planner.hcl", []byte(fmt.Sprintf("planning {\n job_sizes = %q\n job_sizes_scale = -1\n}\n", path)))
+	must.ErrorContains(t, err, "planning.job_sizes_scale")
 }
 
 // A job whose allocation completed while Nomad still lists it as running is

@@ -12,7 +12,7 @@ import (
 // policyConfig is the shared policy package's configuration from the
 // planner's settings and the profiles in Consul.
 func policyConfig(s *Settings, profiles map[string]profile.Profile) (policy.Config, error) {
-	cfg := policy.Config{QueueCuts: s.QueueCuts, PromoteKnob: s.PromoteKnob}
+	cfg := policy.Config{QueueCuts: s.QueueCuts, PromoteKnob: s.PromoteKnob, JobSizes: s.JobSizes}
 	var rows []policy.SensitivityRow
 	names := make([]string, 0, len(profiles))
 	for n := range profiles {
