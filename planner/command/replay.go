@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -76,6 +77,11 @@ Replay:
   -timeout D           stop waiting after D; jobs left are unfinished
                        (default: 3 × the simulated makespan ÷ S + 2m)
   -run ID              run ID in job IDs (default: random)
+  -start-delay S       trace seconds every start costs in the simulator's
+                       run (caravan sim -start-delay); default: measured
+                       on the live run, the median from arrival to first
+                       task start of the jobs the simulator starts on
+                       arrival
   -seed-history        with -job-sizes: replace the planner's completed-job
                        sample in Consul KV with those sizes ÷ S (2D-Gittins)
   -prepare-only        write the profiles (and -seed-history's sample) to
@@ -101,7 +107,7 @@ Output:
 type replayFlags struct {
 	traceFlags
 	nomad                        nomadFlags
-	timeScale                    float64
+	timeScale, startDelay        float64
 	workload, checkpointDir, run string
 	planner, out, logLevel       string
 	iteration, timeout           time.Duration
@@ -121,6 +127,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -policy: the live planner runs one policy, got %q", f.policies)
 	case !(f.timeScale > 0) || math.IsInf(f.timeScale, 0):
 		return usagef("flag -time-scale is required and must be a positive number (trace seconds per real second)")
+	case f.startDelay < 0 && f.startDelay != -1 || math.IsNaN(f.startDelay) || math.IsInf(f.startDelay, 0):
+		return usagef("flag -start-delay must be a non-negative number of trace seconds")
 	case f.workload == "" && !f.prepareOnly:
 		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
 	case f.workload != "" && !filepath.IsAbs(f.workload):
@@ -150,6 +158,7 @@ func (c *replayCommand) Run(args []string) int {
 	f.traceFlags.register(fs)
 	f.nomad.register(fs)
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
+	fs.Float64Var(&f.startDelay, "start-delay", -1, "")
 	fs.StringVar(&f.workload, "workload", "", "")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
 	fs.StringVar(&f.run, "run", "", "")
@@ -201,6 +210,37 @@ type replayInfo struct {
 	WallSeconds  float64 `json:"wall_s"`
 	MaxLag       float64 `json:"max_submit_lag_s"`
 	TimedOut     bool    `json:"timed_out,omitempty"`
+	// StartDelay is the trace seconds the simulator's run charged every
+	// start (caravan sim -start-delay), measured on StartDelayMeasuredOn
+	// starts of the live run unless -start-delay gave it;
+	// SimNoDelayAvgJCT is the simulator's average JCT without it.
+	StartDelay           float64 `json:"start_delay_s"`
+	StartDelayMeasuredOn int     `json:"start_delay_measured_on,omitempty"`
+	SimNoDelayAvgJCT     float64 `json:"sim_no_delay_avg_jct"`
+}
+
+// measuredStartDelay is what a start costs on the live cluster, in trace
+// seconds: the median time from arrival to the first task's start of the
+// jobs that the simulator without delay started the moment they arrived,
+// so that no queueing is in it. It also returns how many jobs it saw.
+func measuredStartDelay(live, ideal *sim.Result) (float64, int) {
+	onArrival := map[string]bool{}
+	for _, j := range ideal.Jobs {
+		if j.Start-j.Arrival < 1e-9 {
+			onArrival[j.ID] = true
+		}
+	}
+	var d []float64
+	for _, j := range live.Jobs {
+		if onArrival[j.ID] && j.Start > 0 && j.Start >= j.Arrival {
+			d = append(d, j.Start-j.Arrival)
+		}
+	}
+	if len(d) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(d)
+	return d[len(d)/2], len(d)
 }
 
 func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
@@ -285,13 +325,30 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		return err
 	}
 
+	// The simulator again, with what a start costs on this cluster: a
+	// planner round, Nomad's evaluation and placement, the task's start.
+	ideal := simRes
+	delay, starts := f.startDelay, 0
+	if delay < 0 {
+		delay, starts = measuredStartDelay(res.Sim, ideal)
+	}
+	if delay > 0 {
+		scfg = in.simConfig(pol)
+		scfg.KeepUtil, scfg.StartDelay = true, delay
+		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
+			return fmt.Errorf("simulator: %w", err)
+		}
+	}
+	log.Info("simulated with the start delay", "start_delay_s", delay, "measured_on_starts", starts)
+
 	live := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
 	live.add(res.Sim)
 	simulated := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
 	simulated.add(simRes)
 	rep := replayReport{Live: live, Sim: simulated, Replay: replayInfo{Run: run, TimeScale: f.timeScale, Held: f.held,
 		PlannerPolicy: plannerPolicy, WritesPerJob: res.AvgWrites(), WallSeconds: res.Wall.Seconds(),
-		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut}}
+		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
+		StartDelay: delay, StartDelayMeasuredOn: starts, SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
 	if f.out != "" {
 		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
 			return err
@@ -412,15 +469,15 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
 		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\t")
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tsim start delay\tsim without it\t")
 	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
 		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
 		ratio := math.NaN()
 		if s.AvgJCT > 0 {
 			ratio = l.AvgJCT / s.AvgJCT
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
-			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartDelay, dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
 	b.WriteString("\nlive:\n")

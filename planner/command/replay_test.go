@@ -2,6 +2,7 @@ package command
 
 import (
 	"bytes"
+	"github.com/caravan-gpu/caravan/planner/sim"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,4 +99,23 @@ func TestReplayHelp(t *testing.T) {
 	for _, want := range []string{"-time-scale S", "-workload PATH", "-checkpoint-dir DIR", "-held=false", `{"live": ..., "sim": ...}`} {
 		must.StrContains(t, c.Help(), want)
 	}
+}
+
+// What a start costs live is measured on the jobs the simulator started on
+// arrival, so that no queueing is in it: their median arrival-to-start.
+func TestMeasuredStartDelay(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 10, Start: 10}, {ID: "c", Arrival: 20, Start: 20},
+		{ID: "queued", Arrival: 30, Start: 90},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0.1, Start: 8.1}, {ID: "b", Arrival: 10, Start: 22}, {ID: "c", Arrival: 20, Start: 29},
+		{ID: "queued", Arrival: 30, Start: 200},
+	}}
+	d, n := measuredStartDelay(live, ideal)
+	must.Eq(t, 3, n)
+	must.Eq(t, 9.0, d)
+	d, n = measuredStartDelay(live, &sim.Result{})
+	must.Eq(t, 0, n)
+	must.Eq(t, 0.0, d)
 }
