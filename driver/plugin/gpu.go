@@ -61,7 +61,7 @@ func openSimState(b *sim.Backend, stateDir string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := os.Chmod(dir, 0o1777); err != nil {
+		if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
 			return err
 		}
 	}
