@@ -220,9 +220,12 @@ type replayInfo struct {
 }
 
 // measuredStartDelay is what a start costs on the live cluster, in trace
-// seconds: the median time from arrival to the first task's start of the
-// jobs that the simulator without delay started the moment they arrived,
-// so that no queueing is in it. It also returns how many jobs it saw.
+// seconds: the median, over the live jobs, of the time from the event that
+// let the job start to its first task's start. For a job the simulator
+// starts the moment it arrives, that event is its arrival; for one it
+// queues, the latest completion of another job before its live start,
+// whose GPUs it took (or its arrival, if later). It also returns how many
+// jobs it saw.
 func measuredStartDelay(live, ideal *sim.Result) (float64, int) {
 	onArrival := map[string]bool{}
 	for _, j := range ideal.Jobs {
@@ -230,11 +233,25 @@ func measuredStartDelay(live, ideal *sim.Result) (float64, int) {
 			onArrival[j.ID] = true
 		}
 	}
+	finishes := make([]float64, 0, len(live.Jobs))
+	for _, j := range live.Jobs {
+		if j.Finish > 0 {
+			finishes = append(finishes, j.Finish)
+		}
+	}
+	sort.Float64s(finishes)
 	var d []float64
 	for _, j := range live.Jobs {
-		if onArrival[j.ID] && j.Start > 0 && j.Start >= j.Arrival {
-			d = append(d, j.Start-j.Arrival)
+		if j.Start <= 0 || j.Start < j.Arrival {
+			continue
 		}
+		from := j.Arrival
+		if !onArrival[j.ID] {
+			if k := sort.SearchFloat64s(finishes, j.Start); k > 0 && finishes[k-1] > from {
+				from = finishes[k-1]
+			}
+		}
+		d = append(d, j.Start-from)
 	}
 	if len(d) == 0 {
 		return 0, 0

@@ -101,21 +101,24 @@ func TestReplayHelp(t *testing.T) {
 	}
 }
 
-// What a start costs live is measured on the jobs the simulator started on
-// arrival, so that no queueing is in it: their median arrival-to-start.
+// What a start costs live is measured from the event that let each job
+// start: its arrival when the simulator started it on arrival, else the
+// latest completion before its live start.
 func TestMeasuredStartDelay(t *testing.T) {
 	ideal := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 10, Start: 10}, {ID: "c", Arrival: 20, Start: 20},
 		{ID: "queued", Arrival: 30, Start: 90},
 	}}
 	live := &sim.Result{Jobs: []sim.JobResult{
-		{ID: "a", Arrival: 0.1, Start: 8.1}, {ID: "b", Arrival: 10, Start: 22}, {ID: "c", Arrival: 20, Start: 29},
-		{ID: "queued", Arrival: 30, Start: 200},
+		{ID: "a", Arrival: 0.1, Start: 8.1, Finish: 150}, {ID: "b", Arrival: 10, Start: 22, Finish: 300},
+		{ID: "c", Arrival: 20, Start: 29, Finish: 100},
+		// Queued behind a: starts 11 s after a completed, whatever its arrival.
+		{ID: "queued", Arrival: 30, Start: 161, Finish: 400},
 	}}
 	d, n := measuredStartDelay(live, ideal)
-	must.Eq(t, 3, n)
-	must.Eq(t, 9.0, d)
-	d, n = measuredStartDelay(live, &sim.Result{})
+	must.Eq(t, 4, n)
+	must.Eq(t, 11.0, d, must.Sprint("median of 8, 12, 9 and 11"))
+	d, n = measuredStartDelay(&sim.Result{}, ideal)
 	must.Eq(t, 0, n)
 	must.Eq(t, 0.0, d)
 }
