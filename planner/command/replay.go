@@ -79,9 +79,9 @@ Replay:
   -run ID              run ID in job IDs (default: random)
   -start-delay S       trace seconds every start costs in the simulator's
                        run (caravan sim -start-delay); default: measured
-                       on the live run, the median from arrival to first
-                       task start of the jobs the simulator starts on
-                       arrival
+                       on the live run, the median time from the event
+                       that let a job start to its first task's start,
+                       plus the median time a run takes longer live
   -seed-history        with -job-sizes: replace the planner's completed-job
                        sample in Consul KV with those sizes ÷ S (2D-Gittins)
   -prepare-only        write the profiles (and -seed-history's sample) to
@@ -219,6 +219,32 @@ type replayInfo struct {
 	SimNoDelayAvgJCT     float64 `json:"sim_no_delay_avg_jct"`
 }
 
+// measuredRunOverhead is how much longer a run takes live than simulated,
+// in trace seconds, beyond the start: the task's process starting and
+// exiting, the workload's setup. It is the median, over the jobs that ran
+// unpreempted on the same GPU model in both runs, of the live run time
+// less the simulated one, and never negative. It also returns how many
+// jobs it saw.
+func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
+	simulated := make(map[string]sim.JobResult, len(ideal.Jobs))
+	for _, j := range ideal.Jobs {
+		simulated[j.ID] = j
+	}
+	var d []float64
+	for _, j := range live.Jobs {
+		s, ok := simulated[j.ID]
+		if !ok || j.Preemptions > 0 || s.Preemptions > 0 || j.Start <= 0 || j.Finish <= j.Start || j.GPUModel != s.GPUModel {
+			continue
+		}
+		d = append(d, (j.Finish-j.Start)-(s.Finish-s.Start))
+	}
+	if len(d) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(d)
+	return max(d[len(d)/2], 0), len(d)
+}
+
 // measuredStartDelay is what a start costs on the live cluster, in trace
 // seconds: the median, over the live jobs, of the time from the event that
 // let the job start to its first task's start. For a job the simulator
@@ -348,6 +374,9 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	delay, starts := f.startDelay, 0
 	if delay < 0 {
 		delay, starts = measuredStartDelay(res.Sim, ideal)
+		overhead, runs := measuredRunOverhead(res.Sim, ideal)
+		log.Info("measured on the live run", "start_latency_s", delay, "starts", starts, "run_overhead_s", overhead, "runs", runs)
+		delay += overhead
 	}
 	if delay > 0 {
 		scfg = in.simConfig(pol)
