@@ -62,6 +62,17 @@ type API struct {
 // (address, token, TLS) points at, with address and token overriding it when
 // set.
 func New(address, token string) (*API, error) {
+	c, err := NewClient(address, token)
+	if err != nil {
+		return nil, err
+	}
+	return &API{c: c}, nil
+}
+
+// NewClient returns a nomad/api client for the agent that the standard
+// NOMAD_* environment points at, with address and token overriding it when
+// set.
+func NewClient(address, token string) (*api.Client, error) {
 	cfg := api.DefaultConfig()
 	if address != "" {
 		cfg.Address = address
@@ -73,7 +84,7 @@ func New(address, token string) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
-	return &API{c: c}, nil
+	return c, nil
 }
 
 // Wrap returns a Client around an existing api.Client.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/caravan-gpu/caravan/planner/nomadx"
 )
 
 // Nomad is every call a replay makes. The real one wraps nomad/api; the
@@ -37,16 +39,9 @@ type API struct{ c *api.Client }
 // NewAPI returns a Nomad for the agent the NOMAD_* environment points at,
 // with address and token overriding it when set.
 func NewAPI(address, token string) (*API, error) {
-	cfg := api.DefaultConfig()
-	if address != "" {
-		cfg.Address = address
-	}
-	if token != "" {
-		cfg.SecretID = token
-	}
-	c, err := api.NewClient(cfg)
+	c, err := nomadx.NewClient(address, token)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client: %w", err)
+		return nil, err
 	}
 	return &API{c: c}, nil
 }
