@@ -78,17 +78,14 @@ func hold(job *api.Job, want, live bool) Change {
 		return nil
 	}
 	if want {
-		if job.Meta == nil {
-			job.Meta = map[string]string{}
-		}
-		job.Meta[cluster.MetaHeld] = "true"
+		setMeta(job, cluster.MetaHeld, "true")
 		job.Constraints = append(job.Constraints, cluster.HoldConstraint())
 		if live {
 			return Change{"hold: preempted, every allocation stops"}
 		}
 		return Change{"hold: waits for the planner"}
 	}
-	delete(job.Meta, cluster.MetaHeld)
+	setMeta(job, cluster.MetaHeld, "")
 	kept := job.Constraints[:0]
 	for _, c := range job.Constraints {
 		if !cluster.IsHold(c) {
@@ -197,26 +194,10 @@ func place(job *api.Job, p Placement) Change {
 			}
 		}
 	}
-	if rs := formatResources(keep); rs != job.Meta[cluster.MetaResources] {
-		if job.Meta == nil {
-			job.Meta = map[string]string{}
-		}
-		if rs == "" {
-			delete(job.Meta, cluster.MetaResources)
-		} else {
-			job.Meta[cluster.MetaResources] = rs
-		}
-	}
+	setMeta(job, cluster.MetaResources, formatResources(keep))
 	after := formatOwned(dedupe(want))
 	if after != before {
-		if job.Meta == nil {
-			job.Meta = map[string]string{}
-		}
-		if after == "" {
-			delete(job.Meta, cluster.MetaPlacement)
-		} else {
-			job.Meta[cluster.MetaPlacement] = after
-		}
+		setMeta(job, cluster.MetaPlacement, after)
 		for _, o := range dedupe(want) {
 			changed = append(changed, "constraint "+o.String())
 		}
@@ -274,6 +255,19 @@ func UserModels(job *api.Job) (models []string, picked bool) {
 	}
 	slices.Sort(models)
 	return slices.Compact(models), picked
+}
+
+// setMeta sets a meta key of the planner's, or removes it when value is
+// empty.
+func setMeta(job *api.Job, key, value string) {
+	if value == "" {
+		delete(job.Meta, key)
+		return
+	}
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta[key] = value
 }
 
 // resources are a task's CPU and memory as its user wrote them, kept in the
