@@ -303,7 +303,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 
 	var results map[string]rewrite.Result
 	if leader && !p.cfg.DryRun {
-		results = p.apply(ctx, changes, targets, specs)
+		results = p.apply(ctx, changes, specs)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
 	return nil
@@ -618,12 +618,8 @@ func inventory(state *cluster.State) enact.Inventory {
 // rate limit: first the holds and preemptions, then the rest, so that the
 // GPUs a preemption frees are free when the jobs started in its place are
 // evaluated.
-func (p *Planner) apply(ctx context.Context, changes []enact.Change, targets []target, specs map[string]*api.Job) map[string]rewrite.Result {
+func (p *Planner) apply(ctx context.Context, changes []enact.Change, specs map[string]*api.Job) map[string]rewrite.Result {
 	results := make(map[string]rewrite.Result, len(changes))
-	where := make(map[string]target, len(targets))
-	for _, t := range targets {
-		where[t.key] = t
-	}
 	split := 0
 	for split < len(changes) && (changes[split].Action == enact.Preempt || changes[split].Action == enact.Hold) {
 		split++
@@ -637,7 +633,6 @@ func (p *Planner) apply(ctx context.Context, changes []enact.Change, targets []t
 			go func() {
 				defer wg.Done()
 				for c := range work {
-					t := where[c.Key]
 					// The spec this round read saves a read per job; a
 					// copy, since the writer changes it and the cache is
 					// shared.
@@ -645,10 +640,9 @@ func (p *Planner) apply(ctx context.Context, changes []enact.Change, targets []t
 					if spec := nomadx.CopyJob(specs[c.Key]); spec != nil {
 						res = p.writer.ApplyRead(ctx, spec, c.Target)
 					} else {
-						ns, id := t.namespace, t.id
-						if ns == "" {
-							ns, id, _ = strings.Cut(c.Key, "/")
-						}
+						// A key is namespace/id; an ID may hold "/", a
+						// namespace may not.
+						ns, id, _ := strings.Cut(c.Key, "/")
 						res = p.writer.Apply(ctx, ns, id, c.Target)
 					}
 					p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
