@@ -319,7 +319,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 func (p *Planner) plan(snap *policy.Snapshot) (*policy.Result, bool) {
 	key := planKey(snap)
 	if p.planned != nil && key == p.plannedKey && snap.Now < p.plannedUntil {
-		if r, ok := p.replay(snap); ok {
+		if r, ok := p.lastPlan(snap); ok {
 			return r, false
 		}
 	}
@@ -336,9 +336,9 @@ func (p *Planner) plan(snap *policy.Snapshot) (*policy.Result, bool) {
 	return r, true
 }
 
-// replay returns the last plan's decisions for the jobs of snap, which are
+// lastPlan returns the last plan's decisions for the jobs of snap, which are
 // the same jobs.
-func (p *Planner) replay(snap *policy.Snapshot) (*policy.Result, bool) {
+func (p *Planner) lastPlan(snap *policy.Snapshot) (*policy.Result, bool) {
 	at := make(map[string]int, len(snap.Jobs))
 	for i := range snap.Jobs {
 		at[snap.Jobs[i].ID] = i
