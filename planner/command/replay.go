@@ -77,11 +77,12 @@ Replay:
   -timeout D           stop waiting after D; jobs left are unfinished
                        (default: 3 × the simulated makespan ÷ S + 2m)
   -run ID              run ID in job IDs (default: random)
-  -start-delay S       trace seconds every start costs in the simulator's
-                       run (caravan sim -start-delay); default: measured
-                       on the live run, the median time from the event
-                       that let a job start to its first task's start,
-                       plus the median time a run takes longer live
+  -start-latency S     trace seconds from the event that lets a job start
+                       to its task running, in the simulator's run (caravan
+                       sim -start-latency); default: the live run's median
+  -run-overhead S      trace seconds a run takes longer live than simulated,
+                       in the simulator's run (caravan sim -run-overhead);
+                       default: the live run's median
   -seed-history        with -job-sizes: replace the planner's completed-job
                        sample in Consul KV with those sizes ÷ S (2D-Gittins)
   -prepare-only        write the profiles (and -seed-history's sample) to
@@ -107,7 +108,8 @@ Output:
 type replayFlags struct {
 	traceFlags
 	nomad                        nomadFlags
-	timeScale, startDelay        float64
+	timeScale                    float64
+	startLatency, runOverhead    float64 // -1: measure on the live run
 	workload, checkpointDir, run string
 	planner, out, logLevel       string
 	iteration, timeout           time.Duration
@@ -127,8 +129,10 @@ func (f *replayFlags) check() error {
 		return usagef("flag -policy: the live planner runs one policy, got %q", f.policies)
 	case !(f.timeScale > 0) || math.IsInf(f.timeScale, 0):
 		return usagef("flag -time-scale is required and must be a positive number (trace seconds per real second)")
-	case f.startDelay < 0 && f.startDelay != -1 || math.IsNaN(f.startDelay) || math.IsInf(f.startDelay, 0):
-		return usagef("flag -start-delay must be a non-negative number of trace seconds")
+	case f.startLatency != -1 && !seconds(f.startLatency):
+		return usagef("flag -start-latency must be a non-negative number of trace seconds")
+	case f.runOverhead != -1 && !seconds(f.runOverhead):
+		return usagef("flag -run-overhead must be a non-negative number of trace seconds")
 	case f.workload == "" && !f.prepareOnly:
 		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
 	case f.workload != "" && !filepath.IsAbs(f.workload):
@@ -158,7 +162,8 @@ func (c *replayCommand) Run(args []string) int {
 	f.traceFlags.register(fs)
 	f.nomad.register(fs)
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
-	fs.Float64Var(&f.startDelay, "start-delay", -1, "")
+	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
+	fs.Float64Var(&f.runOverhead, "run-overhead", -1, "")
 	fs.StringVar(&f.workload, "workload", "", "")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
 	fs.StringVar(&f.run, "run", "", "")
@@ -210,13 +215,16 @@ type replayInfo struct {
 	WallSeconds  float64 `json:"wall_s"`
 	MaxLag       float64 `json:"max_submit_lag_s"`
 	TimedOut     bool    `json:"timed_out,omitempty"`
-	// StartDelay is the trace seconds the simulator's run charged every
-	// start (caravan sim -start-delay), measured on StartDelayMeasuredOn
-	// starts of the live run unless -start-delay gave it;
-	// SimNoDelayAvgJCT is the simulator's average JCT without it.
-	StartDelay           float64 `json:"start_delay_s"`
-	StartDelayMeasuredOn int     `json:"start_delay_measured_on,omitempty"`
-	SimNoDelayAvgJCT     float64 `json:"sim_no_delay_avg_jct"`
+	// StartLatency and RunOverhead are the trace seconds the simulator's
+	// run charged every start and every run (caravan sim -start-latency,
+	// -run-overhead), measured on that many starts and runs of the live
+	// run unless a flag gave them; SimNoDelayAvgJCT is the simulator's
+	// average JCT without either.
+	StartLatency           float64 `json:"start_latency_s"`
+	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
+	RunOverhead            float64 `json:"run_overhead_s"`
+	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
+	SimNoDelayAvgJCT       float64 `json:"sim_no_delay_avg_jct"`
 }
 
 // measuredRunOverhead is how much longer a run takes live than simulated,
@@ -245,14 +253,14 @@ func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
 	return max(d[len(d)/2], 0), len(d)
 }
 
-// measuredStartDelay is what a start costs on the live cluster, in trace
+// measuredStartLatency is what a start costs on the live cluster, in trace
 // seconds: the median, over the live jobs, of the time from the event that
 // let the job start to its first task's start. For a job the simulator
 // starts the moment it arrives, that event is its arrival; for one it
 // queues, the latest completion of another job before its live start,
 // whose GPUs it took (or its arrival, if later). It also returns how many
 // jobs it saw.
-func measuredStartDelay(live, ideal *sim.Result) (float64, int) {
+func measuredStartLatency(live, ideal *sim.Result) (float64, int) {
 	onArrival := map[string]bool{}
 	for _, j := range ideal.Jobs {
 		if j.Start-j.Arrival < 1e-9 {
@@ -371,21 +379,22 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// The simulator again, with what a start costs on this cluster: a
 	// planner round, Nomad's evaluation and placement, the task's start.
 	ideal := simRes
-	delay, starts := f.startDelay, 0
-	if delay < 0 {
-		delay, starts = measuredStartDelay(res.Sim, ideal)
-		overhead, runs := measuredRunOverhead(res.Sim, ideal)
-		log.Info("measured on the live run", "start_latency_s", delay, "starts", starts, "run_overhead_s", overhead, "runs", runs)
-		delay += overhead
+	latency, starts := f.startLatency, 0
+	if latency < 0 {
+		latency, starts = measuredStartLatency(res.Sim, ideal)
 	}
-	if delay > 0 {
+	overhead, runs := f.runOverhead, 0
+	if overhead < 0 {
+		overhead, runs = measuredRunOverhead(res.Sim, ideal)
+	}
+	log.Info("start costs", "start_latency_s", latency, "measured_on_starts", starts, "run_overhead_s", overhead, "measured_on_runs", runs)
+	if latency > 0 || overhead > 0 {
 		scfg = in.simConfig(pol)
-		scfg.KeepUtil, scfg.StartDelay = true, delay
+		scfg.KeepUtil, scfg.StartLatency, scfg.RunOverhead = true, latency, overhead
 		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
 			return fmt.Errorf("simulator: %w", err)
 		}
 	}
-	log.Info("simulated with the start delay", "start_delay_s", delay, "measured_on_starts", starts)
 
 	live := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
 	live.add(res.Sim)
@@ -394,7 +403,8 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	rep := replayReport{Live: live, Sim: simulated, Replay: replayInfo{Run: run, TimeScale: f.timeScale, Held: f.held,
 		PlannerPolicy: plannerPolicy, WritesPerJob: res.AvgWrites(), WallSeconds: res.Wall.Seconds(),
 		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
-		StartDelay: delay, StartDelayMeasuredOn: starts, SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
+		StartLatency: latency, StartLatencyMeasuredOn: starts, RunOverhead: overhead, RunOverheadMeasuredOn: runs,
+		SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
 	if f.out != "" {
 		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
 			return err
@@ -515,15 +525,16 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
 		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tsim start delay\tsim without it\t")
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\trun overhead\tsim without them\t")
 	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
 		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
 		ratio := math.NaN()
 		if s.AvgJCT > 0 {
 			ratio = l.AvgJCT / s.AvgJCT
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
-			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartDelay, dur(rep.Replay.SimNoDelayAvgJCT))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.RunOverhead,
+			dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
 	b.WriteString("\nlive:\n")

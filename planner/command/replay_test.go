@@ -53,6 +53,8 @@ func TestReplayUsageErrors(t *testing.T) {
 		{append(base, "-seed-history"), "flag -seed-history needs -job-sizes"},
 		{append(base, "-iteration", "0s"), "flag -iteration"},
 		{append(base, "-log-level", "loud"), "flag -log-level"},
+		{append(base, "-start-latency", "-2"), "flag -start-latency"},
+		{append(base, "-run-overhead", "NaN"), "flag -run-overhead"},
 		{append(base, "-bogus"), "bogus"},
 		{append(base, "extra"), `unexpected argument "extra"`},
 	}
@@ -104,7 +106,7 @@ func TestReplayHelp(t *testing.T) {
 // What a start costs live is measured from the event that let each job
 // start: its arrival when the simulator started it on arrival, else the
 // latest completion before its live start.
-func TestMeasuredStartDelay(t *testing.T) {
+func TestMeasuredStartLatency(t *testing.T) {
 	ideal := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 10, Start: 10}, {ID: "c", Arrival: 20, Start: 20},
 		{ID: "queued", Arrival: 30, Start: 90},
@@ -115,10 +117,10 @@ func TestMeasuredStartDelay(t *testing.T) {
 		// Queued behind a: starts 11 s after a completed, whatever its arrival.
 		{ID: "queued", Arrival: 30, Start: 161, Finish: 400},
 	}}
-	d, n := measuredStartDelay(live, ideal)
+	d, n := measuredStartLatency(live, ideal)
 	must.Eq(t, 4, n)
 	must.Eq(t, 11.0, d, must.Sprint("median of 8, 12, 9 and 11"))
-	d, n = measuredStartDelay(&sim.Result{}, ideal)
+	d, n = measuredStartLatency(&sim.Result{}, ideal)
 	must.Eq(t, 0, n)
 	must.Eq(t, 0.0, d)
 }

@@ -65,9 +65,11 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
   -lane-memory MB      memory per lane
   -fairness F          AlloX fairness knob in [0,1]
   -preemption-cost S   seconds a preempted job loses on resume (default 0)
-  -start-delay S       seconds every start holds its GPUs before the job
-                       makes progress, as a real cluster's planner round,
-                       placement and task start do (default 0)
+  -start-latency S     seconds every start holds its GPUs before the task
+                       runs, as a real cluster's planner round, placement
+                       and task start do; not executed time (default 0)
+  -run-overhead S      seconds every run spends without progress (process
+                       start, setup); executed time (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
   -json                print one JSON object instead of a table
   -out DIR             write summary.json, per-job CSVs and SVG plots
@@ -80,7 +82,8 @@ type simFlags struct {
 	traceFlags
 	out, plot         string
 	preemptionCost    float64
-	startDelay        float64
+	startLatency      float64
+	runOverhead       float64
 	lanes, laneMemory int
 	json, progress    bool
 }
@@ -95,7 +98,8 @@ func (c *simCommand) Run(args []string) int {
 	fs.StringVar(&f.out, "out", "", "")
 	fs.StringVar(&f.plot, "plot", "", "")
 	fs.Float64Var(&f.preemptionCost, "preemption-cost", 0, "")
-	fs.Float64Var(&f.startDelay, "start-delay", 0, "")
+	fs.Float64Var(&f.startLatency, "start-latency", 0, "")
+	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.IntVar(&f.lanes, "lanes", 0, "")
 	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
 	fs.BoolVar(&f.json, "json", false, "")
@@ -135,8 +139,10 @@ func (f *simFlags) check() string {
 		return fmt.Sprintf("flag -compat: unknown mode %q (want tiresias)", f.compat)
 	case f.preemptionCost < 0:
 		return "flag -preemption-cost must not be negative"
-	case f.startDelay < 0 || math.IsNaN(f.startDelay) || math.IsInf(f.startDelay, 0):
-		return "flag -start-delay must be a non-negative number of seconds"
+	case !seconds(f.startLatency):
+		return "flag -start-latency must be a non-negative number of seconds"
+	case !seconds(f.runOverhead):
+		return "flag -run-overhead must be a non-negative number of seconds"
 	case f.lanes < 0 || f.laneMemory < 0:
 		return "flags -lanes and -lane-memory must not be negative"
 	}
@@ -196,7 +202,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 	for _, p := range in.policies {
 		scfg := in.simConfig(p)
 		scfg.Lanes, scfg.LaneMemoryMB, scfg.PreemptionCost = f.lanes, f.laneMemory, f.preemptionCost
-		scfg.StartDelay = f.startDelay
+		scfg.StartLatency, scfg.RunOverhead = f.startLatency, f.runOverhead
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {
@@ -358,3 +364,8 @@ func (p *progress) finish() {
 }
 
 var errNoResults = errors.New("nothing to plot")
+
+// seconds says v is a usable duration in seconds: finite and not negative.
+func seconds(v float64) bool {
+	return v >= 0 && !math.IsInf(v, 0)
+}

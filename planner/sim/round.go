@@ -129,9 +129,10 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	} else if s.cfg.PreemptionCost > 0 {
 		js.work += s.cfg.PreemptionCost * s.baseRate(js)
 	}
-	if s.cfg.StartDelay > 0 {
-		js.work += s.cfg.StartDelay * s.baseRate(js)
+	if idle := s.cfg.StartLatency + s.cfg.RunOverhead; idle > 0 {
+		js.work += idle * s.baseRate(js)
 	}
+	js.latency = s.cfg.StartLatency
 	js.laneShare = 0
 	if d.Lane && len(d.Slots) == 1 {
 		s.occupyLane(i, d.Slots[0])

@@ -25,12 +25,19 @@ type Config struct {
 	// PreemptionCost is the run time in seconds a preempted job loses
 	// when it resumes (checkpoint reload); 0 by default.
 	PreemptionCost float64
-	// StartDelay is the time in seconds every start, first or after a
-	// preemption, holds its GPUs before the job makes progress: what a
-	// real cluster spends between the planner's decision and the task
-	// running (a round, Nomad's evaluation and placement, the task's
-	// start). 0 by default; caravan replay measures it.
-	StartDelay float64
+	// StartLatency is the time in seconds every start, first or after a
+	// preemption, holds its GPUs before the task runs: what a real
+	// cluster spends between the event that lets a job start and its task
+	// running (a planner round, Nomad's evaluation and placement, the
+	// driver starting the task). The job makes no progress and attains no
+	// service meanwhile, as the live planner counts executed time from
+	// the task's start. 0 by default; caravan replay measures it.
+	StartLatency float64
+	// RunOverhead is the time in seconds every run, first or after a
+	// preemption, spends running without progress: the process starting
+	// and exiting, the framework's setup. It counts as executed time.
+	// 0 by default; caravan replay measures it.
+	RunOverhead float64
 	// Throughputs, when set, gives jobs with a JobType their steps/s per
 	// GPU model; jobs given as Steps need it.
 	Throughputs *trace.Throughputs
@@ -101,6 +108,7 @@ type jobState struct {
 	done        bool
 	finish      float64
 	isolated    float64
+	latency     float64 // StartLatency left before the task runs
 }
 
 // Run simulates jobs (sorted by arrival) under cfg.
@@ -371,6 +379,11 @@ func (s *simulator) settle(js *jobState) {
 		share := float64(js.GPUs)
 		if js.laneShare > 0 {
 			share = js.laneShare
+		}
+		if js.latency > 0 { // the task is not running yet
+			wait := min(dt, js.latency)
+			js.latency -= wait
+			dt -= wait
 		}
 		js.Executed += dt
 		js.Attained += dt * share

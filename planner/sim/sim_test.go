@@ -190,27 +190,38 @@ func TestShortcutsChangeNothing(t *testing.T) {
 }
 
 // Every start, the first and one after a preemption, holds its GPUs for
-// StartDelay before the job makes progress, as on a real cluster.
-func TestStartDelay(t *testing.T) {
+// StartLatency and then runs RunOverhead before the job makes progress,
+// as on a real cluster.
+func TestStartLatencyAndRunOverhead(t *testing.T) {
 	// Under strict FIFO on 4 GPUs: X (2 GPUs, 100 s) runs, Y (4 GPUs)
-	// waits for it, Z (1 GPU) waits behind Y. Each start costs 5 s.
+	// waits for it, Z (1 GPU) waits behind Y. Each start costs 2 + 3 s.
 	jobs := []trace.Job{
 		{ID: "X", Arrival: 0, GPUs: 2, Duration: 100},
 		{ID: "Y", Arrival: 1, GPUs: 4, Duration: 100},
 		{ID: "Z", Arrival: 2, GPUs: 1, Duration: 10},
 	}
-	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartDelay: 5}, jobs)
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, RunOverhead: 3}, jobs)
 	must.NoError(t, err)
 	must.Eq(t, 105.0, res.Jobs[0].Finish)
 	must.Eq(t, 210.0, res.Jobs[1].Finish)
 	must.Eq(t, 225.0, res.Jobs[2].Finish)
 
-	// 2D-LAS preempts A for B at A's cut; A's resume costs the delay again.
+	// 2D-LAS preempts A for B at A's cut (3250 GPU-s, 812.5 s on 4 GPUs);
+	// A's resume costs the delay again.
 	jobs = []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 1, Duration: 500}}
-	plain, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{})}, jobs)
-	must.NoError(t, err)
-	delayed, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), StartDelay: 5}, jobs)
-	must.NoError(t, err)
-	must.Eq(t, 1, delayed.Jobs[0].Preemptions)
-	must.Eq(t, plain.Jobs[0].Finish+15, delayed.Jobs[0].Finish, must.Sprint("A starts twice, and waits for B's start"))
+	las := func(latency, overhead float64) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}),
+			StartLatency: latency, RunOverhead: overhead}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	plain, overhead, latency := las(0, 0), las(0, 5), las(5, 0)
+	must.Eq(t, 1, overhead.Jobs[0].Preemptions)
+	must.Eq(t, 812.5, plain.Jobs[1].Start)
+	must.Eq(t, plain.Jobs[0].Finish+15, overhead.Jobs[0].Finish, must.Sprint("A starts twice, and waits for B's start"))
+	// The overhead is executed time, so A crosses its cut as without it;
+	// the latency is not, so A crosses (and B starts) 5 s later.
+	must.Eq(t, 812.5, overhead.Jobs[1].Start)
+	must.Eq(t, 817.5, latency.Jobs[1].Start)
+	must.Eq(t, 1, latency.Jobs[0].Preemptions)
 }
