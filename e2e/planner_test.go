@@ -83,18 +83,7 @@ func startPlanner(t *testing.T, c *harness.Cluster, id, planning string) *planne
 }
 
 func (p *plannerProc) stop(sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	harness.StopProcess(p.cmd, p.done, sig)
 }
 
 func (p *plannerProc) status(t *testing.T) *plannerapi.Status {

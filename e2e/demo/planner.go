@@ -128,18 +128,7 @@ func (p *plannerChild) waitReady(ctx context.Context, c *harness.Cluster) error 
 
 // stop sends SIGTERM, and SIGKILL if the planner has not exited in 10 s.
 func (p *plannerChild) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	harness.StopProcess(p.cmd, p.done, syscall.SIGTERM)
 	say("planner stopped")
 }
 

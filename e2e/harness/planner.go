@@ -145,16 +145,23 @@ func (c *Cluster) StartPlanner(ctx context.Context, o PlannerOptions) (*Planner,
 
 // Stop sends SIGTERM, and SIGKILL if the planner has not exited in 10 s.
 func (p *Planner) Stop() {
+	StopProcess(p.cmd, p.done, syscall.SIGTERM)
+}
+
+// StopProcess sends cmd's process sig, and SIGKILL if it has not exited in
+// 10 s; done is closed once cmd.Wait has returned. It returns at once when
+// the process has already exited.
+func StopProcess(cmd *exec.Cmd, done <-chan struct{}, sig os.Signal) {
 	select {
-	case <-p.done:
+	case <-done:
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(sig)
 	select {
-	case <-p.done:
+	case <-done:
 	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }
