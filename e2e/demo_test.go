@@ -50,7 +50,7 @@ func TestDemoShowsPlannerAtWork(t *testing.T) {
 		{"a demotion", `planner decision: default/long-\d\s+priority\s+priority 80→70`},
 		{"a preemption by the planner", `planner decision: default/long-\d\s+preempt\s+hold: preempted, every allocation stops, stopped 1 allocation`},
 		{"the allocations", `JOB\s+ALLOC\s+STATUS\s+DEVICES`},
-		{"a job packed into an H100 lane", `small-\d\s+\w+\s+running\s+nvidia/gpu/NVIDIA H100.*:lane\d`},
+		{"a job packed into an H100 lane", `small-\d\s+\w+\s+running\s+nvidia/lane/NVIDIA H100.*:lane\d`},
 		{"the short job completing", `short\s+\w+\s+complete`},
 		{"a preemption", `long-\d was preempted by short`},
 		{"an orderly stop", `planner stopped[\s\S]*stopped; nothing left running`},
@@ -60,7 +60,7 @@ func TestDemoShowsPlannerAtWork(t *testing.T) {
 		{"resnet waiting for the H100 it is matched to", `(?m)^\d+\s+resnet\s+pending\s.*NVIDIA H100 80GB HBM3\s+.*matched to NVIDIA H100 80GB HBM3, waits for it`},
 		{"the planner releasing resnet pinned to the H100", `planner decision: default/resnet\s+start\s+release: Nomad may place it, constraint \$\{device\.attr\.model\} = NVIDIA H100 80GB HBM3`},
 		{"the constraint in Nomad's copy of the job", `"LTarget": "\$\{device\.attr\.model\}",\s+"RTarget": "NVIDIA H100 80GB HBM3"`},
-		{"resnet running on an H100", `resnet\s+\w+\s+(running|complete)\s+nvidia/gpu/NVIDIA H100`},
+		{"resnet running on an H100", `resnet\s+\w+\s+(running|complete)\s+nvidia/lane/NVIDIA H100`},
 		{"the pin in resnet's decision history", `caravan explain resnet[\s\S]*written\s+priority 80\s+release: Nomad may place it, constraint \$\{device\.attr\.model\} = NVIDIA H100`},
 	} {
 		must.RegexMatch(t, regexp.MustCompile(want.pattern), output, must.Sprintf("the demo output shows %s", want.what))

@@ -16,6 +16,7 @@ import (
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/e2e/harness"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 )
 
@@ -55,7 +56,7 @@ func TestDevice(t *testing.T) {
 				continue
 			}
 			must.Eq(t, "nvidia", d.Vendor)
-			must.Eq(t, "gpu", d.Type)
+			must.Eq(t, "lane", d.Type, must.Sprint("lanes are a device type of their own"))
 			for _, in := range d.Instances {
 				must.StrContains(t, in.ID, ":lane")
 				must.True(t, in.Healthy)
@@ -67,11 +68,11 @@ func TestDevice(t *testing.T) {
 			must.Eq(t, int64(25), *d.Attributes["lane_share"].IntVal)
 		}
 		out := c.NomadCLI(t, "node", "status", "-verbose", node.ID)
-		must.StrContains(t, out, "nvidia/gpu/"+laneGroup)
+		must.StrContains(t, out, "nvidia/lane/"+laneGroup)
 		must.StrContains(t, out, "nvidia/gpu/Tesla T4")
 	})
 
-	t.Run("a job asking for 10 GiB lands on a lane", func(t *testing.T) {
+	t.Run("a job asking for a lane of 10 GiB gets one", func(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			job := runDeviceJob(t, c, "device-lane.nomad.hcl", fmt.Sprintf("lane-%d", i), map[string]string{"min_memory": "10 GiB"})
 			alloc := waitRunning(t, c, job)
@@ -157,6 +158,59 @@ func TestDevice(t *testing.T) {
 			}
 		}
 		stopJobs(t, c, jobs...)
+	})
+
+	// Lanes are asked for by name: a plain request for two GPUs gets two
+	// whole GPUs, never lanes, and never one GPU twice.
+	t.Run("count = 2 gets two GPUs", func(t *testing.T) {
+		for i := 0; i < 3; i++ {
+			id := fmt.Sprintf("two-gpus-%d", i)
+			alloc := waitRunning(t, c, registerSleepJob(t, c, id, "nvidia/gpu", 2))
+			ids := allocDeviceIDs(alloc)
+			must.Len(t, 2, ids)
+			must.NotEq(t, ids[0], ids[1])
+			for _, dev := range ids {
+				must.StrNotContains(t, dev, ":lane", must.Sprintf("%s got a lane for a plain GPU request", id))
+			}
+			stopJobs(t, c, id)
+		}
+	})
+
+	// Nomad picks a request's instances without regard to their GPU; the
+	// device plugin refuses two lanes of one GPU, so a request for two lanes
+	// runs on two GPUs or fails with the reason, never on one GPU.
+	t.Run("count = 2 lanes never share a GPU", func(t *testing.T) {
+		for i := 0; i < 3; i++ {
+			id := fmt.Sprintf("two-lanes-%d", i)
+			job := registerSleepJob(t, c, id, "nvidia/lane", 2)
+			var ran, refused bool
+			deadline := time.Now().Add(60 * time.Second)
+			for !ran && !refused {
+				must.True(t, time.Now().Before(deadline), must.Sprintf("job %s neither ran nor was refused", id))
+				allocs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
+				must.NoError(t, err)
+				for _, stub := range allocs {
+					alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
+					must.NoError(t, err)
+					if alloc.ClientStatus == "running" {
+						ids := allocDeviceIDs(alloc)
+						must.Len(t, 2, ids)
+						must.NotEq(t, gpuOfInstance(ids[0]), gpuOfInstance(ids[1]), must.Sprintf("%s runs on two lanes of one GPU", id))
+						ran = true
+					}
+					for _, ts := range alloc.TaskStates {
+						for _, e := range ts.Events {
+							if strings.Contains(e.DisplayMessage+e.DriverError+e.SetupError, "two lanes of GPU") {
+								refused = true
+							}
+						}
+					}
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			t.Logf("%s: ran on two GPUs %v, refused %v", id, ran, refused)
+			stopJobs(t, c, id)
+		}
 	})
 
 	t.Run("a model affinity is honoured", func(t *testing.T) {
@@ -248,6 +302,41 @@ func allocDevice(t *testing.T, alloc *api.Allocation) *api.AllocatedDeviceResour
 	return nil
 }
 
+// registerSleepJob registers a raw_exec job whose one task asks for count
+// devices of the request name.
+func registerSleepJob(t *testing.T, c *harness.Cluster, id, name string, count uint64) *api.Job {
+	t.Helper()
+	job := api.NewBatchJob(id, id, "global", 50)
+	task := api.NewTask("work", deviceTestDriver)
+	task.Config = map[string]any{"command": "/bin/sleep", "args": []string{"3600"}}
+	task.Require(&api.Resources{CPU: pointer.Of(50), MemoryMB: pointer.Of(32),
+		Devices: []*api.RequestedDevice{{Name: name, Count: pointer.Of(count)}}})
+	tg := api.NewTaskGroup("train", 1).AddTask(task)
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: pointer.Of(0), Mode: pointer.Of("fail")}
+	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: pointer.Of(0), Unlimited: pointer.Of(false)}
+	job.AddTaskGroup(tg)
+	_, _, err := c.Nomad.Jobs().Register(job, nil)
+	must.NoError(t, err)
+	return job
+}
+
+// allocDeviceIDs lists every device instance an allocation holds.
+func allocDeviceIDs(alloc *api.Allocation) []string {
+	var ids []string
+	for _, task := range alloc.AllocatedResources.Tasks {
+		for _, d := range task.Devices {
+			ids = append(ids, d.DeviceIDs...)
+		}
+	}
+	return ids
+}
+
+// gpuOfInstance is the GPU UUID of an instance ID ("GPU-x:lane2:slot0").
+func gpuOfInstance(id string) string {
+	gpu, _, _ := strings.Cut(id, ":")
+	return gpu
+}
+
 func hasBlockedEval(t *testing.T, c *harness.Cluster, jobID string) bool {
 	t.Helper()
 	evals, _, err := c.Nomad.Jobs().Evaluations(jobID, nil)
@@ -294,7 +383,7 @@ func waitDeviceGroups(t *testing.T, c *harness.Cluster, want map[string]int) *ap
 		if err == nil && node.NodeResources != nil {
 			got = map[string]int{}
 			for _, d := range node.NodeResources.Devices {
-				if d.Vendor == "nvidia" && d.Type == "gpu" {
+				if d.Vendor == "nvidia" && (d.Type == "gpu" || d.Type == "lane") {
 					got[d.Name] = len(d.Instances)
 				}
 			}

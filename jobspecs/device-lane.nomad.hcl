@@ -1,10 +1,12 @@
-# A job that needs "some GPU with at least 10 GiB", and is happy with a lane.
+# A job that needs a lane with at least 10 GiB.
 #
 # caravan-device can cut a GPU into lanes: slices of its memory, each with a
-# share of its compute. Every lane is an ordinary Nomad device instance, so a
-# jobspec asks for one exactly as it would ask for a whole GPU. The device's
-# `memory` attribute is the memory of the instance (of the lane, for a lane),
-# in MiB, so a constraint in GiB compares as you would expect.
+# share of its compute. Every lane is a Nomad device instance of the type
+# "lane", so a job asks for one by name, `device "nvidia/lane"`; a plain
+# `device "nvidia/gpu"` only ever gets whole GPUs (unless the operator set
+# lanes_as_gpus = true in the plugin config, which offers lanes as "gpu" too).
+# The device's `memory` attribute is the memory of the instance (of the lane,
+# for a lane), in MiB, so a constraint in GiB compares as you would expect.
 #
 #   nomad job run -var min_memory="10 GiB" jobspecs/device-lane.nomad.hcl
 #   nomad alloc status <alloc-id>   # "Device Stats" shows the lane's memory
@@ -56,26 +58,17 @@ job "device-lane" {
         cpu    = 50
         memory = 32
 
-        device "nvidia/gpu" {
+        # One lane. A count of N asks for N lanes on N distinct GPUs: a
+        # reservation that would put two on one GPU is refused.
+        device "nvidia/lane" {
           count = 1
 
           # Hard requirement: at least min_memory. A lane of an 80 GiB GPU
-          # cut into four (about 20 GiB) qualifies, and so would a whole
-          # 16 GiB or 40 GiB GPU.
+          # cut into four (about 20 GiB) qualifies.
           constraint {
             attribute = "${device.attr.memory}"
             operator  = ">="
             value     = var.min_memory
-          }
-
-          # Preference: when both fit, take a lane and leave whole GPUs for
-          # jobs that need a whole GPU. Without an affinity Nomad picks any
-          # device group that fits. lanes_per_gpu is 1 for a whole GPU.
-          affinity {
-            attribute = "${device.attr.lanes_per_gpu}"
-            operator  = ">"
-            value     = "1"
-            weight    = 50
           }
         }
       }

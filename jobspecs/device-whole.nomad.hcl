@@ -56,13 +56,10 @@ job "device-whole" {
             value     = var.min_memory
           }
 
-          # Say it outright: a whole GPU, not a lane (lanes_per_gpu is 1 for
-          # a whole GPU or a MIG instance).
-          constraint {
-            attribute = "${device.attr.lanes_per_gpu}"
-            operator  = "="
-            value     = "1"
-          }
+          # Lanes are their own device type ("nvidia/lane"), so this asks
+          # for whole GPUs (or MIG instances) only. Where the operator set
+          # lanes_as_gpus = true, add a constraint on
+          # ${device.attr.lanes_per_gpu} = 1 to say so outright.
         }
       }
     }

@@ -55,7 +55,7 @@ job "driver-lane-a" {
         memory = 64
         # One slot of a lane; the device plugin's partition rule decides
         # how many slots share a lane.
-        device "nvidia/gpu" {
+        device "nvidia/lane" {
           count = 1
         }
       }

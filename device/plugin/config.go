@@ -22,6 +22,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("fingerprint_period", "string", false),
 		hclspec.NewLiteral(`"30s"`),
 	),
+	"lanes_as_gpus": hclspec.NewDefault(
+		hclspec.NewAttr("lanes_as_gpus", "bool", false),
+		hclspec.NewLiteral("false"),
+	),
 	"ignored_gpu_ids": hclspec.NewDefault(
 		hclspec.NewAttr("ignored_gpu_ids", "list(string)", false),
 		hclspec.NewLiteral("[]"),
@@ -65,12 +69,15 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the plugin config as the agent sends it.
 type Config struct {
-	Backend           string          `codec:"backend"`
-	FingerprintPeriod string          `codec:"fingerprint_period"`
-	IgnoredGPUIDs     []string        `codec:"ignored_gpu_ids"`
-	Sim               SimConfig       `codec:"sim"`
-	Partitions        []PartitionRule `codec:"partition"`
-	MPS               MPSConfig       `codec:"mps"`
+	Backend           string   `codec:"backend"`
+	FingerprintPeriod string   `codec:"fingerprint_period"`
+	IgnoredGPUIDs     []string `codec:"ignored_gpu_ids"`
+	// LanesAsGPUs offers lanes as device type "gpu", to every nvidia/gpu
+	// request; by default they are type "lane", asked for by name.
+	LanesAsGPUs bool            `codec:"lanes_as_gpus"`
+	Sim         SimConfig       `codec:"sim"`
+	Partitions  []PartitionRule `codec:"partition"`
+	MPS         MPSConfig       `codec:"mps"`
 }
 
 // SimConfig locates the simulated fleet.
@@ -116,6 +123,7 @@ type settings struct {
 	sim               SimConfig
 	rules             []rule
 	mps               MPSConfig
+	laneType          string // the device type lanes are offered as
 }
 
 // rule is a validated PartitionRule.
@@ -138,7 +146,10 @@ func (r rule) matches(model, uuid string) bool {
 
 // validate checks c and converts it; every error names the offending field.
 func (c Config) validate() (*settings, error) {
-	s := &settings{sim: c.Sim, mps: c.MPS, ignored: map[string]bool{}}
+	s := &settings{sim: c.Sim, mps: c.MPS, ignored: map[string]bool{}, laneType: laneDeviceType}
+	if c.LanesAsGPUs {
+		s.laneType = deviceType
+	}
 	switch c.Backend {
 	case "nvml", "sim":
 		s.backend = c.Backend

@@ -176,6 +176,9 @@ func (d *Device) Reserve(ids []string) (*device.ContainerReservation, error) {
 		grants = append(grants, in.grant())
 	}
 	sort.Slice(grants, func(i, j int) bool { return grants[i].InstanceID < grants[j].InstanceID })
+	if err := distinctGPUs(grants); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "caravan-device: %v", err)
+	}
 
 	visible := reservation.VisibleDevices(grants)
 	envs := map[string]string{
@@ -226,4 +229,22 @@ func addMPS(res *device.ContainerReservation, cfg MPSConfig, grants []reservatio
 	}
 	res.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = strings.Join(limits, ",")
 	res.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(share)
+}
+
+// distinctGPUs refuses a reservation that puts two instances of one request
+// on the same physical GPU: a request for N devices means N GPUs, and two
+// lanes of one GPU would show the task a single GPU and one budget. Nomad
+// picks a request's instances from a device group without regard to which
+// GPU they are on, so this is where that is caught.
+func distinctGPUs(grants []reservation.Grant) error {
+	seen := map[string]string{}
+	for _, g := range grants {
+		if first, ok := seen[g.GPUUUID]; ok {
+			return fmt.Errorf("a request for %d devices was given %s and %s, two lanes of GPU %s; "+
+				"a request for N devices needs N distinct GPUs: ask for one lane per task (count = 1), "+
+				"or for whole GPUs (device \"nvidia/gpu\")", len(grants), first, g.InstanceID, g.GPUUUID)
+		}
+		seen[g.GPUUUID] = g.InstanceID
+	}
+	return nil
 }

@@ -16,6 +16,10 @@ import (
 const (
 	vendor     = "nvidia"
 	deviceType = device.DeviceTypeGPU
+	// laneDeviceType is the type lanes are offered as, so that a job asks
+	// for them by name (device "nvidia/lane") and a plain nvidia/gpu
+	// request only ever gets whole GPUs.
+	laneDeviceType = "lane"
 )
 
 // Fingerprint streams the device groups. It sends a new message whenever any
@@ -106,10 +110,11 @@ func (d *Device) fingerprintGroups(s *settings, backend gpu.Backend) ([]*device.
 			}
 			health[in.device.UUID] = h
 		}
-		if _, ok := byGroup[in.group]; !ok {
-			names = append(names, in.group)
+		key := in.typ + "/" + in.group
+		if _, ok := byGroup[key]; !ok {
+			names = append(names, key)
 		}
-		byGroup[in.group] = append(byGroup[in.group], in)
+		byGroup[key] = append(byGroup[key], in)
 	}
 	sort.Strings(names)
 
@@ -118,8 +123,8 @@ func (d *Device) fingerprintGroups(s *settings, backend gpu.Backend) ([]*device.
 		members := byGroup[name]
 		g := &device.DeviceGroup{
 			Vendor:     vendor,
-			Type:       deviceType,
-			Name:       name,
+			Type:       members[0].typ,
+			Name:       members[0].group,
 			Attributes: groupAttributes(members, driverVersion, cudaVersion),
 		}
 		for _, in := range members {

@@ -26,14 +26,15 @@ func TestFingerprint_Attributes(t *testing.T) {
 	var names []string
 	for _, g := range groups {
 		must.Eq(t, "nvidia", g.Vendor)
-		must.Eq(t, "gpu", g.Type)
-		names = append(names, g.Name)
+		names = append(names, g.Type+"/"+g.Name)
 	}
+	// Lanes are a device type of their own: a plain nvidia/gpu request
+	// never gets one.
 	must.Eq(t, []string{
-		"NVIDIA A100-SXM4-40GB",
-		"NVIDIA A100-SXM4-40GB MIG 3g.20gb",
-		"NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]",
-		"Tesla T4",
+		"gpu/NVIDIA A100-SXM4-40GB",
+		"gpu/NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+		"gpu/Tesla T4",
+		"lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]",
 	}, names)
 
 	lanes := groupNamed(groups, "NVIDIA H100")
@@ -72,6 +73,14 @@ func TestFingerprint_Attributes(t *testing.T) {
 	must.Eq(t, structs.NewStringAttribute("3g.20gb"), mig.Attributes["mig_profile"])
 	must.Len(t, 2, mig.Devices)
 	must.StrHasPrefix(t, "MIG-a100-mig-", mig.Devices[0].ID)
+}
+
+// lanes_as_gpus offers lanes as type gpu, to every nvidia/gpu request.
+func TestFingerprint_LanesAsGPUs(t *testing.T) {
+	d, _ := newSimDevice(t, testFleet, h100Lanes+"\nlanes_as_gpus = true\n")
+	for _, g := range firstFingerprint(t, d) {
+		must.Eq(t, "gpu", g.Type, must.Sprint(g.Name))
+	}
 }
 
 // nextFingerprint waits for a fingerprint message, or returns nil after wait.

@@ -20,6 +20,7 @@ type instance struct {
 	memoryMiB    uint64
 	sharePercent int
 	group        string
+	typ          string // the device type Nomad sees: "gpu", or lanes' type
 }
 
 func (in instance) isLane() bool { return in.lane >= 0 }
@@ -50,7 +51,7 @@ func layout(devs []gpu.Device, s *settings) ([]instance, []layoutProblem) {
 		if d.IsMIG() {
 			out = append(out, instance{
 				id: d.UUID, device: d, lane: -1, lanes: 1, slots: 1,
-				memoryMiB: d.MemoryMiB, sharePercent: 100, group: d.Model,
+				memoryMiB: d.MemoryMiB, sharePercent: 100, group: d.Model, typ: deviceType,
 			})
 			continue
 		}
@@ -71,7 +72,7 @@ func layout(devs []gpu.Device, s *settings) ([]instance, []layoutProblem) {
 			for k := 0; k < r.slots; k++ {
 				out = append(out, instance{
 					id: reservation.LaneInstanceID(d.UUID, l, k), device: d, lane: l, slot: k,
-					lanes: lanes, slots: r.slots, memoryMiB: laneMiB, sharePercent: share, group: group,
+					lanes: lanes, slots: r.slots, memoryMiB: laneMiB, sharePercent: share, group: group, typ: s.laneType,
 				})
 			}
 		}
@@ -83,7 +84,7 @@ func layout(devs []gpu.Device, s *settings) ([]instance, []layoutProblem) {
 func wholeGPU(d gpu.Device) instance {
 	return instance{
 		id: d.UUID, device: d, lane: -1, lanes: 1, slots: 1,
-		memoryMiB: d.MemoryMiB, sharePercent: 100, group: d.Model,
+		memoryMiB: d.MemoryMiB, sharePercent: 100, group: d.Model, typ: deviceType,
 	}
 }
 

@@ -29,12 +29,16 @@ partition {
 		{"MIG instance", []string{"MIG-a100-mig-1"}, "MIG-a100-mig-1", []reservation.Grant{
 			{InstanceID: "MIG-a100-mig-1", GPUUUID: "MIG-a100-mig-1", Lane: -1, Slots: 1, MemoryMiB: 20096, SharePercent: 100},
 		}, ""},
-		{"two lanes of one GPU and one of another", []string{"GPU-h100-01:lane3:slot1", "GPU-h100-00:lane0:slot0", "GPU-h100-00:lane1:slot0"},
+		{"lanes of two GPUs", []string{"GPU-h100-01:lane3:slot1", "GPU-h100-00:lane0:slot0"},
 			"GPU-h100-00,GPU-h100-01", []reservation.Grant{
 				{InstanceID: "GPU-h100-00:lane0:slot0", GPUUUID: "GPU-h100-00", Lane: 0, Slot: 0, Slots: 2, MemoryMiB: 20389, SharePercent: 25},
-				{InstanceID: "GPU-h100-00:lane1:slot0", GPUUUID: "GPU-h100-00", Lane: 1, Slot: 0, Slots: 2, MemoryMiB: 20389, SharePercent: 25},
 				{InstanceID: "GPU-h100-01:lane3:slot1", GPUUUID: "GPU-h100-01", Lane: 3, Slot: 1, Slots: 2, MemoryMiB: 20389, SharePercent: 25},
 			}, ""},
+		// Nomad picks a request's instances without regard to their GPU; two
+		// on one GPU would show the task one GPU for a request of two.
+		{"two lanes of one GPU", []string{"GPU-h100-01:lane3:slot1", "GPU-h100-00:lane0:slot0", "GPU-h100-00:lane1:slot0"}, "", nil,
+			"a request for 3 devices was given GPU-h100-00:lane0:slot0 and GPU-h100-00:lane1:slot0, two lanes of GPU GPU-h100-00"},
+		{"two slots of one lane", []string{"GPU-h100-00:lane0:slot0", "GPU-h100-00:lane0:slot1"}, "", nil, "two lanes of GPU GPU-h100-00"},
 		{"unknown", []string{"GPU-t4-00", "GPU-h100-00:lane9:slot0"}, "", nil, `unknown device instance "GPU-h100-00:lane9:slot0"`},
 		{"a GPU cut into lanes is not reservable whole", []string{"GPU-h100-00"}, "", nil, `unknown device instance "GPU-h100-00"`},
 	}
@@ -90,12 +94,13 @@ mps {
   pipe_dir      = "`+pipe+`"
   task_pipe_dir = "/run/mps"
 }`)
-	res, err := d.Reserve([]string{"GPU-t4-00", "GPU-h100-00:lane2:slot0", "GPU-h100-00:lane3:slot0"})
+	res, err := d.Reserve([]string{"GPU-t4-00", "GPU-h100-00:lane2:slot0", "GPU-h100-01:lane3:slot0"})
 	must.NoError(t, err)
 	must.Eq(t, []*device.Mount{{TaskPath: "/run/mps", HostPath: pipe}}, res.Mounts)
 	must.Eq(t, "/run/mps", res.Envs["CUDA_MPS_PIPE_DIRECTORY"])
-	// CUDA_VISIBLE_DEVICES is "GPU-h100-00,GPU-t4-00": the H100 is device 0.
-	must.Eq(t, "0=40778M", res.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
+	// CUDA_VISIBLE_DEVICES is "GPU-h100-00,GPU-h100-01,GPU-t4-00": the
+	// H100s are devices 0 and 1, each with one lane's memory.
+	must.Eq(t, "0=20389M,1=20389M", res.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
 	must.Eq(t, "25", res.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
 
 	whole, err := d.Reserve([]string{"GPU-t4-00"})

@@ -112,11 +112,12 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 			d.logger.Debug("stats unavailable", "instance", id, "error", s.err)
 			continue
 		}
-		g, ok := groups[in.group]
+		key := in.typ + "/" + in.group
+		g, ok := groups[key]
 		if !ok {
-			g = &device.DeviceGroupStats{Vendor: vendor, Type: deviceType, Name: in.group,
+			g = &device.DeviceGroupStats{Vendor: vendor, Type: in.typ, Name: in.group,
 				InstanceStats: map[string]*device.DeviceStats{}}
-			groups[in.group] = g
+			groups[key] = g
 		}
 		used, total := s.stats.UsedMemoryMiB, s.stats.TotalMemoryMiB
 		procCount := -1

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,16 @@ func TestStats_LaneMemoryFromItsProcesses(t *testing.T) {
 
 	groups, err := d.collectStats()
 	must.NoError(t, err)
+	// Nomad matches stats to fingerprinted groups by vendor, type and name.
+	for _, g := range groups {
+		for id := range g.InstanceStats {
+			want := "gpu"
+			if gpuOfLane(id) != id {
+				want = "lane"
+			}
+			must.Eq(t, want, g.Type, must.Sprint(id))
+		}
+	}
 
 	cases := []struct {
 		id         string
@@ -113,4 +124,9 @@ func TestStats_Stream(t *testing.T) {
 	cancel()
 	for range ch {
 	}
+}
+
+func gpuOfLane(id string) string {
+	gpu, _, _ := strings.Cut(id, ":")
+	return gpu
 }

@@ -420,7 +420,7 @@ func hasCaravanGPU(n *api.Node) bool {
 		return false
 	}
 	for _, d := range n.NodeResources.Devices {
-		if d.Vendor == "nvidia" && d.Type == "gpu" && len(d.Instances) > 0 {
+		if d.Vendor == "nvidia" && (d.Type == "gpu" || d.Type == "lane") && len(d.Instances) > 0 {
 			return true
 		}
 	}

@@ -167,7 +167,7 @@ func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now ti
 				continue
 			}
 			for _, d := range task.Devices {
-				if d == nil || d.Vendor != "nvidia" || d.Type != "gpu" {
+				if d == nil || d.Vendor != "nvidia" || !IsGPUType(d.Type) {
 					continue
 				}
 				for _, id := range d.DeviceIDs {

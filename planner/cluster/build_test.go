@@ -78,6 +78,32 @@ func TestGPUTasks(t *testing.T) {
 	must.Eq(t, 0, GPUTasks(nil))
 }
 
+func TestIsGPURequest(t *testing.T) {
+	for name, want := range map[string]bool{
+		"gpu": true, "nvidia/gpu": true, "nvidia/gpu/Tesla T4": true,
+		"lane": true, "nvidia/lane": true, "nvidia/lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]": true,
+		"fpga": false, "amd/gpu": false, "nvidia/fpga": false,
+	} {
+		must.Eq(t, want, IsGPURequest(name), must.Sprint(name))
+	}
+}
+
+// Lanes offered under their own device type are GPUs to the planner, and
+// keep their type.
+func TestNodeFromReadsLaneGroups(t *testing.T) {
+	model, lanes := "H100", int64(4)
+	attrs := map[string]*api.Attribute{"model": {StringVal: &model}, "lanes_per_gpu": {IntVal: &lanes}}
+	n := NodeFrom(&api.NodeListStub{ID: "n", Status: "ready", NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{
+		{Vendor: "nvidia", Type: "lane", Name: "H100 [4 lanes]", Attributes: attrs, Instances: []*api.NodeDevice{{ID: "GPU-0:lane0:slot0", Healthy: true}}},
+		{Vendor: "nvidia", Type: "gpu", Name: "Tesla T4", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}}},
+		{Vendor: "nvidia", Type: "fpga", Name: "other"},
+	}}})
+	must.Len(t, 2, n.GPUs)
+	must.Eq(t, "lane", n.GPUs[0].Type)
+	must.True(t, n.GPUs[0].Lanes())
+	must.Eq(t, "gpu", n.GPUs[1].Type)
+}
+
 func TestParseDuration(t *testing.T) {
 	for in, want := range map[string]float64{"90": 90, "90s": 90, "2h": 7200, " 1.5 ": 1.5, "0": 0} {
 		got, err := ParseDuration(in)

@@ -94,7 +94,10 @@ type Instance struct {
 
 // GPUGroup is one device group of a node: same model and lane layout.
 type GPUGroup struct {
-	Name         string // Nomad's device name
+	Name string // Nomad's device name
+	// Type is the device type: "gpu", or "lane" where the device plugin
+	// offers lanes under a type of their own (a job asks "nvidia/lane").
+	Type         string
 	Model        string
 	MemoryMiB    uint64 // of one instance: the lane's for a lane
 	GPUMemoryMiB uint64 // of the physical GPU
@@ -291,10 +294,10 @@ func NodeFrom(stub *api.NodeListStub) *Node {
 	n.CPUCores = int(res.Cpu.TotalCpuCores)
 	n.MemoryMB = int(res.Memory.MemoryMB)
 	for _, d := range res.Devices {
-		if d.Vendor != "nvidia" || d.Type != "gpu" {
+		if d.Vendor != "nvidia" || !IsGPUType(d.Type) {
 			continue
 		}
-		g := &GPUGroup{Name: d.Name, Model: d.Name, LanesPerGPU: 1, Share: 1, Slots: 1}
+		g := &GPUGroup{Name: d.Name, Type: d.Type, Model: d.Name, LanesPerGPU: 1, Share: 1, Slots: 1}
 		if v, ok := attrString(d.Attributes, "model"); ok {
 			g.Model = v
 		}
@@ -461,13 +464,24 @@ func GPURequests(t *api.Task) []*api.RequestedDevice {
 }
 
 // IsGPURequest reports whether a device request name ("gpu", "nvidia/gpu",
-// "nvidia/gpu/<model>") asks for an NVIDIA GPU.
+// "nvidia/gpu/<model>", or the same with "lane") asks for an NVIDIA GPU or
+// lanes of one.
 func IsGPURequest(name string) bool {
 	parts := strings.Split(name, "/")
 	switch len(parts) {
 	case 1:
-		return parts[0] == "gpu"
+		return IsGPUType(parts[0])
 	default:
-		return parts[0] == "nvidia" && parts[1] == "gpu"
+		return parts[0] == "nvidia" && IsGPUType(parts[1])
 	}
 }
+
+// LaneType is the device type caravan-device offers lanes as, unless its
+// lanes_as_gpus setting offers them as "gpu".
+const LaneType = "lane"
+
+// IsGPUType reports whether a device type is one of caravan-device's.
+func IsGPUType(t string) bool { return t == "gpu" || t == LaneType }
+
+// LaneRequest is the device request name for lanes of any model.
+const LaneRequest = "nvidia/" + LaneType

@@ -46,6 +46,9 @@ const (
 type Offer struct {
 	Lanes bool // as lanes on some nodes
 	Whole bool // as whole GPUs on some nodes
+	// LanesTyped says the lanes are a device type of their own
+	// (cluster.LaneType): a job placed on one must ask for that type.
+	LanesTyped bool
 }
 
 // Capacity is a node's host resources.
@@ -158,6 +161,12 @@ func placement(inv Inventory, j Job, d policy.Decision) *rewrite.Placement {
 		lane := d.Lane
 		pl.Lane = &lane
 	}
+	// Lanes offered under their own type are out of reach of a plain
+	// nvidia/gpu request: a job placed on one, or on a model that comes
+	// only as lanes, must ask for them by type.
+	if o := offerOf(inv, d.GPUModel); o.LanesTyped && (d.Lane || !o.Whole) {
+		pl.LaneRequest = true
+	}
 	if tasks := max(j.Tasks, 1); d.CPUs > 0 || d.MemoryGB > 0 {
 		limit, ok := inv.Smallest[d.GPUModel]
 		if !ok {
@@ -178,6 +187,18 @@ func placement(inv Inventory, j Job, d policy.Decision) *rewrite.Placement {
 		}
 	}
 	return pl
+}
+
+// offerOf is how model is offered, or how any model is for "".
+func offerOf(inv Inventory, model string) Offer {
+	if model != "" {
+		return inv.Offers[model]
+	}
+	var all Offer
+	for _, o := range inv.Offers {
+		all.Lanes, all.Whole, all.LanesTyped = all.Lanes || o.Lanes, all.Whole || o.Whole, all.LanesTyped || o.LanesTyped
+	}
+	return all
 }
 
 func offersBoth(inv Inventory) bool {

@@ -13,6 +13,7 @@ func TestPlan(t *testing.T) {
 		Smallest: map[string]Capacity{"": {CPUs: 8, MemoryGB: 32}, "T4": {CPUs: 8, MemoryGB: 32}}}
 	mixed := Inventory{Offers: map[string]Offer{"T4": {Whole: true}, "H100": {Lanes: true, Whole: true}}, MHzPerCore: 1000,
 		Smallest: map[string]Capacity{"": {CPUs: 4, MemoryGB: 16}, "T4": {CPUs: 4, MemoryGB: 16}, "H100": {CPUs: 16, MemoryGB: 64}}}
+	typed := Inventory{Offers: map[string]Offer{"T4": {Whole: true}, "H100": {Lanes: true, LanesTyped: true}}, MHzPerCore: 1000}
 	lane, whole := true, false
 	cases := []struct {
 		name string
@@ -48,6 +49,15 @@ func TestPlan(t *testing.T) {
 		{name: "released on a model offered as lanes and whole: lane pinned too",
 			inv: mixed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true},
 			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "H100", Lane: &lane}}}},
+		{name: "released onto a lane offered under its own device type: asks for that type",
+			inv: typed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "H100", LaneRequest: true}}}},
+		{name: "released onto a model that comes only as typed lanes: asks for that type whatever the decision says",
+			inv: typed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100"},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "H100", LaneRequest: true}}}},
+		{name: "released whole where lanes have their own type: a plain GPU request",
+			inv: typed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Model: "T4"}}}},
 		{name: "released with no model on a cluster of lanes and whole GPUs: whole pinned",
 			inv: mixed, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true},
 			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Lane: &whole}}}},

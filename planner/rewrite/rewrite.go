@@ -36,9 +36,13 @@ type Target struct {
 type Placement struct {
 	Model string
 	// Lane is nil for no preference, true for a lane, false for a whole GPU.
-	Lane     *bool
-	CPU      int // MHz per GPU task
-	MemoryMB int // per GPU task
+	Lane *bool
+	// LaneRequest asks for lanes by their device type: a plain GPU request
+	// ("nvidia/gpu", "gpu") becomes cluster.LaneRequest, for a job placed on
+	// a lane where lanes are offered under a type of their own.
+	LaneRequest bool
+	CPU         int // MHz per GPU task
+	MemoryMB    int // per GPU task
 }
 
 // Change lists what Rewrite changed, in words, for the decision record.
@@ -96,6 +100,31 @@ func hold(job *api.Job, want, live bool) Change {
 	return Change{"release: Nomad may place it"}
 }
 
+// renameTarget marks, among the planner's own entries in a job's meta, a
+// GPU request it renamed to cluster.LaneRequest; RTarget is the old name.
+const renameTarget = "device"
+
+func renamedFrom(name string) owned { return owned{renameTarget, "renamed from", name} }
+
+// renamed returns the name a request had before the planner renamed it.
+func renamed(mine map[owned]bool) (string, bool) {
+	for o := range mine {
+		if o.LTarget == renameTarget {
+			return o.RTarget, true
+		}
+	}
+	return "", false
+}
+
+// isPlainGPURequest says a request asks for any NVIDIA GPU, of no model.
+func isPlainGPURequest(name string) bool { return name == "gpu" || name == "nvidia/gpu" }
+
+// isLaneRequest says a request asks for lanes by their device type.
+func isLaneRequest(name string) bool {
+	parts := strings.Split(name, "/")
+	return len(parts) == 1 && parts[0] == cluster.LaneType || len(parts) >= 2 && parts[1] == cluster.LaneType
+}
+
 // owned is a constraint the planner added, as recorded in the job's meta.
 type owned struct{ LTarget, Operand, RTarget string }
 
@@ -138,9 +167,18 @@ func place(job *api.Job, p Placement) Change {
 				continue
 			}
 			for _, d := range reqs {
+				// Undo the planner's own rename; a user's "nvidia/lane" is theirs.
+				if from, ok := renamed(mine); ok && d.Name == cluster.LaneRequest {
+					d.Name = from
+				}
+				var rename []owned
+				if p.LaneRequest && isPlainGPURequest(d.Name) {
+					rename = append(rename, renamedFrom(d.Name))
+					d.Name = cluster.LaneRequest
+				}
 				// Drop what the planner added last time; keep the user's own.
 				var kept []*api.Constraint
-				userModel, userLane := strings.Count(d.Name, "/") >= 2, false
+				userModel, userLane := strings.Count(d.Name, "/") >= 2, isLaneRequest(d.Name) && !p.LaneRequest
 				for _, c := range d.Constraints {
 					if mine[owned{c.LTarget, c.Operand, c.RTarget}] {
 						continue
@@ -164,7 +202,7 @@ func place(job *api.Job, p Placement) Change {
 					kept = append(kept, &api.Constraint{LTarget: o.LTarget, Operand: o.Operand, RTarget: o.RTarget})
 				}
 				d.Constraints = kept
-				want = append(want, add...)
+				want = append(append(want, add...), rename...)
 			}
 			if task.Resources == nil {
 				task.Resources = &api.Resources{}
@@ -199,6 +237,10 @@ func place(job *api.Job, p Placement) Change {
 	if after != before {
 		setMeta(job, cluster.MetaPlacement, after)
 		for _, o := range dedupe(want) {
+			if o.LTarget == renameTarget {
+				changed = append(changed, "device "+o.RTarget+" → "+cluster.LaneRequest)
+				continue
+			}
 			changed = append(changed, "constraint "+o.String())
 		}
 		if after == "" {

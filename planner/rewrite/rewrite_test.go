@@ -118,6 +118,55 @@ func TestRewriteKeepsUsersModelChoice(t *testing.T) {
 	must.Eq(t, "Tesla T4", dev.Constraints[0].RTarget)
 }
 
+// Where lanes are a device type of their own, a job placed on a lane asks
+// for that type, and gets its own request back when placed whole or given
+// back. A user's own lane request is theirs.
+func TestRewriteRenamesRequestForLanes(t *testing.T) {
+	lane, whole := true, false
+	job := gpuJob("j")
+	dev := job.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	change := Rewrite(job, Target{Placement: &Placement{Lane: &lane, LaneRequest: true}}, false)
+	must.Eq(t, cluster.LaneRequest, dev.Name)
+	must.Eq(t, []string{"constraint ${device.attr.lanes_per_gpu} > 1", "device nvidia/gpu → nvidia/lane"}, []string(change))
+	must.Len(t, 0, Rewrite(job, Target{Placement: &Placement{Lane: &lane, LaneRequest: true}}, false), must.Sprint("placed the same: no change"))
+	must.Eq(t, []string{"train"}, taskNames(job), must.Sprint("still a GPU job"))
+
+	Rewrite(job, Target{Placement: &Placement{Lane: &whole}}, false)
+	must.Eq(t, "nvidia/gpu", dev.Name)
+	must.Eq(t, "${device.attr.lanes_per_gpu}|<=|1", job.Meta[cluster.MetaPlacement])
+
+	Rewrite(job, Target{Placement: &Placement{Lane: &lane, LaneRequest: true}}, false)
+	Rewrite(job, Target{Restore: true}, false)
+	must.Eq(t, "nvidia/gpu", dev.Name)
+	must.False(t, cluster.PlannerMeta(job.Meta), must.Sprint("no trace of the planner is left"))
+
+	own := gpuJob("own")
+	ownDev := own.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	ownDev.Name = "gpu"
+	Rewrite(own, Target{Placement: &Placement{Lane: &lane, LaneRequest: true}}, false)
+	must.Eq(t, cluster.LaneRequest, ownDev.Name)
+	Rewrite(own, Target{Restore: true}, false)
+	must.Eq(t, "gpu", ownDev.Name, must.Sprint("the user's exact name comes back"))
+
+	user := gpuJob("user")
+	userDev := user.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	userDev.Name = cluster.LaneRequest
+	must.Len(t, 0, Rewrite(user, Target{Placement: &Placement{Lane: &whole}}, false), must.Sprint("the user asked for lanes"))
+	must.Eq(t, cluster.LaneRequest, userDev.Name)
+}
+
+func taskNames(job *api.Job) []string {
+	var out []string
+	for _, tg := range job.TaskGroups {
+		for _, task := range tg.Tasks {
+			if len(cluster.GPURequests(task)) > 0 {
+				out = append(out, task.Name)
+			}
+		}
+	}
+	return out
+}
+
 // A user edit that lands between the planner's read and its write must
 // survive: the planner's write is refused and redone on the user's version.
 func TestWriterKeepsConcurrentUserEdit(t *testing.T) {

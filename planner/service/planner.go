@@ -604,6 +604,7 @@ func inventory(state *cluster.State) enact.Inventory {
 		for _, g := range n.GPUs {
 			o := inv.Offers[g.Model]
 			o.Lanes, o.Whole = o.Lanes || g.Lanes(), o.Whole || !g.Lanes()
+			o.LanesTyped = o.LanesTyped || g.Type == cluster.LaneType
 			inv.Offers[g.Model] = o
 			smaller(g.Model, c)
 		}
