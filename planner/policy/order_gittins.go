@@ -199,9 +199,11 @@ func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 		return inf // nothing learned yet: plain 2D-LAS order
 	}
 	for i := range ds {
-		g := o.index(dist, s.Jobs[i].Attained)
-		ds[i].k2, ds[i].k3 = -g, 0
-		ds[i].Reason = o.reasons[ds[i].Queue]
+		attained, _, _ := counters(&s.Jobs[i], &ds[i])
+		ds[i].k2, ds[i].k3 = -o.index(dist, attained), 0
+		if !ds[i].Promoted {
+			ds[i].Reason = o.reasons[ds[i].Queue]
+		}
 	}
 	return inf
 }

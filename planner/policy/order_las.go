@@ -107,6 +107,7 @@ func (q *queues) wake(s *Snapshot, r *Result) float64 {
 	last := len(q.cuts)
 	for i := range r.Decisions {
 		j, d := &s.Jobs[i], &r.Decisions[i]
+		attained, executed, wait := counters(j, d)
 		switch {
 		case d.Run && d.Queue < last:
 			g := float64(max(j.GPUs, 1))
@@ -115,13 +116,13 @@ func (q *queues) wake(s *Snapshot, r *Result) float64 {
 				// The reference takes executed seconds (not GPU-seconds)
 				// from the GPU-second cut and floors the division, so
 				// multi-GPU jobs are checked early and demote late.
-				t = math.Floor((q.cuts[d.Queue] - j.Executed) / g)
+				t = math.Floor((q.cuts[d.Queue] - executed) / g)
 			} else {
-				t = (q.cuts[d.Queue] - j.Attained) / g
+				t = (q.cuts[d.Queue] - attained) / g
 			}
 			w = min(w, max(t, 0))
-		case !d.Run && q.promoteKnob > 0 && d.Queue > 0 && j.Executed > 0:
-			t := j.Executed*q.promoteKnob - j.Wait
+		case !d.Run && q.promoteKnob > 0 && d.Queue > 0 && executed > 0:
+			t := executed*q.promoteKnob - wait
 			if q.compat {
 				t = math.Trunc(t)
 			}
@@ -131,6 +132,17 @@ func (q *queues) wake(s *Snapshot, r *Result) float64 {
 		}
 	}
 	return w
+}
+
+// counters are a job's attained service, executed time and wait as the
+// round leaves them: a promotion resets all three (the caller zeroes them
+// after the round), so a promoted job's wake-up and rank are timed from
+// zero, as the reference simulator times them.
+func counters(j *Job, d *Decision) (attained, executed, wait float64) {
+	if d.Promoted {
+		return 0, 0, 0
+	}
+	return j.Attained, j.Executed, j.Wait
 }
 
 // lasOrder is Tiresias' 2D-LAS: discretised least attained service, where

@@ -132,10 +132,31 @@ func TestPromoteKnob(t *testing.T) {
 		must.Eq(t, tc.promoted, r.Decisions[0].Promoted)
 		if tc.promoted {
 			must.Eq(t, 0, r.Decisions[0].Queue)
+			// Promoted and started in one round: the promotion resets the
+			// job's service, so its next demotion check is a whole queue
+			// away (3250 GPU-s on 1 GPU), not at once from its old 5000.
+			must.True(t, r.Decisions[0].Run)
+			must.Eq(t, 3250.0, r.Wake)
 		} else {
 			must.Eq(t, 1, r.Decisions[0].Queue)
 		}
 	}
+}
+
+// A job promoted and started in one round is ranked by 2D-Gittins from zero
+// attained service, as it will be from the next round on.
+func TestGittinsRanksPromotedJobFromZero(t *testing.T) {
+	sizes := NewSizeDistribution([]float64{100, 200, 1000, 8000})
+	fresh, promoted := job("fresh", 10, 1), job("promoted", 0, 1)
+	fresh.Attained, fresh.Executed, fresh.PrevQueue, fresh.PrevRank = 150, 150, 0, 0
+	promoted.Attained, promoted.Executed, promoted.Wait = 5000, 50, 100
+	s := &Snapshot{Nodes: nodes("V100", 1, 1), Jobs: []Job{fresh, promoted}, CompletedSizes: sizes}
+	r := plan(t, "gittins", Config{PromoteKnob: 2}, s)
+	must.True(t, r.Decisions[1].Promoted)
+	must.StrContains(t, r.Decisions[1].Reason, "promoted")
+	// From zero its index (a sample of 100 finishes within a quantum) beats
+	// the fresh job's at 150; from 5000 it ranks last.
+	must.Eq(t, []string{"promoted", "fresh"}, ranked(s, r))
 }
 
 func TestGittinsIndex(t *testing.T) {
