@@ -13,6 +13,9 @@ nomad {
   # Empty: $NOMAD_ADDR, else Consul's "nomad" service. The token comes from
   # $NOMAD_TOKEN when empty; TLS from the NOMAD_CACERT/NOMAD_CLIENT_* env.
   address = ""
+  # The health check fails when Nomad has not answered for this long, so a
+  # leader that cannot reach Nomad gives up the lock.
+  unreachable_after = "30s"
 }
 
 consul {

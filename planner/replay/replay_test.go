@@ -237,8 +237,10 @@ func TestRunStopsOnMissingWorkload(t *testing.T) {
 
 // The timeout ends a run that does not finish; its jobs are unfinished.
 func TestRunTimeout(t *testing.T) {
+	// Job 0 runs 0.1 real s; the timeout leaves it room on a loaded
+	// machine, and job 1 (1,000 real s) none.
 	cfg := replayConfig(t, []trace.Job{{ID: "0", GPUs: 1, Duration: 10}, {ID: "1", GPUs: 1, Duration: 100000}}, "n1g4")
-	cfg.Timeout = 300 * time.Millisecond
+	cfg.Timeout = 2 * time.Second
 	p, err := Prepare(cfg)
 	must.NoError(t, err)
 	n := newFakeNomad(4)

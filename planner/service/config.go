@@ -37,6 +37,10 @@ type HTTPConfig struct {
 type NomadConfig struct {
 	Address string `hcl:"address,optional"`
 	Token   string `hcl:"token,optional"`
+	// UnreachableAfter is how long Nomad may go unanswered before the
+	// planner's health check fails, so that a leader that cannot reach
+	// Nomad gives up the lock to one that can.
+	UnreachableAfter string `hcl:"unreachable_after,optional"`
 }
 
 // ConsulConfig says where Consul is. The CONSUL_* environment applies
@@ -76,12 +80,15 @@ type Settings struct {
 	ConsulEnabled bool
 	ConsulAddr    string
 	CheckInterval time.Duration
-	Policy        string
-	Namespaces    []string
-	Interval      time.Duration
-	MinInterval   time.Duration
-	QueueCuts     []float64
-	PromoteKnob   float64
+	// NomadUnreachable is how long Nomad may go unanswered before the
+	// health check fails.
+	NomadUnreachable time.Duration
+	Policy           string
+	Namespaces       []string
+	Interval         time.Duration
+	MinInterval      time.Duration
+	QueueCuts        []float64
+	PromoteKnob      float64
 	// JobSizes, when set, is 2D-Gittins' fixed size distribution: the
 	// planner then does not learn from completed jobs, as caravan sim
 	// -job-sizes does not.
@@ -124,7 +131,7 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		return fmt.Errorf("planner config %s: %s: %s", filename, field, fmt.Sprintf(format, args...))
 	}
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
-		CheckInterval: time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
+		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
 		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
@@ -150,6 +157,13 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	}
 	if n := c.Nomad; n != nil {
 		s.NomadAddr, s.NomadToken = n.Address, n.Token
+		if n.UnreachableAfter != "" {
+			d, err := time.ParseDuration(n.UnreachableAfter)
+			if err != nil || d <= 0 {
+				return nil, bad("nomad.unreachable_after", "must be a positive duration like \"30s\", got %q", n.UnreachableAfter)
+			}
+			s.NomadUnreachable = d
+		}
 	}
 	if cc := c.Consul; cc != nil {
 		if cc.Enabled != nil {

@@ -2,8 +2,10 @@ package service
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -12,7 +14,18 @@ import (
 // leader's queue reflects applied writes.
 func (p *Planner) Handler() http.Handler {
 	mux := http.NewServeMux()
+	// The health check behind the replica's Consul registration: it fails
+	// when Nomad has not answered for nomad.unreachable_after, so that
+	// Consul invalidates the session of a leader that cannot do its work
+	// and another replica takes the lock.
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		ok, silent := p.nomadReachable(time.Now())
+		if !ok {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "leader": p.IsLeader(),
+				"error": fmt.Sprintf("Nomad has not answered for %s (nomad.unreachable_after = %s)",
+					silent.Round(time.Second), p.cfg.NomadUnreachable)})
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": p.IsLeader()})
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {

@@ -79,6 +79,6 @@ func busyGPUsAndAProfiledJob(t *testing.T, edit func(*api.Job)) (*nomadxtest.Fak
 	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul, nil)
 	must.NoError(t, err)
 	must.NoError(t, p.LoadKV(context.Background()))
-	p.setLeader(true, "test")
+	p.beginTerm(context.Background(), "test")
 	return fake, p
 }

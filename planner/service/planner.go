@@ -51,9 +51,16 @@ type Planner struct {
 	metrics *metrics
 	version string
 
-	mu             sync.Mutex
-	leader         bool
-	leaderVal      string
+	mu        sync.Mutex
+	leader    bool
+	leaderVal string
+	// term is the context of this replica's leadership term: cancelled the
+	// moment the lock is lost, so that the term's writes stop before
+	// another replica can lead.
+	term           context.Context
+	endTerm        context.CancelFunc
+	nomadOK        time.Time // the last time Nomad answered a round's reads
+	startedAt      time.Time
 	rounds         int64
 	lastRound      *plannerapi.Round
 	queue          plannerapi.Queue
@@ -88,15 +95,16 @@ func New(cfg *Settings, nomad nomadx.Client, consul consulx.Client, log hclog.Lo
 	}
 	p := &Planner{
 		cfg: cfg, nomad: nomad, consul: consul, log: log, policy: pol,
-		writer:   &rewrite.Writer{Nomad: nomad, Limiter: rewrite.NewLimiter(cfg.MaxWrites, cfg.WriteBurst)},
-		metrics:  newMetrics(),
-		explain:  map[string]*plannerapi.Explain{},
-		records:  map[string][]plannerapi.Record{},
-		memory:   map[string]*memory{},
-		specs:    map[string]*api.Job{},
-		arrivals: map[string]time.Time{},
-		profiles: map[string]profile.Profile{},
-		version:  "dev",
+		writer:    &rewrite.Writer{Nomad: nomad, Limiter: rewrite.NewLimiter(cfg.MaxWrites, cfg.WriteBurst)},
+		metrics:   newMetrics(),
+		explain:   map[string]*plannerapi.Explain{},
+		records:   map[string][]plannerapi.Record{},
+		memory:    map[string]*memory{},
+		specs:     map[string]*api.Job{},
+		arrivals:  map[string]time.Time{},
+		profiles:  map[string]profile.Profile{},
+		version:   "dev",
+		startedAt: time.Now(),
 	}
 	if consul == nil {
 		p.leader = true
@@ -115,13 +123,59 @@ func (p *Planner) SetNomadAddr(addr string) {
 // SetVersion records caravan's version for the status API.
 func (p *Planner) SetVersion(v string) { p.version = v }
 
-// setLeader records whether this replica leads.
-func (p *Planner) setLeader(leader bool, value string) {
+// beginTerm makes this replica the leader for a term that ends when ctx
+// does or endTerm is called.
+func (p *Planner) beginTerm(ctx context.Context, value string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.leader = leader
-	p.leaderVal = value
-	p.metrics.leader.Set(boolFloat(leader))
+	if p.endTerm != nil {
+		p.endTerm()
+	}
+	p.term, p.endTerm = context.WithCancel(ctx)
+	p.leader, p.leaderVal = true, value
+	p.metrics.leader.Set(1)
+}
+
+// stopLeading ends the leadership term: writes in flight are cancelled
+// before this returns.
+func (p *Planner) stopLeading() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.endTerm != nil {
+		p.endTerm()
+	}
+	p.term, p.endTerm = nil, nil
+	p.leader, p.leaderVal = false, ""
+	p.metrics.leader.Set(0)
+}
+
+// writeContext says whether this replica may write now and gives the
+// context its writes must run under: the leadership term's, which a lost
+// lock ends (it is a child of the planner's own), or ctx for a planner
+// without Consul, which always leads.
+func (p *Planner) writeContext(ctx context.Context) (context.Context, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.leader:
+		return ctx, false
+	case p.term == nil:
+		return ctx, true
+	}
+	return p.term, true
+}
+
+// nomadReachable says whether Nomad answered within NomadUnreachable, and
+// for how long it has not.
+func (p *Planner) nomadReachable(now time.Time) (bool, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last := p.nomadOK
+	if last.IsZero() {
+		last = p.startedAt
+	}
+	silent := now.Sub(last)
+	return silent <= p.cfg.NomadUnreachable, silent
 }
 
 // IsLeader reports whether this replica may write.
@@ -279,6 +333,9 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 		return err
 	}
 	p.mu.Lock()
+	p.nomadOK = time.Now()
+	p.mu.Unlock()
+	p.mu.Lock()
 	arrivals := p.arrivals
 	p.mu.Unlock()
 	state := cluster.Build(cluster.Inputs{Now: now, Nodes: nodes, Jobs: stubs, Allocs: allocs, Specs: specs, Arrivals: arrivals}, p.managed)
@@ -302,8 +359,8 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	p.metrics.managed.WithLabelValues("pending").Set(float64(countState(snap, policy.Pending)))
 
 	var results map[string]rewrite.Result
-	if leader && !p.cfg.DryRun {
-		results = p.apply(ctx, changes, specs)
+	if wctx, leads := p.writeContext(ctx); leads && leader && !p.cfg.DryRun {
+		results = p.apply(wctx, changes, specs)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
 	return nil

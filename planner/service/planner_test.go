@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
@@ -131,7 +133,7 @@ func TestRoundPinsPendingJobToFasterModel(t *testing.T) {
 
 	p, err := New(settings(t, `planning { policy = "las+match" }`), fake, consul.Client(), nil)
 	must.NoError(t, err)
-	p.setLeader(true, "")
+	p.beginTerm(context.Background(), "")
 	must.NoError(t, p.LoadKV(context.Background()))
 	_, err = p.Round(context.Background())
 	must.NoError(t, err)
@@ -375,4 +377,111 @@ func TestRoundPlansOnArrivalsCompletionsAndWake(t *testing.T) {
 	must.NoError(t, err)
 	must.True(t, round.Planned)
 	must.Eq(t, 70, *fake.Get("default", "long").Priority, must.Sprint("demoted at the wake-up"))
+}
+
+// Losing the lock ends the leadership term, and the term's writes stop at
+// once: none lands after the loss, though the round has hundreds to go.
+func TestLostLeadershipCancelsTheRoundsWrites(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	for i := 0; i < 300; i++ {
+		fake.Submit(managedJob(fmt.Sprintf("j%03d", i), 1, nil))
+	}
+	// One writer, so that "after the loss" is well defined.
+	p, err := New(settings(t, `planning { write_workers = 1 }`), fake, nil, nil)
+	must.NoError(t, err)
+	p.beginTerm(context.Background(), "")
+
+	var mu sync.Mutex
+	calls, afterLoss := 0, 0
+	lost := false
+	fake.BeforeRegister = func(*api.Job) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 20 {
+			p.stopLeading()
+			lost = true
+		}
+	}
+	fake.AfterIndexCheck = func(*api.Job) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost {
+			afterLoss++
+		}
+	}
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 0, afterLoss, must.Sprint("a write landed after the lock was lost"))
+	must.Eq(t, 19, fake.Registers, must.Sprint("the writes before the loss land"))
+	must.False(t, p.IsLeader())
+}
+
+// The health check behind the Consul registration fails once Nomad has not
+// answered for nomad.unreachable_after, and passes again when it answers.
+func TestHealthFailsWhenNomadIsUnreachable(t *testing.T) {
+	fake := nomadxtest.New()
+	p, err := New(settings(t, `nomad { unreachable_after = "50ms" }`), fake, nil, nil)
+	must.NoError(t, err)
+	health := func() (int, string) {
+		rec := httptest.NewRecorder()
+		p.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/health", nil))
+		return rec.Code, rec.Body.String()
+	}
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	code, _ := health()
+	must.Eq(t, http.StatusOK, code)
+	time.Sleep(80 * time.Millisecond)
+	code, body := health()
+	must.Eq(t, http.StatusServiceUnavailable, code)
+	must.StrContains(t, body, "Nomad has not answered for")
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	code, _ = health()
+	must.Eq(t, http.StatusOK, code)
+}
+
+// A Consul that is down when the planner starts is retried with backoff;
+// meanwhile the replica plans as a follower, and it leads once Consul is up.
+func TestPlannerWaitsForConsul(t *testing.T) {
+	first := consulRetryFirst
+	consulRetryFirst = 10 * time.Millisecond
+	t.Cleanup(func() { consulRetryFirst = first })
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	consul := consulxtest.NewServer()
+	consul.Down = 3
+	var logs strings.Builder
+	var logMu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &logMu}})
+	p, err := New(settings(t, `planning {
+  interval     = "50ms"
+  min_interval = "10ms"
+}`), fake, consul.Client(), log)
+	must.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, ln) }()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(p.IsLeader), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.MapLen(t, 1, consul.Services())
+	cancel()
+	must.NoError(t, <-done)
+	logMu.Lock()
+	defer logMu.Unlock()
+	must.Eq(t, 3, strings.Count(logs.String(), "cannot register in Consul; planning as a follower and retrying"))
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -41,21 +41,22 @@ func (p *Planner) Run(ctx context.Context, ln net.Listener) error {
 		if err != nil {
 			return err
 		}
-		if err := p.consul.Register(ctx, reg); err != nil {
-			return fmt.Errorf("register %s in Consul: %w", consulx.ServiceName, err)
-		}
-		p.log.Info("registered in Consul", "service", consulx.ServiceName, "id", reg.ID)
-		defer func() {
-			dctx, done := context.WithTimeout(context.Background(), 5*time.Second)
-			defer done()
-			_ = p.consul.Deregister(dctx, reg.ID)
-		}()
-		if err := p.LoadKV(ctx); err != nil {
-			p.log.Warn("cannot read profiles and history from Consul KV", "error", err)
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Until Consul answers the replica plans as a follower: it
+			// serves its queue and writes nothing.
+			if !p.register(ctx, reg) {
+				return
+			}
+			defer func() {
+				dctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+				defer done()
+				_ = p.consul.Deregister(dctx, reg.ID)
+			}()
+			if err := p.LoadKV(ctx); err != nil {
+				p.log.Warn("cannot read profiles and history from Consul KV", "error", err)
+			}
 			p.campaign(ctx, reg)
 		}()
 	}
@@ -63,6 +64,37 @@ func (p *Planner) Run(ctx context.Context, ln net.Listener) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// Backoff between attempts to reach Consul (variables for tests).
+var (
+	consulRetryFirst = time.Second
+	consulRetryMax   = 30 * time.Second
+)
+
+// register registers the replica in Consul, retrying with backoff while
+// Consul cannot be reached, and says so in the log. It returns false when
+// ctx ends first.
+func (p *Planner) register(ctx context.Context, reg consulx.Registration) bool {
+	wait := consulRetryFirst
+	for {
+		err := p.consul.Register(ctx, reg)
+		if err == nil {
+			p.log.Info("registered in Consul", "service", consulx.ServiceName, "id", reg.ID)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		p.log.Warn("cannot register in Consul; planning as a follower and retrying", "service", consulx.ServiceName,
+			"retry_in", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, consulRetryMax)
+	}
 }
 
 func (p *Planner) registration(ln net.Listener) (consulx.Registration, error) {
@@ -106,15 +138,18 @@ func (p *Planner) campaign(ctx context.Context, reg consulx.Registration) {
 		if err := p.LoadKV(ctx); err != nil {
 			p.log.Warn("cannot read profiles and history from Consul KV", "error", err)
 		}
-		p.setLeader(true, string(value))
+		p.beginTerm(ctx, string(value))
 		p.kick()
 		select {
 		case <-lost:
-			p.setLeader(false, "")
+			// End the term first: its writes in flight are cancelled
+			// before the lock is let go (and Consul's lock delay keeps
+			// another replica from taking it at once).
+			p.stopLeading()
 			p.log.Warn("lost leadership; writes stop")
 			release()
 		case <-ctx.Done():
-			p.setLeader(false, "")
+			p.stopLeading()
 			release()
 			return
 		}

@@ -29,6 +29,9 @@ type Server struct {
 	// (consulx.DefaultLockDelay unless changed).
 	LockDelay time.Duration
 	heldOff   map[string]time.Time // key -> free again at
+	// Down refuses that many registrations, as a Consul that is not up
+	// yet does.
+	Down int
 }
 
 type holder struct {
@@ -85,6 +88,10 @@ var _ consulx.Client = (*Client)(nil)
 func (c *Client) Register(_ context.Context, r consulx.Registration) error {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
+	if c.s.Down > 0 {
+		c.s.Down--
+		return fmt.Errorf("Put \"http://127.0.0.1:8500/v1/agent/service/register\": dial tcp 127.0.0.1:8500: connect: connection refused")
+	}
 	c.s.services[r.ID] = r
 	return nil
 }

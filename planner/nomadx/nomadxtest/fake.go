@@ -198,9 +198,13 @@ func (f *Fake) StopAllocation(_ context.Context, namespace, allocID string) erro
 	return fmt.Errorf("allocation %s: %w", allocID, nomadx.ErrNotFound)
 }
 
-func (f *Fake) RegisterJob(_ context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
+func (f *Fake) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
 	if f.BeforeRegister != nil {
 		f.BeforeRegister(job)
+	}
+	// As the HTTP client does, a cancelled request never reaches Nomad.
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
