@@ -86,10 +86,10 @@ func parseCSV(name string, data []byte) ([]Profile, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
+		line, _ := r.FieldPos(0) // only for a record read without error
 		v, err := strconv.ParseFloat(strings.TrimSpace(rec[2]), 64)
 		if err != nil || v <= 0 || math.IsInf(v, 0) {
 			return nil, fmt.Errorf("%s: line %d: throughput: want a positive number, got %q", name, line, rec[2])
@@ -108,6 +108,9 @@ func parseCSV(name string, data []byte) ([]Profile, error) {
 	}
 	var out []Profile
 	for _, n := range order {
+		if err := byName[n].Validate(); err != nil {
+			return nil, fmt.Errorf("%s: profile %q: %w", name, n, err)
+		}
 		out = append(out, *byName[n])
 	}
 	return out, nil

@@ -168,7 +168,7 @@ func place(job *api.Job, p Placement) Change {
 			}
 			for _, d := range reqs {
 				// Undo the planner's own rename; a user's "nvidia/lane" is theirs.
-				if from, ok := renamed(mine); ok && d.Name == cluster.LaneRequest {
+				if from, ok := renamed(mine); ok && isPlainGPURequest(from) && d.Name == cluster.LaneRequest {
 					d.Name = from
 				}
 				var rename []owned

@@ -153,6 +153,12 @@ func TestRewriteRenamesRequestForLanes(t *testing.T) {
 	userDev.Name = cluster.LaneRequest
 	must.Len(t, 0, Rewrite(user, Target{Placement: &Placement{Lane: &whole}}, false), must.Sprint("the user asked for lanes"))
 	must.Eq(t, cluster.LaneRequest, userDev.Name)
+
+	// A rename record someone else wrote never turns a request into
+	// something other than a GPU request.
+	user.Meta = map[string]string{cluster.MetaPlacement: "device|renamed from|fpga"}
+	Rewrite(user, Target{Restore: true}, false)
+	must.Eq(t, cluster.LaneRequest, userDev.Name)
 }
 
 func taskNames(job *api.Job) []string {

@@ -1,0 +1,25 @@
+package service
+
+import "testing"
+
+// planner.hcl is outside input: whatever it holds, parsing errors or gives
+// settings the planner can run with.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(``))
+	f.Add([]byte(`planning { policy = "las+match" interval = "5s" min_interval = "100ms" queue_cuts = [100, 200] }`))
+	f.Add([]byte(`nomad { unreachable_after = "10s" } consul { check_interval = "2s" }`))
+	f.Add([]byte(`planning { max_writes_per_second = 0 write_workers = 64 job_sizes_scale = 1 }`))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		s, err := ParseConfig("planner.hcl", src)
+		if err != nil {
+			return
+		}
+		if s.Interval <= 0 || s.MinInterval < 0 || s.MinInterval > s.Interval || s.CheckInterval <= 0 ||
+			s.NomadUnreachable <= 0 || s.Writers < 1 || s.MaxWrites < 0 {
+			t.Fatalf("accepted settings the planner cannot run with: %+v", s)
+		}
+		if _, err := New(s, nil, nil, nil); err != nil {
+			t.Fatalf("accepted config, but the policy does not build: %v", err)
+		}
+	})
+}
