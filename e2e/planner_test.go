@@ -49,7 +49,9 @@ func freeAddr(t *testing.T) string {
 }
 
 // startPlanner runs bin/caravan planner run with the given planning block.
-func startPlanner(t *testing.T, c *harness.Cluster, id, planning string) *plannerProc {
+// startPlanner runs a planner against c; env, if any, overrides c's (a
+// token of its own, say).
+func startPlanner(t *testing.T, c *harness.Cluster, id, planning string, env ...string) *plannerProc {
 	t.Helper()
 	dir := t.TempDir()
 	addr := freeAddr(t)
@@ -60,7 +62,7 @@ func startPlanner(t *testing.T, c *harness.Cluster, id, planning string) *planne
 	logFile, err := os.Create(p.log)
 	must.NoError(t, err)
 	p.cmd = exec.Command(filepath.Join(c.BinDir, "caravan"), "planner", "run", "-config", path)
-	p.cmd.Env = c.Env()
+	p.cmd.Env = append(c.Env(), env...) // the last of a name wins
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	must.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.done) }()
@@ -107,8 +109,13 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 }
 
 func caravanCLI(c *harness.Cluster, args ...string) (string, int) {
+	return caravanCLIEnv(c, nil, args...)
+}
+
+// caravanCLIEnv runs the caravan CLI with env overriding c's.
+func caravanCLIEnv(c *harness.Cluster, env []string, args ...string) (string, int) {
 	cmd := exec.Command(filepath.Join(c.BinDir, "caravan"), args...)
-	cmd.Env = c.Env()
+	cmd.Env = append(c.Env(), env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

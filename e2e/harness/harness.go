@@ -6,6 +6,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,9 @@ type Options struct {
 	Dir string
 	// Logf receives progress lines; silent when nil.
 	Logf func(format string, args ...any)
+	// ACLs turns on ACLs in Consul (default deny) and Nomad, bootstrapped
+	// with the management tokens in Cluster.NomadToken and ConsulToken.
+	ACLs bool
 }
 
 // Cluster is a running Consul and Nomad pair.
@@ -68,6 +72,9 @@ type Cluster struct {
 	RepoRoot  string
 	NomadBin  string
 	ConsulBin string
+	// NomadToken and ConsulToken are the management tokens when ACLs are
+	// on, empty otherwise; c.Nomad and Env use them.
+	NomadToken, ConsulToken string
 
 	opts         Options
 	serverConfig string
@@ -192,7 +199,8 @@ ports {
   serf_wan = %d
   server   = %d
 }
-`, filepath.Join(c.Dir, "consul-data"), ports[0], ports[1], ports[2], ports[3], ports[4])
+%s
+`, filepath.Join(c.Dir, "consul-data"), ports[0], ports[1], ports[2], ports[3], ports[4], c.consulACL())
 	consulConfig := filepath.Join(c.Dir, "consul.hcl")
 	if err := os.WriteFile(consulConfig, []byte(consulHCL), 0o644); err != nil {
 		return err
@@ -207,6 +215,9 @@ ports {
 		return err
 	}
 
+	if c.opts.ACLs {
+		c.NomadToken = newUUID()
+	}
 	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[5])
 	// Server and client are separate agents: the client registers only once
 	// the server's keyring exists (a combined agent waits a 15 s retry for
@@ -238,8 +249,13 @@ server {
 
 consul {
   address = %q
+  token   = %q
 }
-`, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr)
+
+acl {
+  enabled = %t
+}
+`, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr, c.ConsulToken, c.opts.ACLs)
 	c.clientConfig = filepath.Join(c.Dir, "nomad-client.hcl")
 	c.clientAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[8])
 	clientHCL := fmt.Sprintf(`
@@ -274,6 +290,11 @@ client {
 
 consul {
   address = %q
+  token   = %q
+}
+
+acl {
+  enabled = %t
 }
 
 plugin "raw_exec" {
@@ -306,7 +327,7 @@ plugin "caravan-driver" {
   }
 }
 `, filepath.Join(c.Dir, "nomad-client"), pluginDir, ports[8], ports[9], ports[10], ports[6], c.opts.ClientConfig,
-		c.ConsulAddr, c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
+		c.ConsulAddr, c.ConsulToken, c.opts.ACLs, c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
 	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
 		return err
 	}
@@ -315,6 +336,7 @@ plugin "caravan-driver" {
 	}
 	cfg := api.DefaultConfig()
 	cfg.Address = c.NomadAddr
+	cfg.SecretID = c.NomadToken
 	if c.Nomad, err = api.NewClient(cfg); err != nil {
 		return err
 	}
@@ -328,6 +350,9 @@ plugin "caravan-driver" {
 	c.mu.Lock()
 	c.nomadServer = cmd
 	c.mu.Unlock()
+	if err := c.bootstrapACLs(ctx); err != nil {
+		return err
+	}
 	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
 		return strings.Contains(body, "KeyID")
 	}); err != nil {
@@ -629,7 +654,14 @@ func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string
 		if err := c.agentExited(); err != nil {
 			return err
 		}
-		resp, err := client.Get(url)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if c.NomadToken != "" { // Consul ignores Nomad's header
+			req.Header.Set("X-Nomad-Token", c.NomadToken)
+		}
+		resp, err := client.Do(req)
 		if err == nil {
 			var buf bytes.Buffer
 			_, _ = buf.ReadFrom(resp.Body)
@@ -648,6 +680,58 @@ func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string
 		}
 	}
 	return fmt.Errorf("%s not healthy after 60s: %s", name, last)
+}
+
+// consulACL is Consul's acl block: default deny, with the management token
+// also the agent's own.
+func (c *Cluster) consulACL() string {
+	if !c.opts.ACLs {
+		return ""
+	}
+	c.ConsulToken = newUUID()
+	return fmt.Sprintf(`
+acl {
+  enabled        = true
+  default_policy = "deny"
+  tokens {
+    initial_management = %q
+    agent              = %q
+  }
+}
+`, c.ConsulToken, c.ConsulToken)
+}
+
+// bootstrapACLs makes c.NomadToken Nomad's management token once the
+// server has a leader.
+func (c *Cluster) bootstrapACLs(ctx context.Context) error {
+	if !c.opts.ACLs {
+		return nil
+	}
+	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/status/leader", func(body string) bool {
+		return strings.Trim(strings.TrimSpace(body), `"`) != ""
+	}); err != nil {
+		return err
+	}
+	var last error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if _, _, last = c.Nomad.ACLTokens().BootstrapOpts(c.NomadToken, nil); last == nil {
+			c.opts.Logf("nomad ACLs bootstrapped")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("bootstrap nomad ACLs: %w", last)
+}
+
+func newUUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 func freePorts(n int) ([]int, error) {

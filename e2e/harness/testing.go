@@ -147,7 +147,14 @@ func (c *Cluster) ConsulCommand(args ...string) (string, error) {
 // Env returns the environment that points CLIs (nomad, consul, caravan) at
 // this cluster.
 func (c *Cluster) Env() []string {
-	return append(agentEnv(), "NOMAD_ADDR="+c.NomadAddr, "CONSUL_HTTP_ADDR="+c.ConsulAddr)
+	env := append(agentEnv(), "NOMAD_ADDR="+c.NomadAddr, "CONSUL_HTTP_ADDR="+c.ConsulAddr)
+	if c.NomadToken != "" {
+		env = append(env, "NOMAD_TOKEN="+c.NomadToken)
+	}
+	if c.ConsulToken != "" {
+		env = append(env, "CONSUL_HTTP_TOKEN="+c.ConsulToken)
+	}
+	return env
 }
 
 // RestartClientT restarts the Nomad client agent for a test.

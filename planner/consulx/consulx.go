@@ -97,7 +97,7 @@ func (a *API) Register(ctx context.Context, r Registration) error {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	return a.c.Agent().ServiceRegisterOpts(&api.AgentServiceRegistration{
+	return denied(a.c.Agent().ServiceRegisterOpts(&api.AgentServiceRegistration{
 		ID: r.ID, Name: ServiceName, Address: r.Address, Port: r.Port,
 		Check: &api.AgentServiceCheck{
 			CheckID:  r.CheckID(),
@@ -109,7 +109,7 @@ func (a *API) Register(ctx context.Context, r Registration) error {
 			Status:                         api.HealthPassing,
 			DeregisterCriticalServiceAfter: "1m",
 		},
-	}, api.ServiceRegisterOpts{}.WithContext(ctx))
+	}, api.ServiceRegisterOpts{}.WithContext(ctx)), `service "`+ServiceName+`" { policy = "write" }`)
 }
 
 func (a *API) Deregister(ctx context.Context, id string) error {
@@ -119,7 +119,7 @@ func (a *API) Deregister(ctx context.Context, id string) error {
 func (a *API) ServiceAddress(ctx context.Context, service, tag string) (string, error) {
 	entries, _, err := a.c.Health().Service(service, tag, true, q(ctx))
 	if err != nil {
-		return "", err
+		return "", denied(err, `service "`+service+`" { policy = "read" } and node_prefix "" { policy = "read" }`)
 	}
 	for _, e := range entries {
 		host := e.Service.Address
@@ -134,20 +134,20 @@ func (a *API) ServiceAddress(ctx context.Context, service, tag string) (string, 
 func (a *API) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	pair, _, err := a.c.KV().Get(key, q(ctx))
 	if err != nil || pair == nil {
-		return nil, false, err
+		return nil, false, denied(err, `key_prefix "caravan/" { policy = "read" }`)
 	}
 	return pair.Value, true, nil
 }
 
 func (a *API) Put(ctx context.Context, key string, value []byte) error {
 	_, err := a.c.KV().Put(&api.KVPair{Key: key, Value: value}, w(ctx))
-	return err
+	return denied(err, `key_prefix "caravan/" { policy = "write" }`)
 }
 
 func (a *API) List(ctx context.Context, prefix string) (map[string][]byte, error) {
 	pairs, _, err := a.c.KV().List(prefix, q(ctx))
 	if err != nil {
-		return nil, err
+		return nil, denied(err, `key_prefix "caravan/" { policy = "read" }`)
 	}
 	out := map[string][]byte{}
 	for _, p := range pairs {
@@ -168,7 +168,7 @@ func (a *API) Lead(ctx context.Context, key string, value []byte, checkID string
 		ServiceChecks: []api.ServiceCheck{{ID: checkID}},
 	}, w(ctx))
 	if err != nil {
-		return nil, nil, fmt.Errorf("consul session: %w", err)
+		return nil, nil, fmt.Errorf("consul session: %w", denied(err, `session_prefix "" { policy = "write" }`))
 	}
 	renewDone := make(chan struct{})
 	go func() { _ = a.c.Session().RenewPeriodic("15s", session, nil, renewDone) }()
@@ -211,6 +211,19 @@ func (a *API) Leader(ctx context.Context, key string) (string, error) {
 		return "", err
 	}
 	return string(pair.Value), nil
+}
+
+// ErrPermission marks a call Consul refused for the token's ACL policy.
+var ErrPermission = errors.New("permission denied")
+
+// denied points a refused call at the ACL rule it needs; Consul's own 403
+// names the permission, which is kept.
+func denied(err error, rule string) error {
+	var se api.StatusError
+	if err == nil || !errors.As(err, &se) || se.Code != 403 {
+		return err
+	}
+	return fmt.Errorf("%w: the Consul token's policy needs %s (see docs/planner.md): %v", ErrPermission, rule, err)
 }
 
 // Ping checks that the agent answers and the cluster has a leader.

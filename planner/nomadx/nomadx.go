@@ -100,12 +100,12 @@ func query(ctx context.Context, params map[string]string) *api.QueryOptions {
 
 func (a *API) Nodes(ctx context.Context) ([]*api.NodeListStub, error) {
 	nodes, _, err := a.c.Nodes().List(query(ctx, map[string]string{"resources": "true"}))
-	return nodes, err
+	return nodes, denied(err, `node { policy = "read" }`, "list nodes")
 }
 
 func (a *API) Jobs(ctx context.Context) ([]*api.JobListStub, error) {
 	jobs, _, err := a.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, query(ctx, nil))
-	return jobs, err
+	return jobs, denied(err, `namespace capability "list-jobs"`, "list jobs")
 }
 
 func (a *API) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
@@ -114,18 +114,18 @@ func (a *API) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
 	if err != nil && is404(err) {
 		return nil, fmt.Errorf("job %q in namespace %q: %w", id, namespace, ErrNotFound)
 	}
-	return job, err
+	return job, denied(err, `namespace capability "read-job"`, "read job "+id)
 }
 
 func (a *API) Allocations(ctx context.Context) ([]*api.AllocationListStub, error) {
 	allocs, _, err := a.c.Allocations().List(query(ctx, map[string]string{"resources": "true"}))
-	return allocs, err
+	return allocs, denied(err, `namespace capability "read-job"`, "list allocations")
 }
 
 func (a *API) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
 	q := (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 	allocs, _, err := a.c.Jobs().Allocations(id, false, q)
-	return allocs, err
+	return allocs, denied(err, `namespace capability "read-job"`, "list the allocations of job "+id)
 }
 
 func (a *API) StopAllocation(ctx context.Context, namespace, allocID string) error {
@@ -134,7 +134,7 @@ func (a *API) StopAllocation(ctx context.Context, namespace, allocID string) err
 	if err != nil && is404(err) {
 		return fmt.Errorf("allocation %s: %w", allocID, ErrNotFound)
 	}
-	return err
+	return denied(err, `namespace capability "alloc-lifecycle"`, "stop allocation "+allocID+" to preempt its job")
 }
 
 func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
@@ -144,7 +144,7 @@ func (a *API) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64)
 		if IsConflict(err) {
 			return 0, fmt.Errorf("%w: %v", ErrConflict, err)
 		}
-		return 0, err
+		return 0, denied(err, `namespace capability "submit-job"`, "rewrite job "+Value(job.ID))
 	}
 	return resp.JobModifyIndex, nil
 }
@@ -155,13 +155,13 @@ func (a *API) JobVersions(ctx context.Context, namespace, id string) ([]*api.Job
 	if err != nil && is404(err) {
 		return nil, fmt.Errorf("job %q in namespace %q: %w", id, namespace, ErrNotFound)
 	}
-	return versions, err
+	return versions, denied(err, `namespace capability "read-job"`, "read the versions of job "+id)
 }
 
 func (a *API) SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration, error) {
 	resp, _, err := a.c.Operator().SchedulerGetConfiguration((&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return nil, err
+		return nil, denied(err, `operator { policy = "read" }`, "read the scheduler configuration")
 	}
 	if resp.SchedulerConfig == nil {
 		return nil, errors.New("nomad returned no scheduler configuration")
@@ -172,7 +172,7 @@ func (a *API) SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration,
 func (a *API) SetSchedulerConfig(ctx context.Context, cfg *api.SchedulerConfiguration) (bool, error) {
 	resp, _, err := a.c.Operator().SchedulerCASConfiguration(cfg, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
-		return false, err
+		return false, denied(err, `operator { policy = "write" }`, "change the scheduler configuration")
 	}
 	return resp.Updated, nil
 }
@@ -193,7 +193,7 @@ func (a *API) Changes(ctx context.Context) (<-chan struct{}, error) {
 	}
 	events, err := stream()
 	if err != nil {
-		return nil, fmt.Errorf("nomad event stream: %w", err)
+		return nil, fmt.Errorf("nomad event stream: %w", denied(err, `namespace capability "read-job" and node { policy = "read" }`, "follow the event stream"))
 	}
 	go func() {
 		defer close(out)
@@ -233,6 +233,24 @@ func IsConflict(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "conflicting job modify index") || strings.Contains(msg, "Enforcing job modify index")
+}
+
+// ErrPermission marks a call Nomad refused for the token's ACL policy.
+var ErrPermission = errors.New("permission denied")
+
+// denied names the ACL rule a refused call needs: Nomad's own 403 says only
+// "Permission denied".
+func denied(err error, rule, what string) error {
+	if err == nil || !isStatus(err, 403) {
+		return err
+	}
+	return fmt.Errorf("%w: the Nomad token cannot %s: its ACL policy needs %s (see the least-privilege policy in docs/planner.md): %v",
+		ErrPermission, what, rule, err)
+}
+
+func isStatus(err error, code int) bool {
+	var ue api.UnexpectedResponseError
+	return errors.As(err, &ue) && ue.StatusCode() == code
 }
 
 func is404(err error) bool {
