@@ -56,6 +56,10 @@ type Options struct {
 	// ACLs turns on ACLs in Consul (default deny) and Nomad, bootstrapped
 	// with the management tokens in Cluster.NomadToken and ConsulToken.
 	ACLs bool
+	// TLS serves Nomad's HTTP and RPC and Consul's HTTP over TLS only, with
+	// a CA and certificate made for the cluster (Cluster.TLS); Env gives
+	// the standard NOMAD_CACERT, CONSUL_CACERT, ... for them.
+	TLS bool
 }
 
 // Cluster is a running Consul and Nomad pair.
@@ -75,6 +79,8 @@ type Cluster struct {
 	// NomadToken and ConsulToken are the management tokens when ACLs are
 	// on, empty otherwise; c.Nomad and Env use them.
 	NomadToken, ConsulToken string
+	// TLS holds the CA, certificate and key when Options.TLS is set.
+	TLS *TLSFiles
 
 	opts         Options
 	serverConfig string
@@ -183,6 +189,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.opts.TLS {
+		f, err := writeTLS(filepath.Join(c.Dir, "tls"))
+		if err != nil {
+			return fmt.Errorf("make TLS certificates: %w", err)
+		}
+		c.TLS = &f
+	}
 	c.ConsulAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	consulHCL := fmt.Sprintf(`
 data_dir   = %q
@@ -190,17 +203,17 @@ bind_addr  = "127.0.0.1"
 client_addr = "127.0.0.1"
 log_level  = "INFO"
 ports {
-  http     = %d
+  %s
   grpc     = %d
   grpc_tls = -1
-  https    = -1
   dns      = -1
   serf_lan = %d
   serf_wan = %d
   server   = %d
 }
 %s
-`, filepath.Join(c.Dir, "consul-data"), ports[0], ports[1], ports[2], ports[3], ports[4], c.consulACL())
+%s
+`, filepath.Join(c.Dir, "consul-data"), c.consulHTTPPorts(ports[0]), ports[1], ports[2], ports[3], ports[4], c.consulACL(), c.consulTLS())
 	consulConfig := filepath.Join(c.Dir, "consul.hcl")
 	if err := os.WriteFile(consulConfig, []byte(consulHCL), 0o644); err != nil {
 		return err
@@ -209,7 +222,7 @@ ports {
 	if c.consul, err = c.spawn("consul", c.ConsulBin, "agent", "-dev", "-config-file", consulConfig); err != nil {
 		return err
 	}
-	if err := c.waitHTTP(ctx, "consul", "http://"+c.ConsulAddr+"/v1/status/leader", func(body string) bool {
+	if err := c.waitHTTP(ctx, "consul", c.scheme()+c.ConsulAddr+"/v1/status/leader", func(body string) bool {
 		return strings.Trim(strings.TrimSpace(body), `"`) != ""
 	}); err != nil {
 		return err
@@ -218,7 +231,7 @@ ports {
 	if c.opts.ACLs {
 		c.NomadToken = newUUID()
 	}
-	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[5])
+	c.NomadAddr = fmt.Sprintf("%s127.0.0.1:%d", c.scheme(), ports[5])
 	// Server and client are separate agents: the client registers only once
 	// the server's keyring exists (a combined agent waits a 15 s retry for
 	// that), and a client restart leaves the server's state alone.
@@ -250,14 +263,16 @@ server {
 consul {
   address = %q
   token   = %q
+%s
 }
 
 acl {
   enabled = %t
 }
-`, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr, c.ConsulToken, c.opts.ACLs)
+%s
+`, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS())
 	c.clientConfig = filepath.Join(c.Dir, "nomad-client.hcl")
-	c.clientAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[8])
+	c.clientAddr = fmt.Sprintf("%s127.0.0.1:%d", c.scheme(), ports[8])
 	clientHCL := fmt.Sprintf(`
 data_dir   = %q
 plugin_dir = %q
@@ -291,11 +306,13 @@ client {
 consul {
   address = %q
   token   = %q
+%s
 }
 
 acl {
   enabled = %t
 }
+%s
 
 plugin "raw_exec" {
   config {
@@ -327,7 +344,7 @@ plugin "caravan-driver" {
   }
 }
 `, filepath.Join(c.Dir, "nomad-client"), pluginDir, ports[8], ports[9], ports[10], ports[6], c.opts.ClientConfig,
-		c.ConsulAddr, c.ConsulToken, c.opts.ACLs, c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
+		c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS(), c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
 	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
 		return err
 	}
@@ -337,6 +354,9 @@ plugin "caravan-driver" {
 	cfg := api.DefaultConfig()
 	cfg.Address = c.NomadAddr
 	cfg.SecretID = c.NomadToken
+	if c.TLS != nil {
+		cfg.TLSConfig = &api.TLSConfig{CACert: c.TLS.CA, ClientCert: c.TLS.Cert, ClientKey: c.TLS.Key}
+	}
 	if c.Nomad, err = api.NewClient(cfg); err != nil {
 		return err
 	}
@@ -648,6 +668,12 @@ func (c *Cluster) stopProcess(cmd *exec.Cmd, sig syscall.Signal, grace time.Dura
 
 func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string) bool) error {
 	client := &http.Client{Timeout: 2 * time.Second}
+	if c.TLS != nil {
+		var err error
+		if client, err = c.TLS.httpClient(2 * time.Second); err != nil {
+			return err
+		}
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
@@ -680,6 +706,64 @@ func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string
 		}
 	}
 	return fmt.Errorf("%s not healthy after 60s: %s", name, last)
+}
+
+func (c *Cluster) scheme() string {
+	if c.opts.TLS {
+		return "https://"
+	}
+	return "http://"
+}
+
+// consulHTTPPorts serves Consul's API on port, over TLS only when TLS is on.
+func (c *Cluster) consulHTTPPorts(port int) string {
+	if c.TLS != nil {
+		return fmt.Sprintf("http = -1\n  https = %d", port)
+	}
+	return fmt.Sprintf("http = %d\n  https = -1", port)
+}
+
+func (c *Cluster) consulTLS() string {
+	if c.TLS == nil {
+		return ""
+	}
+	return fmt.Sprintf(`
+tls {
+  defaults {
+    ca_file         = %q
+    cert_file       = %q
+    key_file        = %q
+    verify_incoming = false
+    verify_outgoing = true
+  }
+}
+`, c.TLS.CA, c.TLS.Cert, c.TLS.Key)
+}
+
+// nomadConsulTLS is what a Nomad agent needs inside its consul block to
+// reach Consul over TLS.
+func (c *Cluster) nomadConsulTLS() string {
+	if c.TLS == nil {
+		return ""
+	}
+	return fmt.Sprintf("  ssl = true\n  ca_file = %q\n  cert_file = %q\n  key_file = %q", c.TLS.CA, c.TLS.Cert, c.TLS.Key)
+}
+
+func (c *Cluster) nomadTLS() string {
+	if c.TLS == nil {
+		return ""
+	}
+	return fmt.Sprintf(`
+tls {
+  http                   = true
+  rpc                    = true
+  ca_file                = %q
+  cert_file              = %q
+  key_file               = %q
+  verify_server_hostname = true
+  verify_https_client    = false
+}
+`, c.TLS.CA, c.TLS.Cert, c.TLS.Key)
 }
 
 // consulACL is Consul's acl block: default deny, with the management token

@@ -131,7 +131,7 @@ func (c *Cluster) NomadCLI(t testing.TB, args ...string) string {
 // NomadCommand runs the nomad binary and returns its output and error.
 func (c *Cluster) NomadCommand(args ...string) (string, error) {
 	cmd := exec.Command(c.NomadBin, args...)
-	cmd.Env = append(agentEnv(), "NOMAD_ADDR="+c.NomadAddr)
+	cmd.Env = c.Env()
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -139,7 +139,7 @@ func (c *Cluster) NomadCommand(args ...string) (string, error) {
 // ConsulCommand runs the consul binary against the cluster.
 func (c *Cluster) ConsulCommand(args ...string) (string, error) {
 	cmd := exec.Command(c.ConsulBin, args...)
-	cmd.Env = append(agentEnv(), "CONSUL_HTTP_ADDR="+c.ConsulAddr)
+	cmd.Env = c.Env()
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -153,6 +153,10 @@ func (c *Cluster) Env() []string {
 	}
 	if c.ConsulToken != "" {
 		env = append(env, "CONSUL_HTTP_TOKEN="+c.ConsulToken)
+	}
+	if t := c.TLS; t != nil {
+		env = append(env, "NOMAD_CACERT="+t.CA, "NOMAD_CLIENT_CERT="+t.Cert, "NOMAD_CLIENT_KEY="+t.Key,
+			"CONSUL_HTTP_SSL=true", "CONSUL_CACERT="+t.CA, "CONSUL_CLIENT_CERT="+t.Cert, "CONSUL_CLIENT_KEY="+t.Key)
 	}
 	return env
 }
