@@ -500,6 +500,28 @@ func (c *Cluster) RestartClient(ctx context.Context) error {
 	return c.startClient(ctx)
 }
 
+// KillServer kills the Nomad server agent with SIGKILL, as a crash would,
+// and starts it again on the same data directory; it returns once the
+// server leads again and has its keyring. The client and its tasks stay.
+func (c *Cluster) KillServer(ctx context.Context) error {
+	c.mu.Lock()
+	cmd := c.nomadServer
+	c.mu.Unlock()
+	if cmd != nil {
+		c.stopProcess(cmd, syscall.SIGKILL, 10*time.Second, true)
+	}
+	cmd, err := c.spawn("nomad-server", c.NomadBin, "agent", "-config", c.serverConfig)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nomadServer = cmd
+	c.mu.Unlock()
+	return c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
+		return strings.Contains(body, "KeyID")
+	})
+}
+
 // Stop purges every job, stops both agents and kills anything they left
 // behind, so that no process outlives the cluster.
 func (c *Cluster) Stop() {

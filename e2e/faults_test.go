@@ -1,0 +1,260 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// The Nomad server is killed (SIGKILL) while the planner is starting a
+// queue of held jobs and restarted on its data: the planner, never
+// restarted itself, keeps leading and starts every job.
+func TestFaultNomadServerKilledDuringRounds(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: twoT4})
+	p := startPlanner(t, c, "p1", `policy = "fifo"`+fastRounds)
+	waitFor(t, 30*time.Second, "the planner leads", func() bool { s := p.status(t); return s != nil && s.Leader })
+	var jobs []string
+	for i := 0; i < 6; i++ {
+		id := fmt.Sprintf("queued-%d", i)
+		submit(t, c, id, 10, 1, nil)
+		jobs = append(jobs, id)
+	}
+	c.WaitAllocs(t, jobs[0], 1, time.Minute, harness.Running)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	killed := time.Now()
+	must.NoError(t, c.KillServer(ctx))
+	back := time.Now()
+	before := p.status(t).Rounds
+	var recovered time.Duration
+	waitFor(t, 60*time.Second, "the planner plans again", func() bool {
+		s := p.status(t)
+		if s == nil || s.Rounds <= before || s.LastRound == nil || s.LastRound.Error != "" {
+			return false
+		}
+		recovered = time.Since(back)
+		return true
+	})
+	t.Logf("server down and back in %s; the planner's first good round %s after it was back",
+		back.Sub(killed).Round(time.Millisecond), recovered.Round(time.Millisecond))
+	for _, id := range jobs {
+		c.WaitAllocs(t, id, 1, 2*time.Minute, harness.Complete)
+	}
+	select {
+	case <-p.done:
+		t.Fatal("the planner exited")
+	default:
+	}
+	must.True(t, p.status(t).Leader)
+}
+
+// The device plugin is killed (SIGKILL) while two tasks run on lanes: Nomad
+// starts it again, the lanes come back with the same IDs, and neither task
+// is disturbed.
+func TestFaultDevicePluginKilled(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: deviceFleet, DeviceConfig: h100Lanes})
+	waitDeviceGroups(t, c, map[string]int{laneGroup: 8, "NVIDIA A100-SXM4-40GB": 2, "Tesla T4": 4})
+	before := laneIDs(t, c)
+	type running struct{ alloc, device string }
+	var tasks []running
+	for i := 0; i < 2; i++ {
+		alloc := waitRunning(t, c, runDeviceJob(t, c, "device-lane.nomad.hcl", fmt.Sprintf("lane-%d", i), map[string]string{"min_memory": "10 GiB"}))
+		tasks = append(tasks, running{alloc.ID, allocDevice(t, alloc).DeviceIDs[0]})
+	}
+
+	pid := pluginPID(t, filepath.Join(c.Dir, "plugins", "caravan-device"))
+	killed := time.Now()
+	must.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	waitFor(t, 90*time.Second, "a new caravan-device process", func() bool {
+		p, ok := findPluginPID(filepath.Join(c.Dir, "plugins", "caravan-device"))
+		return ok && p != pid
+	})
+	waitFor(t, 90*time.Second, "the lanes fingerprinted again by the new plugin", func() bool {
+		node, err := c.Node()
+		return err == nil && node.NodeResources != nil && fmt.Sprint(before) == fmt.Sprint(laneIDs(t, c))
+	})
+	t.Logf("device plugin killed; restarted and lanes back within %s", time.Since(killed).Round(time.Millisecond))
+	for _, task := range tasks {
+		alloc, _, err := c.Nomad.Allocations().Info(task.alloc, nil)
+		must.NoError(t, err)
+		must.Eq(t, "running", alloc.ClientStatus)
+		must.Eq(t, task.device, allocDevice(t, alloc).DeviceIDs[0])
+		for _, ts := range alloc.TaskStates {
+			must.Eq(t, uint64(0), ts.Restarts, must.Sprint("a task restarted when the device plugin died"))
+		}
+	}
+}
+
+// laneIDs lists the node's healthy lane instance IDs.
+func laneIDs(t *testing.T, c *harness.Cluster) []string {
+	t.Helper()
+	node, err := c.Node()
+	must.NoError(t, err)
+	var ids []string
+	for _, d := range node.NodeResources.Devices {
+		if d.Type != "lane" {
+			continue
+		}
+		for _, in := range d.Instances {
+			if in.Healthy {
+				ids = append(ids, in.ID)
+			}
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func pluginPID(t *testing.T, path string) int {
+	t.Helper()
+	pid, ok := findPluginPID(path)
+	must.True(t, ok, must.Sprintf("no process runs %s", path))
+	return pid
+}
+
+// findPluginPID finds the process whose command line starts with path.
+func findPluginPID(path string) (int, bool) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.HasPrefix(string(cmdline), path+"\x00") || string(cmdline) == path {
+			return pid, true
+		}
+	}
+	return 0, false
+}
+
+// The leading planner is killed (SIGKILL) in the middle of a round that
+// holds 1,000 jobs, while a user edits jobs: the other replica leads within
+// 15 s and finishes the round; every job is whole (the hold's meta and its
+// constraint agree) and every user edit is kept.
+func TestFaultLeaderKilledMidRound(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: oneT4})
+	registerBenchJobs(t, c, 50)
+	a := startPlanner(t, c, "a", "")
+	b := startPlanner(t, c, "b", "")
+	var leader, follower *plannerProc
+	waitFor(t, 30*time.Second, "one replica leads", func() bool {
+		sa, sb := a.status(t), b.status(t)
+		switch {
+		case sa == nil || sb == nil:
+			return false
+		case sa.Leader && !sb.Leader:
+			leader, follower = a, b
+		case sb.Leader && !sa.Leader:
+			leader, follower = b, a
+		default:
+			return false
+		}
+		return true
+	})
+	held := func() int {
+		stubs, _, err := c.Nomad.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, nil)
+		must.NoError(t, err)
+		n := 0
+		for _, s := range stubs {
+			if s.Meta[cluster.MetaHeld] == "true" {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 60*time.Second, "the leader is mid-round", func() bool { n := held(); return n >= 50 && n < benchJobs })
+
+	// A user edits jobs throughout, each edit conditional on the version read.
+	edits := map[string]string{}
+	stop := make(chan struct{})
+	doneEditing := make(chan struct{})
+	go func() {
+		defer close(doneEditing)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := fmt.Sprintf("bench-%04d", (k*37)%benchJobs)
+			value := strconv.Itoa(k)
+			for attempt := 0; attempt < 20; attempt++ {
+				job, _, err := c.Nomad.Jobs().Info(id, nil)
+				if err != nil {
+					continue
+				}
+				job.Meta["user.edit"] = value
+				if _, _, err := c.Nomad.Jobs().EnforceRegister(job, *job.JobModifyIndex, nil); err == nil {
+					edits[id] = value
+					break
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	killed := time.Now()
+	leader.stop(syscall.SIGKILL)
+	heldAtKill := held()
+	waitFor(t, 15*time.Second, "the follower takes over", func() bool { s := follower.status(t); return s != nil && s.Leader })
+	failover := time.Since(killed)
+	waitFor(t, 2*time.Minute, "every job held", func() bool { return held() == benchJobs })
+	close(stop)
+	<-doneEditing
+	t.Logf("leader killed with %d of %d jobs held; the follower led after %s", heldAtKill, benchJobs, failover.Round(time.Millisecond))
+
+	stubs, _, err := c.Nomad.Jobs().List(nil)
+	must.NoError(t, err)
+	for _, s := range stubs {
+		job, _, err := c.Nomad.Jobs().Info(s.ID, nil)
+		must.NoError(t, err)
+		must.Eq(t, job.Meta[cluster.MetaHeld] == "true", cluster.Held(job), must.Sprintf("job %s is half-written", s.ID))
+		if want, ok := edits[s.ID]; ok {
+			must.Eq(t, want, job.Meta["user.edit"], must.Sprintf("job %s lost the user's edit", s.ID))
+		}
+	}
+	t.Logf("%d user edits, all kept", len(edits))
+}
+
+// registerBenchJobs registers benchJobs managed jobs that can never fit.
+func registerBenchJobs(t *testing.T, c *harness.Cluster, priority int) {
+	t.Helper()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, _, err := c.Nomad.Jobs().Register(benchJob(i, priority), nil); err != nil {
+					t.Errorf("register: %v", err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < benchJobs; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
