@@ -281,6 +281,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`http { address = "nope" }`:               "http.address",
 		`log_level = "loud"`:                      "log_level",
 		`consul { check_interval = "-1s" }`:       "consul.check_interval",
+		`nomad { unreachable_after = "never" }`:   "nomad.unreachable_after",
 		`planing { }`:                             "Unsupported block type",
 		`planning { policy = 3 `:                  "planner.hcl:1",
 		`planning { max_writes_per_second = -1 }`: "planning.max_writes_per_second",
