@@ -10,6 +10,7 @@ replace (
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/cheggaaa/pb/v3 v3.0.5
+	github.com/dustin/go-humanize v1.0.1
 	github.com/hashicorp/cli v1.1.7
 	github.com/hashicorp/consul-template v0.41.3
 	github.com/hashicorp/consul/api v1.33.0
@@ -58,7 +59,6 @@ require (
 	github.com/docker/docker v28.5.2+incompatible // indirect
 	github.com/docker/go-connections v0.6.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
-	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fatih/color v1.18.0 // indirect
 	github.com/go-jose/go-jose/v3 v3.0.4 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.3 // indirect

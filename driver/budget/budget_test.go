@@ -7,31 +7,6 @@ import (
 	"github.com/shoenig/test/must"
 )
 
-func TestParseMiB(t *testing.T) {
-	cases := map[string]uint64{"4096": 4096, "512MiB": 512, "512 MB": 512, "4GiB": 4096, "1.5G": 1536, "1TiB": 1 << 20, "2048k": 2}
-	for in, want := range cases {
-		got, err := ParseMiB(in)
-		must.NoError(t, err, must.Sprint(in))
-		must.Eq(t, want, got, must.Sprint(in))
-	}
-	for _, bad := range []string{"", "GiB", "4 parsecs", "1e9999", "-1"} {
-		_, err := ParseMiB(bad)
-		must.Error(t, err, must.Sprint(bad))
-	}
-}
-
-func FuzzParseMiB(f *testing.F) {
-	for _, s := range []string{"4096", "4GiB", "1.5 g", "..", "9999999999999TiB"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := ParseMiB(s)
-		if err == nil && v >= 1<<40 {
-			t.Fatalf("%q parsed to %d, past the limit", s, v)
-		}
-	})
-}
-
 func TestPlanAndEnv(t *testing.T) {
 	grants := []reservation.Grant{
 		{InstanceID: "b", GPUUUID: "GPU-b", Lane: 0, Slots: 2, MemoryMiB: 8000, SharePercent: 50},

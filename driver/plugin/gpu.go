@@ -93,7 +93,7 @@ func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, [
 	}
 	var limit uint64
 	if tc.GPUMemory != "" {
-		if limit, err = budget.ParseMiB(tc.GPUMemory); err != nil {
+		if limit, err = gpu.ParseMemoryMiB(tc.GPUMemory); err != nil {
 			return task.Spec{}, nil, fmt.Errorf("gpu_memory: %w", err)
 		}
 		if limit == 0 {
@@ -138,12 +138,12 @@ func (p MemoryProfile) parse() (lane.Profile, error) {
 	}
 	var err error
 	if p.Persistent != "" {
-		if out.PersistentMiB, err = budget.ParseMiB(p.Persistent); err != nil {
+		if out.PersistentMiB, err = gpu.ParseMemoryMiB(p.Persistent); err != nil {
 			return out, fmt.Errorf("memory_profile.persistent: %w", err)
 		}
 	}
 	if p.Ephemeral != "" {
-		if out.EphemeralMiB, err = budget.ParseMiB(p.Ephemeral); err != nil {
+		if out.EphemeralMiB, err = gpu.ParseMemoryMiB(p.Ephemeral); err != nil {
 			return out, fmt.Errorf("memory_profile.ephemeral: %w", err)
 		}
 	}
