@@ -124,7 +124,8 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 		d.coord = lane.New(d.ctx, lane.Options{
 			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
 			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
-			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed},
+			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed,
+				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }},
 		})
 	}
 	if s.MetricsAddress != "" && d.metricsSrv == nil {
