@@ -64,7 +64,7 @@ var _ drivers.DriverPlugin = (*Driver)(nil)
 func New(ctx context.Context, logger hclog.Logger) *Driver {
 	logger = logger.Named(Name)
 	s, _ := defaultConfig().parse()
-	return &Driver{
+	d := &Driver{
 		ctx:      ctx,
 		logger:   logger,
 		eventer:  eventer.NewEventer(ctx, logger),
@@ -72,6 +72,8 @@ func New(ctx context.Context, logger hclog.Logger) *Driver {
 		settings: s,
 		metrics:  metrics.New(),
 	}
+	d.metrics.WatchLanes(d.taskLanes)
+	return d
 }
 
 func (d *Driver) PluginInfo() (*base.PluginInfoResponse, error) { return pluginInfo, nil }
@@ -550,23 +552,9 @@ func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Dur
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
-	in, err := h.Exec.Stats(ctx, interval)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan *drivers.TaskResourceUsage)
-	go func() {
-		defer close(out)
-		for usage := range in {
-			d.addGPUStats(h, usage)
-			select {
-			case out <- usage:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	// CPU and memory only: the driver protocol has no field for GPU figures,
+	// which go to Prometheus instead (stats.go).
+	return h.Exec.Stats(ctx, interval)
 }
 
 func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, error) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/plugins/drivers"
 	"github.com/shoenig/test/must"
 
 	"github.com/caravan-gpu/caravan/driver/workload"
@@ -60,4 +61,50 @@ func TestLaneMembersMetricFollowsTasks(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	must.MapEmpty(t, scrape(t, d, "caravan_driver_lane_tasks"))
+}
+
+// Tasks that take turns in a lane show their turns in the driver's metrics
+// while they run, and leave no series once they are gone.
+func TestTaskLaneMetricsFollowTurns(t *testing.T) {
+	conf, _ := simConfig(t)
+	conf.TimeSliceQuantum = "200ms"
+	conf.IterationGrace = "0s"
+	h, d := newHarness(t, conf)
+	w := workload.Config{Iterations: 15, IterationTime: 100 * time.Millisecond, PersistentMiB: 5000, EphemeralMiB: 1000}
+	profile := TaskConfig{MemoryProfile: MemoryProfile{Persistent: "5000MiB", Ephemeral: "1000MiB"}}
+	a := workloadTask(t, h, "a", w, profile, grantEnv(laneGrant(0)))
+	b := workloadTask(t, h, "b", w, profile, grantEnv(laneGrant(1)))
+	_, _, err := h.StartTask(a)
+	must.NoError(t, err)
+	_, _, err = h.StartTask(b)
+	must.NoError(t, err)
+
+	series := func(cfg *drivers.TaskConfig) string {
+		return "alloc_id=" + cfg.AllocID + ",lane=GPU-test/lane0,task=" + cfg.Name
+	}
+	// Over a few quanta each is suspended at least once.
+	deadline := time.Now().Add(10 * time.Second)
+	var switches, suspended map[string]float64
+	for time.Now().Before(deadline) {
+		switches = scrape(t, d, "caravan_driver_task_switches_total")
+		suspended = scrape(t, d, "caravan_driver_task_suspended")
+		if switches[series(a)] > 0 && switches[series(b)] > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	must.MapLen(t, 2, switches)
+	must.Positive(t, switches[series(a)], must.Sprint(switches))
+	must.Positive(t, switches[series(b)], must.Sprint(switches))
+	must.MapContainsKeys(t, suspended, []string{series(a), series(b)})
+	lastSuspend := scrape(t, d, "caravan_driver_task_last_suspend_seconds")
+	must.Positive(t, lastSuspend[series(a)])
+
+	must.Eq(t, 0, waitExit(t, h, a.ID, 30*time.Second).ExitCode)
+	must.Eq(t, 0, waitExit(t, h, b.ID, 30*time.Second).ExitCode)
+	deadline = time.Now().Add(5 * time.Second)
+	for len(scrape(t, d, "caravan_driver_task_switches_total")) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	must.MapEmpty(t, scrape(t, d, "caravan_driver_task_switches_total"))
 }
