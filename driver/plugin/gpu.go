@@ -232,6 +232,9 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	if !h.Spec.Budget.Enforced() {
 		return nil
 	}
+	for _, u := range usage {
+		d.reportUnknownMemory(h, u)
+	}
 	breach := budget.Check(h.Spec.Budget, usage)
 	if !h.NoteBreach(breach != nil) || breach == nil {
 		return breach
@@ -249,6 +252,21 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	d.emit(h, reason+"; killing the task (gpu_memory_policy = \"kill\")", annotations, errors.New(reason))
 	d.kill(h, reason)
 	return breach
+}
+
+// reportUnknownMemory warns, once per process, that the GPU does not tell
+// how much memory some of the task's processes hold, so that the budget
+// covers only the others.
+func (d *Driver) reportUnknownMemory(h *task.Handle, u budget.Usage) {
+	var pids []int
+	for _, p := range u.Unknown() {
+		pids = append(pids, p.PID)
+	}
+	if len(pids) == 0 || len(h.NoteUnknownMemory(pids)) == 0 {
+		return
+	}
+	h.Logger.Warn("GPU memory of some task processes is not reported; the budget cannot cover them", "gpu", u.UUID, "pids", pids)
+	d.emit(h, "warning: "+u.UnknownReport(), map[string]string{"gpu": u.UUID, "known_mib": strconv.FormatUint(u.UsedMiB, 10)}, nil)
 }
 
 // kill ends a task on the driver's own account and records why.
