@@ -103,3 +103,18 @@ func TestMeasureAndCheckWithUnknownMemory(t *testing.T) {
 		})
 	}
 }
+
+// A task is told the policy only when the watchdog acts on it.
+func TestEnvPolicyOnlyWhenWatched(t *testing.T) {
+	grants := []reservation.Grant{{InstanceID: "a", GPUUUID: "GPU-a", Lane: -1, Slots: 1, MemoryMiB: 4000, SharePercent: 100}}
+	b, err := Plan(grants, 0, PolicyKill)
+	must.NoError(t, err)
+	for _, tc := range []struct {
+		watchdog bool
+		policy   string
+	}{{true, "kill"}, {false, ""}} {
+		env := Env(grants, b, EnvOptions{Watchdog: tc.watchdog})
+		must.Eq(t, tc.policy, env["CARAVAN_BUDGET_POLICY"])
+		must.Eq(t, "4000", env["CARAVAN_GPU_MEMORY_MIB"])
+	}
+}

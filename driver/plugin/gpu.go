@@ -23,26 +23,53 @@ import (
 	"github.com/caravan-gpu/caravan/driver/task"
 )
 
-// openBackend opens the configured GPU backend; nil for "none".
-func openBackend(s *settings, logger hclog.Logger) (gpu.Backend, error) {
+// openNVML opens the NVML backend; tests replace it with go-nvml's mocks.
+var openNVML = func(logger hclog.Logger) (gpu.Backend, error) { return nvml.New(logger) }
+
+// openBackend opens the configured GPU backend. Without one (gpu_backend =
+// "none", or "auto" where NVML does not load) it returns nil and why, in
+// words for the fingerprint, the log and task events.
+func openBackend(s *settings, logger hclog.Logger) (b gpu.Backend, none string, err error) {
 	switch s.GPUBackend {
 	case "sim":
 		b, err := sim.New(s.Sim.FleetFile, s.Sim.StateDir)
 		if err != nil {
-			return nil, fmt.Errorf("gpu_backend sim: %w", err)
+			return nil, "", fmt.Errorf("gpu_backend sim: %w", err)
 		}
 		if err := openSimState(b, s.Sim.StateDir); err != nil {
-			return nil, fmt.Errorf("gpu_backend sim: %w", err)
+			return nil, "", fmt.Errorf("gpu_backend sim: %w", err)
 		}
-		return b, nil
+		return b, "", nil
 	case "nvml":
-		b, err := nvml.New(logger.Named("nvml"))
+		b, err := openNVML(logger.Named("nvml"))
 		if err != nil {
-			return nil, fmt.Errorf("gpu_backend nvml: %w", err)
+			return nil, "", fmt.Errorf("gpu_backend nvml: %w", err)
 		}
-		return b, nil
+		return b, "", nil
+	case "auto":
+		b, err := openNVML(logger.Named("nvml"))
+		if err != nil {
+			return nil, fmt.Sprintf(`gpu_backend = "auto" found no NVML (%v)`, err), nil
+		}
+		return b, "", nil
 	}
-	return nil, nil
+	return nil, `gpu_backend = "none"`, nil
+}
+
+// warnUnenforced tells a task, and the log, that nothing enforces its GPU
+// memory budget on this node.
+func (d *Driver) warnUnenforced(h *task.Handle, s *settings) {
+	msg := "warning: " + unwatched(d.unenforced())
+	if h.Spec.Budget.Enforced() && mpsActive(s) {
+		msg += "; only the MPS client limits apply"
+	}
+	h.Logger.Warn("task started without GPU memory enforcement", "reason", d.unenforced())
+	d.emit(h, msg, map[string]string{"gpu_backend": "none"}, nil)
+}
+
+// unwatched says that nothing enforces GPU memory budgets on this node.
+func unwatched(none string) string {
+	return "GPU memory budgets are NOT enforced: " + none + "; nothing watches or limits a task's GPU memory"
 }
 
 // openSimState lets tasks that run as unprivileged users record their
