@@ -42,7 +42,9 @@ func scrape(t *testing.T, d *Driver, name string) map[string]float64 {
 func TestLaneMembersMetricFollowsTasks(t *testing.T) {
 	conf, _ := simConfig(t)
 	h, d := newHarness(t, conf)
-	w := workload.Config{Iterations: 3, IterationTime: 100 * time.Millisecond, PersistentMiB: 1000, EphemeralMiB: 100}
+	// They run until stopped, so that both are in the lane however slowly
+	// the second one starts.
+	w := workload.Config{Iterations: 1000, IterationTime: 100 * time.Millisecond, PersistentMiB: 1000, EphemeralMiB: 100}
 	profile := TaskConfig{MemoryProfile: MemoryProfile{Persistent: "1000MiB", Ephemeral: "100MiB"}}
 	a := workloadTask(t, h, "a", w, profile, grantEnv(laneGrant(0)))
 	b := workloadTask(t, h, "b", w, profile, grantEnv(laneGrant(1)))
@@ -53,9 +55,11 @@ func TestLaneMembersMetricFollowsTasks(t *testing.T) {
 	_, _, err = h.StartTask(b)
 	must.NoError(t, err)
 	must.Eq(t, map[string]float64{"lane=GPU-test/lane0": 2}, scrape(t, d, "caravan_driver_lane_tasks"))
-	must.Eq(t, 0, waitExit(t, h, a.ID, 20*time.Second).ExitCode)
-	must.Eq(t, 0, waitExit(t, h, b.ID, 20*time.Second).ExitCode)
-	// The lane is left as each task's process is reaped, just after its exit.
+	must.NoError(t, h.StopTask(a.ID, 5*time.Second, "SIGTERM"))
+	must.Eq(t, map[string]float64{"lane=GPU-test/lane0": 1}, scrape(t, d, "caravan_driver_lane_tasks"))
+	must.NoError(t, h.StopTask(b.ID, 5*time.Second, "SIGTERM"))
+	// The lane is left when a task is stopped, and again as its process is
+	// reaped; either way none is left.
 	deadline := time.Now().Add(5 * time.Second)
 	for len(scrape(t, d, "caravan_driver_lane_tasks")) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
