@@ -449,3 +449,72 @@ func lineWith(out, substr string) string {
 	}
 	return ""
 }
+
+// An MPS failure degrades MPS only: the node's GPUs and lanes stay listed in
+// Nomad, their attributes say MPS is down and why, and a job still gets a
+// lane, without MPS settings.
+func TestDevice_MPSFailureKeepsTheGPUs(t *testing.T) {
+	fleet := `{"gpus": [
+    {"uuid": "GPU-h100", "model": "NVIDIA H100 80GB HBM3", "architecture": "hopper",
+     "compute_capability": "9.0", "memory_mib": 81559, "sm_count": 132},
+    {"uuid": "GPU-p4", "model": "Tesla P4", "memory_mib": 7680}]}`
+	// A control binary that exits with an error, as a broken MPS install does.
+	failing := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
+	must.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\necho 'cannot start the MPS control daemon' >&2\nexit 1\n"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(failing), "nvidia-cuda-mps-server"), []byte("#!/bin/sh\n"), 0o755))
+	// An operator's daemon, for contrast: its control pipe exists.
+	listening := t.TempDir()
+	must.NoError(t, os.WriteFile(filepath.Join(listening, "control"), nil, 0o644))
+
+	cases := []struct {
+		name    string
+		mps     string
+		state   string
+		why     string
+		taskEnv string // in the task's env when MPS serves it
+	}{
+		{"control binary missing", `control_bin = "/nonexistent/nvidia-cuda-mps-control"`, "down",
+			"mps: /nonexistent/nvidia-cuda-mps-control not found", ""},
+		{"control binary fails", `control_bin = "` + failing + `"`, "down",
+			"cannot start the MPS control daemon", ""},
+		{"operator's daemon listens", `mode = "external"
+      pipe_dir = "` + listening + `"`, "ready", "", "CUDA_MPS_PIPE_DIRECTORY=" + listening},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pipeDir := ""
+			if !strings.Contains(tc.mps, "pipe_dir") {
+				pipeDir = `pipe_dir = "` + t.TempDir() + `"`
+			}
+			c := harness.StartT(t, harness.Options{Fleet: fleet, DeviceConfig: h100Lanes + `
+    mps {
+      enabled = true
+      log_dir = "` + t.TempDir() + `"
+      ` + pipeDir + `
+      ` + tc.mps + `
+    }`})
+			node := waitDeviceGroups(t, c, map[string]int{laneGroup: 4, "Tesla P4": 1})
+			for _, d := range node.NodeResources.Devices {
+				must.Eq(t, tc.state, *d.Attributes["mps"].StringVal, must.Sprint(d.Name))
+				if tc.why != "" {
+					must.StrContains(t, *d.Attributes["mps_error"].StringVal, tc.why)
+				}
+				for _, in := range d.Instances {
+					must.True(t, in.Healthy)
+				}
+			}
+
+			job := runDeviceJob(t, c, "device-lane.nomad.hcl", "mps-lane", map[string]string{"min_memory": "10 GiB"})
+			alloc := waitRunning(t, c, job)
+			must.StrContains(t, allocDevice(t, alloc).DeviceIDs[0], ":lane")
+			logs := waitLogs(t, c, alloc.ID, "CARAVAN_DEV_")
+			if tc.taskEnv != "" {
+				logs = waitLogs(t, c, alloc.ID, tc.taskEnv)
+				must.StrContains(t, logs, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M")
+			} else {
+				must.StrNotContains(t, logs, "CUDA_MPS_")
+			}
+			stopJobs(t, c, *job.ID)
+		})
+	}
+}

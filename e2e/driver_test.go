@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +139,94 @@ func TestDriverClientRestartRecoversTasks(t *testing.T) {
 	must.Eq(t, allocs[0].ID, after[0].ID)
 	logs := c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "train")
 	must.StrContains(t, logs, `"its_per_sec"`)
+}
+
+// The driver's own figures (per-task GPU memory and budget, lane membership,
+// turns) reach the operator through its Prometheus endpoint while the
+// driver runs inside a real Nomad client.
+func TestDriverMetricsReachPrometheus(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	addr := ln.Addr().String()
+	must.NoError(t, ln.Close())
+	c := harness.StartT(t, harness.Options{
+		Fleet: laneFleet,
+		DeviceConfig: `
+    partition {
+      model = "Tesla T4"
+      lanes = 1
+      slots = 2
+    }`,
+		DriverConfig: `
+    time_slice_quantum = "1s"
+    iteration_grace    = "500ms"
+    metrics_address    = "` + addr + `"`,
+	})
+	vars := workloadVars(c)
+	vars["iterations"] = "40"
+	a := c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars)
+	b := c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)
+	allocA := c.WaitAllocs(t, *a.ID, 1, 2*time.Minute, harness.Running)[0].ID
+	allocB := c.WaitAllocs(t, *b.ID, 1, 2*time.Minute, harness.Running)[0].ID
+
+	url := "http://" + addr + "/metrics"
+	var samples []metricSample
+	ready := func() bool {
+		body, err := httpGet(url)
+		if err != nil {
+			return false
+		}
+		samples = parseMetrics(string(body))
+		return sampleValue(samples, "caravan_driver_lane_tasks", `lane="GPU-lane/lane0"`) == 2 &&
+			sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+allocA+`"`) > 0 &&
+			sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+allocB+`"`) > 0 &&
+			sampleValue(samples, "caravan_driver_task_switches_total", `alloc_id="`+allocA+`"`) > 0 &&
+			sampleValue(samples, "caravan_driver_task_switches_total", `alloc_id="`+allocB+`"`) > 0
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !ready() && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	must.True(t, ready(), must.Sprintf("metrics at %s: %v", url, samples))
+	// Each task's budget is its lane slot's memory, as granted by caravan-device.
+	must.Eq(t, 15360, sampleValue(samples, "caravan_driver_task_gpu_budget_mib", `alloc_id="`+allocA+`"`))
+	must.Positive(t, sampleValue(samples, "caravan_driver_switch_seconds_count", `op="suspend"`))
+	stopJobs(t, c, *a.ID, *b.ID)
+}
+
+type metricSample struct {
+	name, labels string
+	value        float64
+}
+
+// parseMetrics reads Prometheus' text format, enough for these tests.
+func parseMetrics(body string) []metricSample {
+	var out []metricSample
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		name, labels, _ := strings.Cut(line[:i], "{")
+		out = append(out, metricSample{name: name, labels: strings.TrimSuffix(labels, "}"), value: v})
+	}
+	return out
+}
+
+// sampleValue is the value of the first sample of name whose labels hold
+// label, or -1.
+func sampleValue(samples []metricSample, name, label string) float64 {
+	for _, s := range samples {
+		if s.name == name && strings.Contains(s.labels, label) {
+			return s.value
+		}
+	}
+	return -1
 }

@@ -50,8 +50,9 @@ job "device-lane" {
         command = "/bin/sh"
         # Reserve put the GPU's UUID in CUDA_VISIBLE_DEVICES and a
         # CARAVAN_DEV_<instance> variable describing the lane: GPU, lane,
-        # slot, memory budget (memory_mib) and compute share (share, %).
-        args = ["-c", "env | grep -E '^(CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|CARAVAN_DEV_)' | sort; sleep ${var.seconds}"]
+        # slot, memory budget (memory_mib) and compute share (share, %);
+        # with MPS serving the lanes, the CUDA_MPS_ client settings too.
+        args = ["-c", "env | grep -E '^(CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|CARAVAN_DEV_|CUDA_MPS_)' | sort; sleep ${var.seconds}"]
       }
 
       resources {

@@ -5,6 +5,8 @@ package gpu
 
 import (
 	"errors"
+	"math"
+	"sort"
 	"time"
 )
 
@@ -58,6 +60,47 @@ type Stats struct {
 type Process struct {
 	PID           int
 	UsedMemoryMiB uint64
+	// MemoryUnknown is set when the driver does not tell how much memory
+	// the process holds (NVML_VALUE_NOT_AVAILABLE, as on MIG instances or
+	// under Windows WDDM); UsedMemoryMiB is 0 then.
+	MemoryUnknown bool
+}
+
+// MemoryNotAvailable is the byte count NVML gives for a process whose memory
+// it cannot tell (NVML_VALUE_NOT_AVAILABLE, all ones).
+const MemoryNotAvailable = math.MaxUint64
+
+// ProcessUsing describes a process holding usedBytes as NVML reports them,
+// turning MemoryNotAvailable into MemoryUnknown rather than into 16 EiB.
+func ProcessUsing(pid int, usedBytes uint64) Process {
+	if usedBytes == MemoryNotAvailable {
+		return Process{PID: pid, MemoryUnknown: true}
+	}
+	return Process{PID: pid, UsedMemoryMiB: usedBytes >> 20}
+}
+
+// MergeProcesses joins the lists a GPU gives of its processes (NVML lists
+// compute processes and MPS clients apart, and may list a process in both)
+// into one entry per PID, in PID order. A known memory figure wins over an
+// unknown one, and the larger of two known ones is kept.
+func MergeProcesses(lists ...[]Process) []Process {
+	byPID := map[int]Process{}
+	for _, list := range lists {
+		for _, p := range list {
+			have, ok := byPID[p.PID]
+			switch {
+			case !ok, have.MemoryUnknown && !p.MemoryUnknown,
+				!have.MemoryUnknown && !p.MemoryUnknown && p.UsedMemoryMiB > have.UsedMemoryMiB:
+				byPID[p.PID] = p
+			}
+		}
+	}
+	out := make([]Process, 0, len(byPID))
+	for _, p := range byPID {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
 }
 
 // Backend is implemented by every GPU source. Implementations must be safe for
@@ -73,7 +116,8 @@ type Backend interface {
 	Health(uuid string) (Health, error)
 	// Stats samples one device.
 	Stats(uuid string) (Stats, error)
-	// Processes lists the processes using memory on one device.
+	// Processes lists the processes using memory on one device, MPS clients
+	// included, one entry per PID.
 	Processes(uuid string) ([]Process, error)
 	// Close releases the backend.
 	Close() error

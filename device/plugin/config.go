@@ -3,11 +3,10 @@ package plugin
 import (
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 )
 
@@ -236,7 +235,7 @@ func (p PartitionRule) validate() (rule, error) {
 		return r, fmt.Errorf("lanes: must be between 1 and %d, got %d", maxLanes, p.Lanes)
 	}
 	if p.LaneMemory != "" {
-		mib, err := ParseMemoryMiB(p.LaneMemory)
+		mib, err := gpu.ParseMemoryMiB(p.LaneMemory)
 		if err != nil {
 			return r, fmt.Errorf("lane_memory: %v", err)
 		}
@@ -246,7 +245,7 @@ func (p PartitionRule) validate() (rule, error) {
 		r.laneMemoryMiB = mib
 	}
 	if p.ReservedMemory != "" {
-		mib, err := ParseMemoryMiB(p.ReservedMemory)
+		mib, err := gpu.ParseMemoryMiB(p.ReservedMemory)
 		if err != nil {
 			return r, fmt.Errorf("reserved_memory: %v", err)
 		}
@@ -265,39 +264,3 @@ const (
 	maxLanes = 64
 	maxSlots = 64
 )
-
-var memoryUnits = map[string]float64{
-	"":    1, // a bare number is MiB, as in Nomad's own memory fields
-	"b":   1.0 / (1 << 20),
-	"kib": 1.0 / 1024, "ki": 1.0 / 1024, "kb": 1000.0 / (1 << 20), "k": 1.0 / 1024,
-	"mib": 1, "mi": 1, "mb": 1e6 / (1 << 20), "m": 1,
-	"gib": 1024, "gi": 1024, "gb": 1e9 / (1 << 20), "g": 1024,
-	"tib": 1 << 20, "ti": 1 << 20, "tb": 1e12 / (1 << 20), "t": 1 << 20,
-}
-
-// ParseMemoryMiB parses sizes such as "20GiB", "512 MiB", "1.5GB" or "2048"
-// (MiB) into whole MiB, rounding down.
-func ParseMemoryMiB(s string) (uint64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return !(unicode.IsDigit(r) || r == '.') })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	}
-	if num == "" {
-		return 0, fmt.Errorf("%q is not a size such as \"20GiB\"", s)
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size such as \"20GiB\"", s)
-	}
-	factor, ok := memoryUnits[unit]
-	if !ok {
-		return 0, fmt.Errorf("%q has unknown unit %q (use MiB, GiB, TiB, MB, GB or TB)", s, unit)
-	}
-	mib := v * factor
-	if mib >= 1<<40 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return uint64(mib), nil
-}

@@ -189,7 +189,8 @@ func (d *Device) Reserve(ids []string) (*device.ContainerReservation, error) {
 		envs[g.EnvName()] = g.EnvValue()
 	}
 	res := &device.ContainerReservation{Envs: envs}
-	if s.mps.Enabled {
+	// Without a daemon MPS settings would only point the task at a dead pipe.
+	if s.mps.Enabled && d.mpsDown(s) == nil {
 		addMPS(res, s.mps, grants, strings.Split(visible, ","))
 	}
 	return res, nil

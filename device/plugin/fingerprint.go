@@ -51,10 +51,6 @@ func (d *Device) fingerprintLoop(ctx context.Context, out chan<- *device.Fingerp
 			return
 		}
 		timer.Reset(s.fingerprintPeriod)
-		if err := d.mpsReady(s); err != nil {
-			send(ctx, out, device.NewFingerprintError(err))
-			return
-		}
 		groups, err := d.fingerprintGroups(s, backend)
 		if err != nil {
 			// A passing backend error (a fleet file being rewritten, a
@@ -98,6 +94,10 @@ func (d *Device) fingerprintGroups(s *settings, backend gpu.Backend) ([]*device.
 		d.logger.Warn("partition rule cannot cut GPU; offering it whole", "gpu", p.uuid, "reason", p.reason)
 	}
 	d.setInstances(insts)
+	// MPS is checked once the lanes are known, so that a daemon started now
+	// gets its lane defaults now. Its failure degrades MPS only: Nomad drops
+	// every device of a plugin that sends a fingerprint error.
+	mpsErr := d.mpsReady(s)
 
 	health := map[string]gpu.Health{}
 	byGroup := map[string][]instance{}
@@ -127,12 +127,15 @@ func (d *Device) fingerprintGroups(s *settings, backend gpu.Backend) ([]*device.
 			Name:       members[0].group,
 			Attributes: groupAttributes(members, driverVersion, cudaVersion),
 		}
+		if s.mps.Enabled {
+			addMPSAttributes(g.Attributes, mpsErr)
+		}
 		for _, in := range members {
 			h := health[in.device.UUID]
 			g.Devices = append(g.Devices, &device.Device{
 				ID:         in.id,
 				Healthy:    h.Healthy,
-				HealthDesc: healthDesc(in, h),
+				HealthDesc: healthDesc(in, h, mpsErr),
 				HwLocality: &device.DeviceLocality{PciBusID: in.device.PCIBusID},
 			})
 		}
@@ -181,6 +184,17 @@ func groupAttributes(members []instance, driverVersion, cudaVersion string) map[
 	return attrs
 }
 
+// addMPSAttributes says whether MPS serves the group's lanes: mps is
+// "ready" or "down", and mps_error says why it is down.
+func addMPSAttributes(attrs map[string]*structs.Attribute, down error) {
+	if down != nil {
+		attrs["mps"] = structs.NewStringAttribute("down")
+		attrs["mps_error"] = structs.NewStringAttribute(down.Error())
+		return
+	}
+	attrs["mps"] = structs.NewStringAttribute("ready")
+}
+
 // modelOf is the GPU model without a MIG suffix, so an affinity on model
 // matches MIG instances of that model too.
 func modelOf(d gpu.Device) string {
@@ -192,9 +206,13 @@ func modelOf(d gpu.Device) string {
 	return d.Model
 }
 
-// healthDesc tells an operator what is wrong and where.
-func healthDesc(in instance, h gpu.Health) string {
+// healthDesc tells an operator what is wrong and where. A healthy device
+// whose MPS is down stays healthy, and says that it runs without MPS.
+func healthDesc(in instance, h gpu.Health, mpsDown error) string {
 	if h.Healthy {
+		if mpsDown != nil {
+			return "healthy, without MPS (tasks get no MPS limits): " + mpsDown.Error()
+		}
 		return ""
 	}
 	what := "GPU " + in.device.UUID

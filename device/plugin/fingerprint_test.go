@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,27 +152,86 @@ func TestFingerprint_ReEmitsWhenTheFleetChanges(t *testing.T) {
 	must.Eq(t, structs.NewStringAttribute("560.28.03"), resp.Devices[0].Attributes["driver_version"])
 }
 
-func TestFingerprint_MPSMissingBinariesIsAClearError(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	d, _ := newSimDevice(t, testFleet, `
-mps {
-  enabled     = true
-  pipe_dir    = "`+t.TempDir()+`"
-  control_bin = "nvidia-cuda-mps-control"
-}`)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := d.Fingerprint(ctx)
-	must.NoError(t, err)
-	resp := nextFingerprint(t, ch, 5*time.Second)
-	must.NotNil(t, resp)
-	must.ErrorContains(t, resp.Error, "mps: nvidia-cuda-mps-control not found")
-	must.ErrorContains(t, resp.Error, "set mps.enabled = false")
+// fakeMPSControl writes an nvidia-cuda-mps-control (with a server beside it)
+// that logs each command it is given to the returned file. With -d it
+// starts "the daemon" by creating the control pipe, unless failStart is
+// set, when it fails as a broken MPS install does.
+func fakeMPSControl(t *testing.T, failStart bool) (bin, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin, log = filepath.Join(dir, "nvidia-cuda-mps-control"), filepath.Join(dir, "commands")
+	start := `mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" && : > "$CUDA_MPS_PIPE_DIRECTORY/control"`
+	if failStart {
+		start = `echo "An instance of this daemon is already running" >&2; exit 1`
+	}
+	script := "#!/bin/sh\nif [ \"$1\" = -d ]; then echo -d >> " + log + "; " + start + "; exit 0; fi\n" +
+		"read line; echo \"$line\" >> " + log + "; echo ok\n"
+	must.NoError(t, os.WriteFile(bin, []byte(script), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(dir, "nvidia-cuda-mps-server"), []byte("#!/bin/sh\n"), 0o755))
+	return bin, log
 }
 
-func TestFingerprint_MPSExternalWithoutDaemon(t *testing.T) {
+// An MPS failure degrades MPS only: the GPUs and lanes stay offered and
+// healthy, the groups say MPS is down and why, and reservations work
+// without MPS settings.
+func TestFingerprint_MPSFailureDegradesOnlyMPS(t *testing.T) {
+	failing, _ := fakeMPSControl(t, true)
+	cases := []struct {
+		name   string
+		mps    string
+		noPath bool
+		want   string
+	}{
+		{"control binary missing", `control_bin = "nvidia-cuda-mps-control"`, true,
+			"mps: nvidia-cuda-mps-control not found"},
+		{"control binary at a path that does not exist", `control_bin = "/nonexistent/nvidia-cuda-mps-control"`, false,
+			"mps: /nonexistent/nvidia-cuda-mps-control not found"},
+		{"daemon fails to start", `control_bin = "` + failing + `"`, false,
+			"-d failed: exit status 1: An instance of this daemon is already running"},
+		{"no operator daemon", `mode = "external"`, false, "no MPS daemon listens at"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.noPath {
+				t.Setenv("PATH", t.TempDir())
+			}
+			d, _ := newSimDevice(t, testFleet, h100Lanes+`
+mps {
+  enabled  = true
+  pipe_dir = "`+t.TempDir()+`"
+  `+tc.mps+`
+}`)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ch, err := d.Fingerprint(ctx)
+			must.NoError(t, err)
+			resp := nextFingerprint(t, ch, 5*time.Second)
+			must.NotNil(t, resp)
+			must.NoError(t, resp.Error)
+			must.Len(t, 4, resp.Devices)
+			for _, g := range resp.Devices {
+				must.Eq(t, structs.NewStringAttribute("down"), g.Attributes["mps"])
+				must.StrContains(t, *g.Attributes["mps_error"].String, tc.want)
+				for _, dev := range g.Devices {
+					must.True(t, dev.Healthy)
+					must.StrContains(t, dev.HealthDesc, "without MPS")
+				}
+			}
+			res, err := d.Reserve([]string{"GPU-h100-00:lane1:slot0"})
+			must.NoError(t, err)
+			must.SliceEmpty(t, res.Mounts)
+			must.Eq(t, "GPU-h100-00", res.Envs["CUDA_VISIBLE_DEVICES"])
+			for k := range res.Envs {
+				must.StrNotContains(t, k, "CUDA_MPS_")
+			}
+		})
+	}
+}
+
+// MPS that comes back is used again, and the fingerprint says so.
+func TestFingerprint_MPSComesBack(t *testing.T) {
 	pipe := t.TempDir()
-	d, _ := newSimDevice(t, testFleet, `
+	d, _ := newSimDevice(t, testFleet, h100Lanes+`
 mps {
   enabled  = true
   mode     = "external"
@@ -183,5 +243,45 @@ mps {
 	must.NoError(t, err)
 	resp := nextFingerprint(t, ch, 5*time.Second)
 	must.NotNil(t, resp)
-	must.ErrorContains(t, resp.Error, "no MPS daemon listens at "+pipe+"/control")
+	must.Eq(t, structs.NewStringAttribute("down"), resp.Devices[0].Attributes["mps"])
+
+	// The operator starts the daemon.
+	must.NoError(t, os.WriteFile(filepath.Join(pipe, "control"), nil, 0o644))
+	resp = nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	must.NoError(t, resp.Error)
+	must.Eq(t, structs.NewStringAttribute("ready"), resp.Devices[0].Attributes["mps"])
+	must.MapNotContainsKey(t, resp.Devices[0].Attributes, "mps_error")
+	must.Eq(t, "", resp.Devices[0].Devices[0].HealthDesc)
+	res, err := d.Reserve([]string{"GPU-h100-00:lane1:slot0"})
+	must.NoError(t, err)
+	must.Eq(t, pipe, res.Envs["CUDA_MPS_PIPE_DIRECTORY"])
+}
+
+// A supervised daemon gets its lane defaults in the same round that starts
+// it, not one fingerprint period later.
+func TestFingerprint_MPSDefaultsSetWhenTheDaemonStarts(t *testing.T) {
+	control, log := fakeMPSControl(t, false)
+	d, _ := newSimDevice(t, testFleet, h100Lanes+`
+mps {
+  enabled     = true
+  pipe_dir    = "`+t.TempDir()+`"
+  control_bin = "`+control+`"
+}`)
+	d.settings.fingerprintPeriod = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := d.Fingerprint(ctx)
+	must.NoError(t, err)
+	resp := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	must.Eq(t, structs.NewStringAttribute("ready"), resp.Devices[0].Attributes["mps"])
+	data, err := os.ReadFile(log)
+	must.NoError(t, err)
+	must.Eq(t, []string{
+		"-d",
+		"set_default_device_pinned_mem_limit GPU-h100-00 20389M",
+		"set_default_device_pinned_mem_limit GPU-h100-01 20389M",
+		"set_default_active_thread_percentage 25",
+	}, strings.Split(strings.TrimSpace(string(data)), "\n"))
 }

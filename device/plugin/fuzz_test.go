@@ -6,18 +6,6 @@ import (
 	"github.com/hashicorp/nomad/plugins/base"
 )
 
-func FuzzParseMemoryMiB(f *testing.F) {
-	for _, s := range []string{"20GiB", "512 MiB", "1.5GB", "2048", "", "GiB", "1e9TiB", "0.0001k", "9999999999999999999"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		mib, err := ParseMemoryMiB(s)
-		if err == nil && mib >= 1<<40 {
-			t.Fatalf("%q parsed to an impossible %d MiB", s, mib)
-		}
-	})
-}
-
 // FuzzPartitionRule checks that any rule that validates cuts any GPU into
 // lanes that fit in it, or says why not.
 func FuzzPartitionRule(f *testing.F) {

@@ -20,13 +20,19 @@ type mpsDaemon struct {
 	cfg    MPSConfig
 	logger log.Logger
 
+	// check serialises checks, so that two never start a daemon each.
+	check sync.Mutex
+
 	mu       sync.Mutex
 	defaults string // the lane defaults last applied, to apply changes only
+	checked  bool
+	down     error // why MPS does not serve the lanes, from the last check
 }
 
-// mpsReady makes sure an MPS daemon serves the lanes when MPS is on. Missing
-// binaries or a missing operator daemon are returned as errors that say what
-// to do.
+// mpsReady makes sure an MPS daemon serves the lanes when MPS is on, and
+// sets the lane defaults as soon as it does. Missing binaries, a daemon
+// that fails or a missing operator daemon are returned as errors that say
+// what to do; they degrade MPS only, never the GPUs.
 func (d *Device) mpsReady(s *settings) error {
 	if !s.mps.Enabled {
 		return nil
@@ -38,13 +44,51 @@ func (d *Device) mpsReady(s *settings) error {
 	m := d.mps
 	insts := d.instances
 	d.mu.Unlock()
-	if err := m.ensure(); err != nil {
-		return err
-	}
-	if insts != nil {
+	m.check.Lock()
+	defer m.check.Unlock()
+	err := m.ensure()
+	if err == nil && insts != nil {
 		m.applyDefaults(insts)
 	}
-	return nil
+	m.record(err)
+	return err
+}
+
+// mpsDown says why MPS does not serve the lanes; nil when MPS is off or
+// serves them. It checks now when no check has run yet, as when Reserve
+// comes before the first fingerprint.
+func (d *Device) mpsDown(s *settings) error {
+	if !s.mps.Enabled {
+		return nil
+	}
+	d.mu.Lock()
+	m := d.mps
+	d.mu.Unlock()
+	if m != nil && m.cfg == s.mps {
+		m.mu.Lock()
+		checked, down := m.checked, m.down
+		m.mu.Unlock()
+		if checked {
+			return down
+		}
+	}
+	return d.mpsReady(s)
+}
+
+// record keeps the outcome of a check and logs when MPS goes down or comes
+// back.
+func (m *mpsDaemon) record(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	changed := !m.checked || (err == nil) != (m.down == nil) || (err != nil && err.Error() != m.down.Error())
+	m.checked, m.down = true, err
+	switch {
+	case !changed:
+	case err != nil:
+		m.logger.Warn("MPS is down: GPUs and lanes stay offered, and tasks get no MPS limits until it is back", "error", err)
+	default:
+		m.logger.Info("MPS serves the lanes", "pipe_dir", m.cfg.PipeDir)
+	}
 }
 
 func (m *mpsDaemon) controlPipe() string { return filepath.Join(m.cfg.PipeDir, "control") }

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/caravan-gpu/caravan/device/reservation"
@@ -87,6 +89,8 @@ func TestReserve_EnvNamesDoNotCollideAcrossDeviceBlocks(t *testing.T) {
 
 func TestReserve_MPS(t *testing.T) {
 	pipe := t.TempDir()
+	// The operator's daemon listens.
+	must.NoError(t, os.WriteFile(filepath.Join(pipe, "control"), nil, 0o644))
 	d, _ := newSimDevice(t, testFleet, h100Lanes+`
 mps {
   enabled       = true

@@ -10,6 +10,9 @@ import (
 
 // EnvOptions shape the environment a task gets for its budget.
 type EnvOptions struct {
+	// Watchdog is true when the driver's watchdog enforces the budget; only
+	// then is the task told the policy it acts on.
+	Watchdog bool
 	// MPS is true when an MPS control daemon serves this node.
 	MPS bool
 	// MPSPipeDirectory is passed on when set.
@@ -99,7 +102,9 @@ func Env(grants []reservation.Grant, b Budget, opts EnvOptions) map[string]strin
 		minLimit = min(minLimit, g.LimitMiB)
 	}
 	env["CARAVAN_GPU_MEMORY_MIB"] = strconv.FormatUint(minLimit, 10)
-	env["CARAVAN_BUDGET_POLICY"] = string(b.Policy)
+	if opts.Watchdog {
+		env["CARAVAN_BUDGET_POLICY"] = string(b.Policy)
+	}
 
 	if opts.MPS && len(visible) > 0 {
 		// Ordinals follow CUDA_VISIBLE_DEVICES, as the MPS client sees them.

@@ -3,6 +3,7 @@ package budget
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
 )
@@ -21,6 +22,20 @@ type ProcUsage struct {
 	PID     int
 	Name    string
 	UsedMiB uint64
+	// MemoryUnknown is set when the GPU does not tell the process's memory;
+	// such a process adds nothing to UsedMiB and is listed last.
+	MemoryUnknown bool
+}
+
+// Unknown returns the processes whose memory the GPU does not tell.
+func (u Usage) Unknown() []ProcUsage {
+	var out []ProcUsage
+	for _, p := range u.Procs {
+		if p.MemoryUnknown {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Breach is a budget exceeded on one GPU.
@@ -33,11 +48,30 @@ type Breach struct {
 // and the exit message.
 func (b Breach) Reason() string {
 	top := "no single process"
-	if len(b.Procs) > 0 {
+	if len(b.Procs) > 0 && !b.Procs[0].MemoryUnknown {
 		p := b.Procs[0]
 		top = fmt.Sprintf("pid %d (%s) holds %d MiB", p.PID, p.Name, p.UsedMiB)
 	}
-	return fmt.Sprintf("GPU memory budget exceeded on %s: task uses %d MiB of its %d MiB budget; %s", b.UUID, b.UsedMiB, b.LimitMiB, top)
+	msg := fmt.Sprintf("GPU memory budget exceeded on %s: task uses %d MiB of its %d MiB budget; %s", b.UUID, b.UsedMiB, b.LimitMiB, top)
+	if n := len(b.Unknown()); n > 0 {
+		msg += fmt.Sprintf(" (and %d process(es) whose memory the GPU does not report)", n)
+	}
+	return msg
+}
+
+// UnknownReport says which processes the watchdog cannot account for on a
+// GPU; empty when it can account for all.
+func (u Usage) UnknownReport() string {
+	unknown := u.Unknown()
+	if len(unknown) == 0 {
+		return ""
+	}
+	var procs []string
+	for _, p := range unknown {
+		procs = append(procs, fmt.Sprintf("pid %d (%s)", p.PID, p.Name))
+	}
+	return fmt.Sprintf("the GPU does not report the memory of %s on %s (NVML_VALUE_NOT_AVAILABLE): the budget of %d MiB is checked on the task's other processes only (%d MiB known)",
+		strings.Join(procs, ", "), u.UUID, u.LimitMiB, u.UsedMiB)
 }
 
 // Sampler reads the GPU memory of processes. gpu.Backend satisfies it.
@@ -66,10 +100,20 @@ func Measure(s Sampler, b Budget, pids map[int]string) ([]Usage, error) {
 			if !ok {
 				continue
 			}
-			u.UsedMiB += p.UsedMemoryMiB
-			u.Procs = append(u.Procs, ProcUsage{PID: p.PID, Name: name, UsedMiB: p.UsedMemoryMiB})
+			// An unknown figure is neither counted nor guessed: the budget
+			// is checked on what is known, and the owner reports the rest.
+			if !p.MemoryUnknown {
+				u.UsedMiB += p.UsedMemoryMiB
+			}
+			u.Procs = append(u.Procs, ProcUsage{PID: p.PID, Name: name, UsedMiB: p.UsedMemoryMiB, MemoryUnknown: p.MemoryUnknown})
 		}
-		sort.Slice(u.Procs, func(i, j int) bool { return u.Procs[i].UsedMiB > u.Procs[j].UsedMiB })
+		sort.SliceStable(u.Procs, func(i, j int) bool {
+			a, b := u.Procs[i], u.Procs[j]
+			if a.MemoryUnknown != b.MemoryUnknown {
+				return b.MemoryUnknown
+			}
+			return a.UsedMiB > b.UsedMiB
+		})
 		out = append(out, u)
 	}
 	return out, nil

@@ -44,6 +44,9 @@ type Hooks struct {
 	// ResumeFailed is called when a suspended task could not be resumed:
 	// the owner ends it, so Nomad's restart policy takes over.
 	ResumeFailed func(taskID string, err error)
+	// Members reports a lane's task count whenever a task joins or leaves
+	// it; 0 means the lane is gone. Calls come in the order of the changes.
+	Members func(key Key, tasks int)
 }
 
 // Options tune a coordinator.
@@ -139,7 +142,9 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
 	l.mu.Lock()
 	now := time.Now()
 	l.members = append(l.members, &member{Member: m, suspended: suspended, sliceStart: now, lastTick: now})
+	n := len(l.members)
 	l.mu.Unlock()
+	c.membersChanged(key, n) // under c.mu, so that counts arrive in order
 	c.mu.Unlock()
 	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("joined %s (%d MiB) with memory profile %s", key, laneMiB, m.Profile),
 		Annotations: map[string]string{"lane": key.String()}})
@@ -178,12 +183,14 @@ func (c *Coordinator) Leave(taskID string) {
 	// that is being torn down.
 	c.mu.Lock()
 	l.mu.Lock()
-	empty := len(l.members) == 0
+	n := len(l.members)
+	empty := n == 0
 	if empty && c.lanes[key] == l {
 		delete(c.lanes, key)
 		close(l.done)
 	}
 	l.mu.Unlock()
+	c.membersChanged(key, n)
 	c.mu.Unlock()
 	if !empty {
 		l.poke()
@@ -218,6 +225,12 @@ func (l *laneState) poke() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
+	}
+}
+
+func (c *Coordinator) membersChanged(key Key, n int) {
+	if c.opts.Hooks.Members != nil {
+		c.opts.Hooks.Members(key, n)
 	}
 }
 

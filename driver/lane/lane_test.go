@@ -252,3 +252,30 @@ func TestFailedResumeIsReportedAndHandedBack(t *testing.T) {
 		t.Fatal("a failed resume was never handed back")
 	}
 }
+
+func TestMembersHookFollowsJoinsAndLeaves(t *testing.T) {
+	type change struct {
+		key Key
+		n   int
+	}
+	var mu sync.Mutex
+	var got []change
+	c := newCoordinator(t, switcher.Signals{}, time.Second, Hooks{Members: func(k Key, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, change{k, n})
+	}})
+	a, b := startProc(t), startProc(t)
+	k0, k1 := Key{GPU: "GPU-0", Lane: 0}, Key{GPU: "GPU-0", Lane: 1}
+	small := Profile{PersistentMiB: 100, EphemeralMiB: 100, Known: true}
+	c.Join(k0, 8000, Member{TaskID: "a", Profile: small, Procs: a.procs}, false)
+	c.Join(k0, 8000, Member{TaskID: "b", Profile: small, Procs: b.procs}, false)
+	c.Join(k1, 8000, Member{TaskID: "c", Profile: small, Procs: b.procs}, false)
+	c.Leave("a")
+	c.Leave("a") // twice: no change
+	c.Leave("b")
+	c.Leave("c")
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, []change{{k0, 1}, {k0, 2}, {k1, 1}, {k0, 1}, {k0, 0}, {k1, 0}}, got)
+}

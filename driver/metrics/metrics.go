@@ -57,6 +57,16 @@ func New() *Metrics {
 	return m
 }
 
+// SetLaneMembers records how many tasks share a lane; a lane of none is
+// dropped, so that lanes that are gone leave no series behind.
+func (m *Metrics) SetLaneMembers(lane string, tasks int) {
+	if tasks <= 0 {
+		m.LaneMembers.DeleteLabelValues(lane)
+		return
+	}
+	m.LaneMembers.WithLabelValues(lane).Set(float64(tasks))
+}
+
 // ObserveSwitch records one suspend or resume.
 func (m *Metrics) ObserveSwitch(op, mechanism string, d time.Duration, err error) {
 	if err != nil {

@@ -12,7 +12,8 @@ type Config struct {
 	AllowRoot bool `codec:"allow_root"`
 	// DefaultUser runs tasks that name no user.
 	DefaultUser string `codec:"default_user"`
-	// GPUBackend is "sim", "nvml" or "none".
+	// GPUBackend is "auto" (NVML when libnvidia-ml loads, else none),
+	// "nvml", "sim" or "none".
 	GPUBackend string    `codec:"gpu_backend"`
 	Sim        SimConfig `codec:"sim"`
 	// BudgetPolicy is the watchdog's default action on a breach: kill or warn.
@@ -49,7 +50,7 @@ type settings struct {
 
 func defaultConfig() Config {
 	return Config{
-		DefaultUser: "nobody", GPUBackend: "none", BudgetPolicy: "kill",
+		DefaultUser: "nobody", GPUBackend: "auto", BudgetPolicy: "kill",
 		WatchdogInterval: "500ms", MPS: "auto", SwitchMechanism: "auto",
 		TimeSliceQuantum: "10s", IterationGrace: "2s", MeasureIterations: 3,
 	}
@@ -83,7 +84,7 @@ func (c Config) parse() (*settings, error) {
 	s := &settings{Config: c}
 	var err error
 	switch c.GPUBackend {
-	case "none", "nvml":
+	case "auto", "none", "nvml":
 	case "sim":
 		if c.Sim.FleetFile == "" {
 			return nil, fmt.Errorf(`sim.fleet_file: is required when gpu_backend = "sim"`)
@@ -95,7 +96,7 @@ func (c Config) parse() (*settings, error) {
 			return nil, fmt.Errorf("sim: fleet_file and state_dir must be absolute paths")
 		}
 	default:
-		return nil, fmt.Errorf(`gpu_backend: must be "sim", "nvml" or "none", got %q`, c.GPUBackend)
+		return nil, fmt.Errorf(`gpu_backend: must be "auto", "nvml", "sim" or "none", got %q`, c.GPUBackend)
 	}
 	if c.DefaultUser == "" {
 		return nil, fmt.Errorf("default_user: must not be empty")

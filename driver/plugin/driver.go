@@ -48,6 +48,7 @@ type Driver struct {
 	compute     cpustats.Compute
 	backend     gpu.Backend
 	backendErr  error
+	noBackend   string // why there is no backend, when none was wanted or found
 	coord       *lane.Coordinator
 	switchWhy   string
 	metricsSrv  *http.Server
@@ -64,7 +65,7 @@ var _ drivers.DriverPlugin = (*Driver)(nil)
 func New(ctx context.Context, logger hclog.Logger) *Driver {
 	logger = logger.Named(Name)
 	s, _ := defaultConfig().parse()
-	return &Driver{
+	d := &Driver{
 		ctx:      ctx,
 		logger:   logger,
 		eventer:  eventer.NewEventer(ctx, logger),
@@ -72,6 +73,8 @@ func New(ctx context.Context, logger hclog.Logger) *Driver {
 		settings: s,
 		metrics:  metrics.New(),
 	}
+	d.metrics.WatchLanes(d.taskLanes)
+	return d
 }
 
 func (d *Driver) PluginInfo() (*base.PluginInfoResponse, error) { return pluginInfo, nil }
@@ -110,12 +113,16 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	if d.backend != nil {
 		_ = d.backend.Close()
 	}
-	d.backend, d.backendErr = openBackend(s, d.logger)
+	d.backend, d.noBackend, d.backendErr = openBackend(s, d.logger)
+	if d.noBackend != "" {
+		d.logger.Warn(unwatched(d.noBackend))
+	}
 	driverVersion := ""
 	if d.backend != nil {
 		driverVersion, _, _ = d.backend.Versions()
 	}
-	choice, err := switcher.Select(s.SwitchMechanism, s.CUDACheckpointPath, s.GPUBackend == "nvml", driverVersion)
+	realGPU := d.backend != nil && d.backend.Name() == "nvml"
+	choice, err := switcher.Select(s.SwitchMechanism, s.CUDACheckpointPath, realGPU, driverVersion)
 	if err != nil {
 		return fmt.Errorf("caravan-driver config: %w", err)
 	}
@@ -124,7 +131,8 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 		d.coord = lane.New(d.ctx, lane.Options{
 			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
 			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
-			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed},
+			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed,
+				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }},
 		})
 	}
 	if s.MetricsAddress != "" && d.metricsSrv == nil {
@@ -148,6 +156,14 @@ func (d *Driver) gpuBackend() (gpu.Backend, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.backend, d.backendErr
+}
+
+// unenforced says why GPU memory budgets are not enforced on this node;
+// empty when a backend watches them (or failed to open, which is an error).
+func (d *Driver) unenforced() string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.noBackend
 }
 
 func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, error) {
@@ -187,14 +203,22 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	if d.coord != nil {
 		mechanism = d.coord.Mechanism()
 	}
+	backendName := s.GPUBackend
+	if d.backend != nil {
+		backendName = d.backend.Name()
+	} else if d.noBackend != "" {
+		backendName = "none"
+	}
+	noBackend, enforced := d.noBackend, d.backend != nil
 	d.mu.RUnlock()
 	attrs := map[string]*pstructs.Attribute{
 		"driver.caravan":             pstructs.NewBoolAttribute(true),
 		"driver.caravan.version":     pstructs.NewStringAttribute(Version),
-		"driver.caravan.gpu_backend": pstructs.NewStringAttribute(s.GPUBackend),
+		"driver.caravan.gpu_backend": pstructs.NewStringAttribute(backendName),
 		"driver.caravan.cgroups":     pstructs.NewStringAttribute(cgroupMode()),
 		"driver.caravan.mps":         pstructs.NewBoolAttribute(mpsActive(s)),
 	}
+	attrs["driver.caravan.budgets_enforced"] = pstructs.NewBoolAttribute(enforced)
 	if mechanism != "" {
 		attrs["driver.caravan.switch_mechanism"] = pstructs.NewStringAttribute(mechanism)
 	}
@@ -208,6 +232,8 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 		return fp
 	}
 	if backend == nil {
+		// Tasks still run, so the driver stays healthy, but says so loudly.
+		fp.HealthDescription = "healthy; " + unwatched(noBackend)
 		return fp
 	}
 	devs, err := backend.Devices()
@@ -305,7 +331,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		return nil, nil, fmt.Errorf("iteration file: %w", err)
 	}
 	env := budget.TaskEnv(cfg.Env, cfg.DeviceEnv, grants, spec.Budget, budget.EnvOptions{
-		MPS: mpsActive(s), MPSPipeDirectory: s.MPSPipeDirectory,
+		Watchdog: backend != nil, MPS: mpsActive(s), MPSPipeDirectory: s.MPSPipeDirectory,
 		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend), DeviceModel: deviceModels(backend),
 	})
 	env[lane.IterationEnv] = spec.IterationFile
@@ -363,13 +389,16 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		return nil, nil, fmt.Errorf("store driver state: %w", err)
 	}
 	d.adopt(h, backend, s, false)
+	if backend == nil {
+		d.warnUnenforced(h, s)
+	}
 	return handle, nil, nil
 }
 
 // adopt starts tracking a task that runs now: its exit, its budget and its
 // lane.
 func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspended bool) {
-	describe(h)
+	describe(h, d.unenforced())
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
 		h.Run()
@@ -381,13 +410,18 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 	d.joinLane(h, backend, suspended)
 }
 
-// describe puts the task's GPU spec in its InspectTask attributes.
-func describe(h *task.Handle) {
-	for _, g := range h.Spec.Budget.GPUs {
-		h.SetAttr("caravan.budget."+g.UUID, strconv.FormatUint(g.LimitMiB, 10)+" MiB")
-	}
-	if h.Spec.Budget.Enforced() {
-		h.SetAttr("caravan.budget_policy", string(h.Spec.Budget.Policy))
+// describe puts the task's GPU spec in its InspectTask attributes. A budget
+// that nothing enforces (unenforced says why) is not shown as one.
+func describe(h *task.Handle, unenforced string) {
+	if unenforced != "" {
+		h.SetAttr("caravan.budget", "not enforced: "+unenforced)
+	} else {
+		for _, g := range h.Spec.Budget.GPUs {
+			h.SetAttr("caravan.budget."+g.UUID, strconv.FormatUint(g.LimitMiB, 10)+" MiB")
+		}
+		if h.Spec.Budget.Enforced() {
+			h.SetAttr("caravan.budget_policy", string(h.Spec.Budget.Policy))
+		}
 	}
 	if h.Spec.Lane != nil {
 		h.SetAttr("caravan.lane", h.Spec.Lane.Key.String())
@@ -549,23 +583,9 @@ func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Dur
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
-	in, err := h.Exec.Stats(ctx, interval)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan *drivers.TaskResourceUsage)
-	go func() {
-		defer close(out)
-		for usage := range in {
-			d.addGPUStats(h, usage)
-			select {
-			case out <- usage:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	// CPU and memory only: the driver protocol has no field for GPU figures,
+	// which go to Prometheus instead (stats.go).
+	return h.Exec.Stats(ctx, interval)
 }
 
 func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, error) {

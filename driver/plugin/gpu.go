@@ -23,26 +23,53 @@ import (
 	"github.com/caravan-gpu/caravan/driver/task"
 )
 
-// openBackend opens the configured GPU backend; nil for "none".
-func openBackend(s *settings, logger hclog.Logger) (gpu.Backend, error) {
+// openNVML opens the NVML backend; tests replace it with go-nvml's mocks.
+var openNVML = func(logger hclog.Logger) (gpu.Backend, error) { return nvml.New(logger) }
+
+// openBackend opens the configured GPU backend. Without one (gpu_backend =
+// "none", or "auto" where NVML does not load) it returns nil and why, in
+// words for the fingerprint, the log and task events.
+func openBackend(s *settings, logger hclog.Logger) (b gpu.Backend, none string, err error) {
 	switch s.GPUBackend {
 	case "sim":
 		b, err := sim.New(s.Sim.FleetFile, s.Sim.StateDir)
 		if err != nil {
-			return nil, fmt.Errorf("gpu_backend sim: %w", err)
+			return nil, "", fmt.Errorf("gpu_backend sim: %w", err)
 		}
 		if err := openSimState(b, s.Sim.StateDir); err != nil {
-			return nil, fmt.Errorf("gpu_backend sim: %w", err)
+			return nil, "", fmt.Errorf("gpu_backend sim: %w", err)
 		}
-		return b, nil
+		return b, "", nil
 	case "nvml":
-		b, err := nvml.New(logger.Named("nvml"))
+		b, err := openNVML(logger.Named("nvml"))
 		if err != nil {
-			return nil, fmt.Errorf("gpu_backend nvml: %w", err)
+			return nil, "", fmt.Errorf("gpu_backend nvml: %w", err)
 		}
-		return b, nil
+		return b, "", nil
+	case "auto":
+		b, err := openNVML(logger.Named("nvml"))
+		if err != nil {
+			return nil, fmt.Sprintf(`gpu_backend = "auto" found no NVML (%v)`, err), nil
+		}
+		return b, "", nil
 	}
-	return nil, nil
+	return nil, `gpu_backend = "none"`, nil
+}
+
+// warnUnenforced tells a task, and the log, that nothing enforces its GPU
+// memory budget on this node.
+func (d *Driver) warnUnenforced(h *task.Handle, s *settings) {
+	msg := "warning: " + unwatched(d.unenforced())
+	if h.Spec.Budget.Enforced() && mpsActive(s) {
+		msg += "; only the MPS client limits apply"
+	}
+	h.Logger.Warn("task started without GPU memory enforcement", "reason", d.unenforced())
+	d.emit(h, msg, map[string]string{"gpu_backend": "none"}, nil)
+}
+
+// unwatched says that nothing enforces GPU memory budgets on this node.
+func unwatched(none string) string {
+	return "GPU memory budgets are NOT enforced: " + none + "; nothing watches or limits a task's GPU memory"
 }
 
 // openSimState lets tasks that run as unprivileged users record their
@@ -93,7 +120,7 @@ func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, [
 	}
 	var limit uint64
 	if tc.GPUMemory != "" {
-		if limit, err = budget.ParseMiB(tc.GPUMemory); err != nil {
+		if limit, err = gpu.ParseMemoryMiB(tc.GPUMemory); err != nil {
 			return task.Spec{}, nil, fmt.Errorf("gpu_memory: %w", err)
 		}
 		if limit == 0 {
@@ -138,12 +165,12 @@ func (p MemoryProfile) parse() (lane.Profile, error) {
 	}
 	var err error
 	if p.Persistent != "" {
-		if out.PersistentMiB, err = budget.ParseMiB(p.Persistent); err != nil {
+		if out.PersistentMiB, err = gpu.ParseMemoryMiB(p.Persistent); err != nil {
 			return out, fmt.Errorf("memory_profile.persistent: %w", err)
 		}
 	}
 	if p.Ephemeral != "" {
-		if out.EphemeralMiB, err = budget.ParseMiB(p.Ephemeral); err != nil {
+		if out.EphemeralMiB, err = gpu.ParseMemoryMiB(p.Ephemeral); err != nil {
 			return out, fmt.Errorf("memory_profile.ephemeral: %w", err)
 		}
 	}
@@ -232,6 +259,9 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	if !h.Spec.Budget.Enforced() {
 		return nil
 	}
+	for _, u := range usage {
+		d.reportUnknownMemory(h, u)
+	}
 	breach := budget.Check(h.Spec.Budget, usage)
 	if !h.NoteBreach(breach != nil) || breach == nil {
 		return breach
@@ -249,6 +279,21 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	d.emit(h, reason+"; killing the task (gpu_memory_policy = \"kill\")", annotations, errors.New(reason))
 	d.kill(h, reason)
 	return breach
+}
+
+// reportUnknownMemory warns, once per process, that the GPU does not tell
+// how much memory some of the task's processes hold, so that the budget
+// covers only the others.
+func (d *Driver) reportUnknownMemory(h *task.Handle, u budget.Usage) {
+	var pids []int
+	for _, p := range u.Unknown() {
+		pids = append(pids, p.PID)
+	}
+	if len(pids) == 0 || len(h.NoteUnknownMemory(pids)) == 0 {
+		return
+	}
+	h.Logger.Warn("GPU memory of some task processes is not reported; the budget cannot cover them", "gpu", u.UUID, "pids", pids)
+	d.emit(h, "warning: "+u.UnknownReport(), map[string]string{"gpu": u.UUID, "known_mib": strconv.FormatUint(u.UsedMiB, 10)}, nil)
 }
 
 // kill ends a task on the driver's own account and records why.

@@ -39,6 +39,9 @@ type Handle struct {
 	attrs      map[string]string
 	gpuUsage   []budget.Usage
 	breached   bool
+	// unknownMemory holds the PIDs already reported as holding memory the
+	// GPU does not tell.
+	unknownMemory map[int]bool
 }
 
 // SetGPUUsage records the watchdog's latest sample.
@@ -64,6 +67,23 @@ func (h *Handle) NoteBreach(over bool) (changed bool) {
 	changed = over != h.breached
 	h.breached = over
 	return changed
+}
+
+// NoteUnknownMemory records processes whose GPU memory the backend does not
+// tell and returns those not noted before, so that each is reported once.
+func (h *Handle) NoteUnknownMemory(pids []int) (news []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, pid := range pids {
+		if !h.unknownMemory[pid] {
+			if h.unknownMemory == nil {
+				h.unknownMemory = map[int]bool{}
+			}
+			h.unknownMemory[pid] = true
+			news = append(news, pid)
+		}
+	}
+	return news
 }
 
 // NewHandle returns a handle for a process that is running now.

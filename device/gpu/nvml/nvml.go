@@ -345,21 +345,36 @@ func (b *Backend) Stats(uuid string) (gpu.Stats, error) {
 	return s, nil
 }
 
+// Processes lists the compute processes and the MPS clients of a device:
+// under MPS a client may be listed only by GetMPSComputeRunningProcesses.
 func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 	h, err := b.handle(uuid)
 	if err != nil {
 		return nil, err
 	}
-	procs, ret := h.GetComputeRunningProcesses()
+	compute, ret := h.GetComputeRunningProcesses()
 	if ret != nvml.SUCCESS {
 		b.noteLost(uuid, ret)
 		return nil, fmt.Errorf("nvml: %s processes: %s", uuid, errorString(ret))
 	}
-	out := make([]gpu.Process, 0, len(procs))
-	for _, p := range procs {
-		out = append(out, gpu.Process{PID: int(p.Pid), UsedMemoryMiB: p.UsedGpuMemory >> 20})
+	mps, ret := h.GetMPSComputeRunningProcesses()
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		mps = nil // no MPS on this device or driver
+	default:
+		b.noteLost(uuid, ret)
+		return nil, fmt.Errorf("nvml: %s MPS client processes: %s", uuid, errorString(ret))
 	}
-	return out, nil
+	return gpu.MergeProcesses(processes(compute), processes(mps)), nil
+}
+
+func processes(infos []nvml.ProcessInfo) []gpu.Process {
+	out := make([]gpu.Process, 0, len(infos))
+	for _, p := range infos {
+		out = append(out, gpu.ProcessUsing(int(p.Pid), p.UsedGpuMemory))
+	}
+	return out
 }
 
 func (b *Backend) noteLost(uuid string, ret nvml.Return) {

@@ -184,3 +184,58 @@ func TestHealth(t *testing.T) {
 		})
 	}
 }
+
+func TestProcesses_MPSClientsAndUnknownMemory(t *testing.T) {
+	notAvailable := uint64(gpu.MemoryNotAvailable)
+	cases := []struct {
+		name    string
+		compute []gonvml.ProcessInfo
+		mps     []gonvml.ProcessInfo
+		mpsErr  gonvml.Return
+		want    []gpu.Process
+		err     string
+	}{
+		{"MPS clients listed only as such",
+			[]gonvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 500 << 20}},
+			[]gonvml.ProcessInfo{{Pid: 21, UsedGpuMemory: 4000 << 20}, {Pid: 22, UsedGpuMemory: 1000 << 20}},
+			gonvml.SUCCESS,
+			[]gpu.Process{{PID: 10, UsedMemoryMiB: 500}, {PID: 21, UsedMemoryMiB: 4000}, {PID: 22, UsedMemoryMiB: 1000}}, ""},
+		{"a process in both lists counts once",
+			[]gonvml.ProcessInfo{{Pid: 21, UsedGpuMemory: 4000 << 20}},
+			[]gonvml.ProcessInfo{{Pid: 21, UsedGpuMemory: 4000 << 20}},
+			gonvml.SUCCESS,
+			[]gpu.Process{{PID: 21, UsedMemoryMiB: 4000}}, ""},
+		{"memory not available is unknown, not 16 EiB",
+			[]gonvml.ProcessInfo{{Pid: 30, UsedGpuMemory: notAvailable}},
+			[]gonvml.ProcessInfo{{Pid: 31, UsedGpuMemory: notAvailable}},
+			gonvml.SUCCESS,
+			[]gpu.Process{{PID: 30, MemoryUnknown: true}, {PID: 31, MemoryUnknown: true}}, ""},
+		{"no MPS on the device",
+			[]gonvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 500 << 20}}, nil,
+			gonvml.ERROR_NOT_SUPPORTED,
+			[]gpu.Process{{PID: 10, UsedMemoryMiB: 500}}, ""},
+		{"a failing MPS list is an error, not a shorter list",
+			[]gonvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 500 << 20}}, nil,
+			gonvml.ERROR_UNKNOWN,
+			nil, "MPS client processes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+			b := open(t, fleet)
+			devs, err := b.Devices()
+			must.NoError(t, err)
+			uuid := devs[0].UUID
+			fleet.Update(uuid, func(s *nvmltest.GPUState) {
+				s.Processes, s.MPSProcesses, s.MPSListErr = tc.compute, tc.mps, tc.mpsErr
+			})
+			procs, err := b.Processes(uuid)
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, procs)
+		})
+	}
+}

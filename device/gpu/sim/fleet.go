@@ -30,6 +30,13 @@ type FleetGPU struct {
 	PCIBandwidthMBps  uint64     `json:"pci_bandwidth_mbps"`
 	Unhealthy         string     `json:"unhealthy"`
 	MIG               []FleetMIG `json:"mig"`
+	// ProcessMemoryNotAvailable makes the GPU (and its MIG instances) report
+	// every process's memory as NVML_VALUE_NOT_AVAILABLE, as NVML does on
+	// some MIG setups and under Windows WDDM.
+	ProcessMemoryNotAvailable bool `json:"process_memory_not_available"`
+	// MPSClients lists the GPU's processes only as MPS clients
+	// (GetMPSComputeRunningProcesses), as NVML does under an MPS server.
+	MPSClients bool `json:"mps_clients"`
 }
 
 // FleetMIG describes one MIG instance of a GPU.
@@ -142,6 +149,26 @@ func (f *Fleet) Devices() []gpu.Device {
 		out = append(out, g.expand(i)...)
 	}
 	return out
+}
+
+// processListing is how a GPU lists its processes.
+type processListing struct {
+	memoryNotAvailable, mpsClients bool
+}
+
+// listings maps device UUIDs (physical and MIG) to how they list processes.
+func (f *Fleet) listings() map[string]processListing {
+	m := map[string]processListing{}
+	for i, g := range f.GPUs {
+		l := processListing{memoryNotAvailable: g.ProcessMemoryNotAvailable, mpsClients: g.MPSClients}
+		if l == (processListing{}) {
+			continue
+		}
+		for _, d := range g.expand(i) {
+			m[d.UUID] = l
+		}
+	}
+	return m
 }
 
 // unhealthy maps device UUIDs (physical and MIG) to their fleet-file fault.

@@ -31,6 +31,7 @@ type Backend struct {
 	devices   []gpu.Device
 	byUUID    map[string]gpu.Device
 	unhealthy map[string]string
+	listing   map[string]processListing
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -82,6 +83,7 @@ func (b *Backend) current() (*Fleet, error) {
 		b.byUUID[d.UUID] = d
 	}
 	b.unhealthy = f.unhealthy()
+	b.listing = f.listings()
 	return f, nil
 }
 
@@ -113,16 +115,21 @@ func (b *Backend) Devices() ([]gpu.Device, error) {
 
 // device returns one device and its fleet-file fault, if any.
 func (b *Backend) device(uuid string) (gpu.Device, string, error) {
+	d, reason, _, err := b.deviceListing(uuid)
+	return d, reason, err
+}
+
+func (b *Backend) deviceListing(uuid string) (gpu.Device, string, processListing, error) {
 	if _, err := b.current(); err != nil {
-		return gpu.Device{}, "", err
+		return gpu.Device{}, "", processListing{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	d, ok := b.byUUID[uuid]
 	if !ok {
-		return gpu.Device{}, "", fmt.Errorf("%w %q", gpu.ErrUnknownDevice, uuid)
+		return gpu.Device{}, "", processListing{}, fmt.Errorf("%w %q", gpu.ErrUnknownDevice, uuid)
 	}
-	return d, b.unhealthy[uuid], nil
+	return d, b.unhealthy[uuid], b.listing[uuid], nil
 }
 
 func (b *Backend) Health(uuid string) (gpu.Health, error) {
@@ -140,17 +147,19 @@ func (b *Backend) Health(uuid string) (gpu.Health, error) {
 }
 
 func (b *Backend) Stats(uuid string) (gpu.Stats, error) {
-	d, _, err := b.device(uuid)
+	d, _, _, err := b.deviceListing(uuid)
 	if err != nil {
 		return gpu.Stats{}, err
 	}
-	procs, err := b.Processes(uuid)
+	procs, err := b.held(uuid)
 	if err != nil {
 		return gpu.Stats{}, err
 	}
+	// The GPU knows what it holds in all, even when it cannot tell per
+	// process.
 	var used uint64
 	for _, p := range procs {
-		used += p.UsedMemoryMiB
+		used += p.mib
 	}
 	util := uint32(0)
 	if len(procs) > 0 {
@@ -164,10 +173,48 @@ func (b *Backend) Stats(uuid string) (gpu.Stats, error) {
 	}, nil
 }
 
+// Processes reports the processes as NVML would: as compute processes or,
+// on a GPU with mps_clients, as MPS clients, with their memory in bytes or
+// NVML_VALUE_NOT_AVAILABLE, through the same conversion and merge as the
+// nvml backend.
 func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
-	if _, _, err := b.device(uuid); err != nil {
+	_, _, listing, err := b.deviceListing(uuid)
+	if err != nil {
 		return nil, err
 	}
+	procs, err := b.held(uuid)
+	if err != nil || procs == nil {
+		return nil, err
+	}
+	var compute, mps []gpu.Process
+	for _, p := range procs {
+		bytes := p.mib << 20
+		if !p.known || listing.memoryNotAvailable {
+			bytes = gpu.MemoryNotAvailable
+		}
+		if listing.mpsClients {
+			mps = append(mps, gpu.ProcessUsing(p.pid, bytes))
+		} else {
+			compute = append(compute, gpu.ProcessUsing(p.pid, bytes))
+		}
+	}
+	return gpu.MergeProcesses(compute, mps), nil
+}
+
+// heldMemory is one live process's entry in the state directory.
+type heldMemory struct {
+	pid   int
+	mib   uint64
+	known bool // false for an entry of notAvailable
+}
+
+// notAvailable in a process's state file stands for memory the GPU cannot
+// tell per process.
+const notAvailable = "N/A"
+
+// held reads the live processes on uuid from the state directory, dropping
+// those that have exited; nil when none ever held memory there.
+func (b *Backend) held(uuid string) ([]heldMemory, error) {
 	dir := filepath.Join(b.stateDir, "procs", uuid)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -176,7 +223,7 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []gpu.Process
+	out := []heldMemory{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -190,13 +237,18 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 		if err != nil {
 			continue
 		}
-		mib, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-		if err != nil {
+		text := strings.TrimSpace(string(data))
+		if text == notAvailable {
+			out = append(out, heldMemory{pid: pid})
 			continue
 		}
-		out = append(out, gpu.Process{PID: pid, UsedMemoryMiB: mib})
+		mib, err := strconv.ParseUint(text, 10, 64)
+		if err != nil || mib >= 1<<40 {
+			continue
+		}
+		out = append(out, heldMemory{pid: pid, mib: mib, known: true})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
 	return out, nil
 }
 
@@ -205,6 +257,16 @@ func (b *Backend) Close() error { return nil }
 // SetProcessMemory records that pid holds mib MiB on the simulated GPU uuid.
 // Simulated workloads call it as they allocate and free.
 func SetProcessMemory(stateDir, uuid string, pid int, mib uint64) error {
+	return writeProcess(stateDir, uuid, pid, strconv.FormatUint(mib, 10))
+}
+
+// SetProcessMemoryNotAvailable records that pid holds memory on uuid that the
+// GPU cannot tell, so that Processes reports it as NVML_VALUE_NOT_AVAILABLE.
+func SetProcessMemoryNotAvailable(stateDir, uuid string, pid int) error {
+	return writeProcess(stateDir, uuid, pid, notAvailable)
+}
+
+func writeProcess(stateDir, uuid string, pid int, content string) error {
 	dir := filepath.Join(stateDir, "procs", uuid)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -213,7 +275,7 @@ func SetProcessMemory(stateDir, uuid string, pid int, mib uint64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(tmp, "%d\n", mib); err != nil {
+	if _, err := fmt.Fprintln(tmp, content); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
 		return err

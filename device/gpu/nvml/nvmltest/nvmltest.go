@@ -1,6 +1,6 @@
 // Package nvmltest completes go-nvml's mock servers with the calls caravan's
 // NVML backend makes that the mocks leave unset (utilisation, power, ECC,
-// processes, events, MIG device handles), so tests can run the real backend
+// processes and MPS clients, events, MIG device handles), so tests can run the real backend
 // on a mock fleet and inject faults.
 package nvmltest
 
@@ -31,7 +31,12 @@ type GPUState struct {
 	TemperatureC   uint32
 	UncorrectedECC uint64
 	Lost           bool
-	Processes      []nvml.ProcessInfo
+	// Processes are listed by GetComputeRunningProcesses, MPSProcesses by
+	// GetMPSComputeRunningProcesses, as NVML lists MPS clients.
+	Processes    []nvml.ProcessInfo
+	MPSProcesses []nvml.ProcessInfo
+	// MPSListErr, when set, is what GetMPSComputeRunningProcesses returns.
+	MPSListErr nvml.Return
 	// MIG holds the MIG device handles of the GPU, filled by EnableMIG.
 	MIG []*mock.Device
 }
@@ -172,6 +177,16 @@ func (f *Fleet) completeDevice(d *server.Device) {
 		}
 		return st.Processes, nvml.SUCCESS
 	}
+	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		st := f.read(uuid)
+		switch {
+		case st.Lost:
+			return nil, nvml.ERROR_GPU_IS_LOST
+		case st.MPSListErr != nvml.SUCCESS:
+			return nil, st.MPSListErr
+		}
+		return st.MPSProcesses, nvml.SUCCESS
+	}
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
@@ -212,7 +227,8 @@ func (f *Fleet) EnableMIG(index int, profileIDs ...int) error {
 			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
 				return nvml.Memory{Total: info.MemorySizeMB << 20, Free: info.MemorySizeMB << 20}, nvml.SUCCESS
 			},
-			GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS },
+			GetComputeRunningProcessesFunc:    func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS },
+			GetMPSComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS },
 			GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
 				return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 			},

@@ -1,0 +1,45 @@
+package plugin
+
+import (
+	"testing"
+
+	"github.com/hashicorp/nomad/plugins/drivers"
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/reservation"
+)
+
+// A task's gpu_memory is read with the same units as the device plugin's
+// lane_memory, so the same words mean the same budget on both sides.
+func TestPlanSpecReadsSizesAsTheDevicePluginDoes(t *testing.T) {
+	laneMiB, err := gpu.ParseMemoryMiB("20GB") // lane_memory = "20GB"
+	must.NoError(t, err)
+	grant := reservation.Grant{InstanceID: "GPU-x:lane0:slot0", GPUUUID: "GPU-x", Lane: 0, Slots: 1, MemoryMiB: laneMiB, SharePercent: 25}
+	s, err := Config{}.parse()
+	must.NoError(t, err)
+	cases := []struct {
+		gpuMemory string
+		want      uint64
+		err       string
+	}{
+		{"20GB", laneMiB, ""},
+		{"19073", 19073, ""},
+		{"10GiB", 10240, ""},
+		{"20GiB", 0, "gpu_memory: 20480 MiB is more than the 19073 MiB granted on GPU-x"},
+		{"20G", 0, `gpu_memory: "20G": unit "G" is ambiguous`},
+		{"0.5KiB", 0, "gpu_memory: must be more than 0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.gpuMemory, func(t *testing.T) {
+			cfg := &drivers.TaskConfig{DeviceEnv: map[string]string{grant.EnvName(): grant.EnvValue()}}
+			spec, _, err := planSpec(s, cfg, TaskConfig{Command: "/bin/true", GPUMemory: tc.gpuMemory})
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, spec.Budget.GPUs[0].LimitMiB)
+		})
+	}
+}
