@@ -22,7 +22,8 @@ type Config struct {
 	// "on" or "off".
 	MPS              string `codec:"mps"`
 	MPSPipeDirectory string `codec:"mps_pipe_directory"`
-	// SwitchMechanism is "auto", "cuda-checkpoint" or "sigstop".
+	// SwitchMechanism is "auto", "cuda-checkpoint" or "freeze" ("sigstop",
+	// its former name, is still accepted).
 	SwitchMechanism    string `codec:"switch_mechanism"`
 	CUDACheckpointPath string `codec:"cuda_checkpoint_path"`
 	TimeSliceQuantum   string `codec:"time_slice_quantum"`
@@ -118,9 +119,9 @@ func (c Config) parse() (*settings, error) {
 		return nil, fmt.Errorf(`mps: must be "auto", "on" or "off", got %q`, c.MPS)
 	}
 	switch c.SwitchMechanism {
-	case "auto", "cuda-checkpoint", "sigstop":
+	case "auto", "cuda-checkpoint", "freeze", "sigstop":
 	default:
-		return nil, fmt.Errorf(`switch_mechanism: must be "auto", "cuda-checkpoint" or "sigstop", got %q`, c.SwitchMechanism)
+		return nil, fmt.Errorf(`switch_mechanism: must be "auto", "cuda-checkpoint" or "freeze", got %q`, c.SwitchMechanism)
 	}
 	if c.MeasureIterations < 1 || c.MeasureIterations > 1000 {
 		return nil, fmt.Errorf("measure_iterations: must be between 1 and 1000, got %d", c.MeasureIterations)

@@ -189,11 +189,12 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	}
 	d.mu.RUnlock()
 	attrs := map[string]*pstructs.Attribute{
-		"driver.caravan":             pstructs.NewBoolAttribute(true),
-		"driver.caravan.version":     pstructs.NewStringAttribute(Version),
-		"driver.caravan.gpu_backend": pstructs.NewStringAttribute(s.GPUBackend),
-		"driver.caravan.cgroups":     pstructs.NewStringAttribute(cgroupMode()),
-		"driver.caravan.mps":         pstructs.NewBoolAttribute(mpsActive(s)),
+		"driver.caravan":                 pstructs.NewBoolAttribute(true),
+		"driver.caravan.version":         pstructs.NewStringAttribute(Version),
+		"driver.caravan.gpu_backend":     pstructs.NewStringAttribute(s.GPUBackend),
+		"driver.caravan.cgroups":         pstructs.NewStringAttribute(cgroupMode()),
+		"driver.caravan.process_control": pstructs.NewStringAttribute(processControl()),
+		"driver.caravan.mps":             pstructs.NewBoolAttribute(mpsActive(s)),
 	}
 	if mechanism != "" {
 		attrs["driver.caravan.switch_mechanism"] = pstructs.NewStringAttribute(mechanism)
@@ -349,11 +350,13 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 
 	startedAt := time.Now().Round(time.Millisecond)
-	h := task.NewHandle(exec, client, ps.Pid, cfg, spec, startedAt, logger)
+	procs, fallbackWhy := taskProcesses(taskCgroup(cfg), ps.Pid)
+	h := task.NewHandle(exec, client, ps.Pid, procs, cfg, spec, startedAt, logger)
 	state := task.State{
 		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(client.ReattachConfig()),
 		TaskConfig:     cfg,
 		Pid:            ps.Pid,
+		Cgroup:         cgroupDir(procs),
 		StartedAt:      startedAt,
 		Spec:           spec,
 	}
@@ -361,6 +364,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		_ = exec.Shutdown("", 0)
 		client.Kill()
 		return nil, nil, fmt.Errorf("store driver state: %w", err)
+	}
+	if fallbackWhy != "" {
+		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
 	d.adopt(h, backend, s, false)
 	return handle, nil, nil
@@ -381,8 +387,10 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 	d.joinLane(h, backend, suspended)
 }
 
-// describe puts the task's GPU spec in its InspectTask attributes.
+// describe puts the task's GPU spec and how its processes are reached in
+// its InspectTask attributes.
 func describe(h *task.Handle) {
+	h.SetAttr("caravan.process_control", h.Procs.Method())
 	for _, g := range h.Spec.Budget.GPUs {
 		h.SetAttr("caravan.budget."+g.UUID, strconv.FormatUint(g.LimitMiB, 10)+" MiB")
 	}
@@ -458,13 +466,27 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if cfg == nil {
 		cfg = handle.Config
 	}
+	// A state from before the driver stored the cgroup names none: find it
+	// as at the start.
+	dir := state.Cgroup
+	if dir == "" {
+		dir = taskCgroup(cfg)
+	}
+	procs, fallbackWhy := taskProcesses(dir, state.Pid)
 	// The budget comes from the stored state, never from the env again.
-	h := task.NewHandle(exec, client, state.Pid, cfg, state.Spec, state.StartedAt, logger)
+	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
 	backend, _ := d.gpuBackend()
-	suspended := anyStopped(state.Pid)
+	suspended, err := procs.Frozen()
+	if err != nil {
+		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
+	}
 	d.adopt(h, backend, s, suspended)
 	h.SetAttr("caravan.recovered", "true")
-	d.recoveryEvents.Store(handle.Config.ID, fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended))
+	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended)
+	if fallbackWhy != "" {
+		msg += "; " + fallbackMessage(fallbackWhy)
+	}
+	d.recoveryEvents.Store(handle.Config.ID, msg)
 	return nil
 }
 
