@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -14,7 +15,9 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/driver/cgroup"
 	"github.com/caravan-gpu/caravan/driver/proctree"
+	"github.com/caravan-gpu/caravan/driver/task"
 	"github.com/caravan-gpu/caravan/driver/workload"
 )
 
@@ -99,4 +102,36 @@ func TestWithoutCgroupFallsBackToSignalsAndSaysSo(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	must.SliceEmpty(t, events(cfg.ID, "GPU memory budget exceeded"))
 	must.NoError(t, h.StopTask(cfg.ID, time.Second, "SIGKILL"))
+}
+
+// TestRecoverTaskFoundFrozen: a driver that restarts while a task waits for
+// its turn finds the task's cgroup frozen, records the task as suspended,
+// and resumes it once it is alone in its lane.
+func TestRecoverTaskFoundFrozen(t *testing.T) {
+	if processControl() == proctree.Method {
+		t.Skip("this host has no freezable cgroups for tasks (driver.caravan.process_control = signals)")
+	}
+	conf, _ := simConfig(t)
+	h1, _, stopDriver := newStoppableHarness(t, conf)
+	cfg := workloadTask(t, h1, "frozen", workload.Config{Iterations: 10, IterationTime: 100 * time.Millisecond,
+		PersistentMiB: 1024, EphemeralMiB: 256}, TaskConfig{}, grantEnv(laneGrant(0)))
+	handle, _, err := h1.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h1.WaitUntilStarted(cfg.ID, 5*time.Second))
+	stopDriver()
+	var state task.State
+	must.NoError(t, handle.GetDriverState(&state))
+	must.NotEq(t, "", state.Cgroup)
+	g, err := cgroup.Open(state.Cgroup)
+	must.NoError(t, err)
+	must.NoError(t, g.Freeze(context.Background()))
+
+	h2, _ := newHarness(t, conf)
+	events := collectEvents(t, h2)
+	must.NoError(t, h2.RecoverTask(handle))
+	// The recovery event goes out once Nomad waits on the task.
+	res := waitExit(t, h2, cfg.ID, 30*time.Second)
+	must.Eq(t, 0, res.ExitCode)
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: true)", 5*time.Second))
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "resumed in GPU-test/lane0 via freeze ("+g.Method()+")", 5*time.Second))
 }
