@@ -379,6 +379,7 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
 		h.Run()
+		d.killLeftovers(h)
 		if d.coord != nil {
 			d.coord.Leave(h.Config.ID)
 		}

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -93,4 +94,28 @@ func cgroupDir(procs task.Processes) string {
 func fallbackMessage(why string) string {
 	return "process control falls back to signals and the process tree (" + why +
 		"): a process that calls setsid and forks escapes the GPU memory budget, kill and lane switches"
+}
+
+// killLeftovers kills what is left in a task's cgroup once its main process
+// has exited, such as a process that escaped with setsid, so that it holds
+// no GPU memory into the task's next run: the Nomad client kills the cgroup
+// only when the task will not run again. A task reached by signals is left
+// alone: its process tree is gone with its main process, and PIDs of a
+// tree that has exited may already be someone else's.
+func (d *Driver) killLeftovers(h *task.Handle) {
+	if cgroupDir(h.Procs) == "" {
+		return
+	}
+	left, err := h.Procs.PIDs()
+	if err != nil || len(left) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, killTimeout)
+	defer cancel()
+	err = h.Procs.Kill(ctx)
+	msg := fmt.Sprintf("killed %d process(es) left in the task's cgroup after its main process exited", len(left))
+	if err != nil {
+		msg = fmt.Sprintf("killing %d process(es) left in the task's cgroup after its main process exited failed: %v", len(left), err)
+	}
+	d.emit(h, msg, map[string]string{"pids": fmt.Sprint(left)}, err)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +135,28 @@ func TestRecoverTaskFoundFrozen(t *testing.T) {
 	must.Eq(t, 0, res.ExitCode)
 	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: true)", 5*time.Second))
 	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "resumed in GPU-test/lane0 via freeze ("+g.Method()+")", 5*time.Second))
+}
+
+// TestLeftoversAreKilledWhenTheMainProcessExits: what escaped the task's
+// process tree does not outlive the task's main process.
+func TestLeftoversAreKilledWhenTheMainProcessExits(t *testing.T) {
+	if processControl() == proctree.Method {
+		t.Skip("this host has no freezable cgroups for tasks (driver.caravan.process_control = signals)")
+	}
+	h, _ := newHarness(t, Config{})
+	events := collectEvents(t, h)
+	cfg := newTask(t, h, "leaver", TaskConfig{Command: "/bin/sh", Args: []string{"-c",
+		`sh -c 'setsid sh -c "echo \$\$ > $0; exec sleep 300" &' "$NOMAD_TASK_DIR/escaped.pid"; sleep 0.5`}}, nil)
+	cfg.Env["NOMAD_TASK_DIR"] = cfg.TaskDir().LocalDir
+	_, _, err := h.StartTask(cfg)
+	must.NoError(t, err)
+	must.Eq(t, 0, waitExit(t, h, cfg.ID, 10*time.Second).ExitCode)
+	data, err := os.ReadFile(cfg.TaskDir().LocalDir + "/escaped.pid")
+	must.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	must.NoError(t, err)
+	found := waitEvents(events, cfg.ID, "killed 1 process(es) left in the task's cgroup", 5*time.Second)
+	must.SliceNotEmpty(t, found)
+	must.Eq(t, "["+strconv.Itoa(pid)+"]", found[0].Annotations["pids"])
+	must.False(t, running(pid), must.Sprintf("escaped pid %d outlived the task", pid))
 }
