@@ -12,6 +12,10 @@ type Config struct {
 	AllowRoot bool `codec:"allow_root"`
 	// DefaultUser runs tasks that name no user.
 	DefaultUser string `codec:"default_user"`
+	// DynamicUsers asks the Nomad client for a UID of its own for every
+	// task that names no user (a dynamic workload user, "nomad-<id>"), in
+	// place of DefaultUser.
+	DynamicUsers bool `codec:"dynamic_users"`
 	// GPUBackend is "sim", "nvml" or "none".
 	GPUBackend string    `codec:"gpu_backend"`
 	Sim        SimConfig `codec:"sim"`

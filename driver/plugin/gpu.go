@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/helper/users/dynamic"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
@@ -159,12 +159,10 @@ func prepareIterationFile(path, username string) error {
 		return err
 	}
 	f.Close()
-	u, err := user.Lookup(username)
+	uid, gid, _, err := dynamic.LookupUser(username)
 	if err != nil {
 		return nil
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	return os.Chown(path, uid, gid)
 }
 
