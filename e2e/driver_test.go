@@ -83,6 +83,31 @@ func runs(pid int) bool {
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
 
+var taskUID = regexp.MustCompile(`(victim|prober) uid=(\d+) user=(\S+)`)
+
+// TestDriverDynamicUsersCannotSignalEachOther: with dynamic_users the Nomad
+// client gives each task of a job that names no user a UID of its own, and
+// one task's kill(2) of the other is refused.
+func TestDriverDynamicUsersCannotSignalEachOther(t *testing.T) {
+	c := harness.StartT(t, harness.Options{DriverConfig: `
+    dynamic_users = true`})
+	job := c.RunJobspec(t, c.Jobspec("driver-dynamic-users.nomad.hcl"), nil)
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	status := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	logs := c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "prober") + c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "victim")
+	must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprintf("%s\n%s", status, logs))
+	must.StrContains(t, logs, "prober was refused")
+	uids := map[string]int{}
+	for _, m := range taskUID.FindAllStringSubmatch(logs, -1) {
+		uid, _ := strconv.Atoi(m[2])
+		uids[m[1]] = uid
+		must.Eq(t, "nomad-"+m[2], m[3])
+		must.Between(t, 80000, uid, 89999) // the client's default pool
+	}
+	must.MapLen(t, 2, uids, must.Sprint(logs))
+	must.NotEq(t, uids["victim"], uids["prober"])
+}
+
 func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
 		Fleet: laneFleet,
