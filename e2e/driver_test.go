@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"net"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,6 +34,79 @@ func TestDriverOverBudgetIsKilledWithReason(t *testing.T) {
 	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
 	must.StrContains(t, out, "GPU memory budget exceeded")
 	must.StrContains(t, out, "2048 MiB budget")
+}
+
+// processControl is how the node's caravan driver reaches tasks' processes
+// (driver.caravan.process_control).
+func processControl(t *testing.T, c *harness.Cluster) string {
+	t.Helper()
+	node, err := c.Node()
+	must.NoError(t, err)
+	pc := node.Drivers["caravan"].Attributes["driver.caravan.process_control"]
+	must.NotEq(t, "", pc, must.Sprint("the driver fingerprints no driver.caravan.process_control"))
+	return pc
+}
+
+// breachPID finds the process a breach names; the kernel cuts command
+// names to 15 bytes ("caravan-workloa").
+var breachPID = regexp.MustCompile(`pid (\d+) \(caravan-worklo`)
+
+// TestDriverSetsidEscapeIsKilledWithReason: the task's GPU work runs in a
+// process that left the task's process tree and process group (setsid from
+// a child that exits). The driver still counts it against the budget
+// through the task's cgroup and kills it with the task.
+func TestDriverSetsidEscapeIsKilledWithReason(t *testing.T) {
+	c := harness.StartT(t, harness.Options{})
+	if pc := processControl(t, c); pc == "signals" {
+		t.Skip("this host has no freezable cgroups for tasks (driver.caravan.process_control = signals): a setsid escape is not contained")
+	}
+	job := c.RunJobspec(t, c.Jobspec("driver-setsid-escape.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprint(out))
+	must.StrContains(t, out, "GPU memory budget exceeded")
+	must.StrContains(t, out, "2048 MiB budget")
+	// The process over budget is the escaped workload, not the task's shell.
+	m := breachPID.FindStringSubmatch(out)
+	must.SliceLen(t, 2, m, must.Sprintf("no caravan-workload pid in:\n%s", out))
+	pid, _ := strconv.Atoi(m[1])
+	must.False(t, runs(pid), must.Sprintf("escaped pid %d outlived its task", pid))
+}
+
+// runs reports whether pid is a live process (not a zombie).
+func runs(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+var taskUID = regexp.MustCompile(`(victim|prober) uid=(\d+) user=(\S+)`)
+
+// TestDriverDynamicUsersCannotSignalEachOther: with dynamic_users the Nomad
+// client gives each task of a job that names no user a UID of its own, and
+// one task's kill(2) of the other is refused.
+func TestDriverDynamicUsersCannotSignalEachOther(t *testing.T) {
+	c := harness.StartT(t, harness.Options{DriverConfig: `
+    dynamic_users = true`})
+	job := c.RunJobspec(t, c.Jobspec("driver-dynamic-users.nomad.hcl"), nil)
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	status := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	logs := c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "prober") + c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "victim")
+	must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprintf("%s\n%s", status, logs))
+	must.StrContains(t, logs, "prober was refused")
+	uids := map[string]int{}
+	for _, m := range taskUID.FindAllStringSubmatch(logs, -1) {
+		uid, _ := strconv.Atoi(m[2])
+		uids[m[1]] = uid
+		must.Eq(t, "nomad-"+m[2], m[3])
+		must.Between(t, 80000, uid, 89999) // the client's default pool
+	}
+	must.MapLen(t, 2, uids, must.Sprint(logs))
+	must.NotEq(t, uids["victim"], uids["prober"])
 }
 
 func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
@@ -90,10 +165,12 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 			break
 		}
 	}
+	// Each task is frozen the way the node says it reaches processes.
+	via := "suspended in GPU-lane/lane0 via freeze (" + processControl(t, c) + ")"
 	for _, job := range []*api.Job{a, b} {
 		events := strings.Join(seen[*job.ID], "\n")
 		must.StrContains(t, events, "take turns")
-		must.StrContains(t, events, "suspended in GPU-lane/lane0 via sigstop")
+		must.StrContains(t, events, via)
 		must.StrContains(t, events, "resumed in GPU-lane/lane0")
 	}
 }

@@ -8,7 +8,7 @@
 #
 #   nomad job run -var workload=$PWD/bin/caravan-workload jobspecs/driver-lane-a.nomad.hcl
 #   nomad job run -var workload=$PWD/bin/caravan-workload jobspecs/driver-lane-b.nomad.hcl
-#   nomad alloc status <alloc-id>     # "suspended in ... via sigstop in 120µs" events
+#   nomad alloc status <alloc-id>     # "suspended in ... via freeze (cgroup-v2) in 1.2ms" events
 variable "workload" {
   description = "Path of the caravan-workload binary on the client."
   type        = string

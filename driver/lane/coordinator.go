@@ -19,8 +19,10 @@ type Member struct {
 	Name   string
 	// Profile is the declared profile; the zero value asks for measuring.
 	Profile Profile
-	// Procs returns the task's processes and those holding GPU memory.
-	Procs func() (pids, gpuPIDs []int)
+	// Processes freezes and thaws all of the task's processes.
+	Processes switcher.Freezer
+	// GPUPIDs returns the task's processes that hold GPU memory.
+	GPUPIDs func() []int
 	// GPUMemoryMiB returns what the task holds on the lane's GPU now.
 	GPUMemoryMiB func() uint64
 	// Iterations counts the iteration boundaries the task has marked; nil
@@ -129,7 +131,7 @@ func New(ctx context.Context, opts Options) *Coordinator {
 func (c *Coordinator) Mechanism() string { return c.opts.Mechanism.Name() }
 
 // Join adds a task to lane key of laneMiB. suspended says the task's
-// processes are stopped now, as after a driver restart in mid-slice.
+// processes are frozen now, as after a driver restart in mid-slice.
 func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
 	c.mu.Lock()
 	l, ok := c.lanes[key]
@@ -168,8 +170,7 @@ func (c *Coordinator) Leave(taskID string) {
 			continue
 		}
 		if m.suspended {
-			pids, gpuPIDs := m.Procs()
-			_ = c.opts.Mechanism.Resume(c.ctx, pids, gpuPIDs)
+			_ = c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs())
 			m.suspended = false
 		}
 		l.members = append(l.members[:i], l.members[i+1:]...)
@@ -394,13 +395,27 @@ func (c *Coordinator) measure(l *laneState, now time.Time) {
 	}
 }
 
+// gpuPIDs returns the member's processes that hold GPU memory.
+func (m *member) gpuPIDs() []int {
+	if m.GPUPIDs == nil {
+		return nil
+	}
+	return m.GPUPIDs()
+}
+
+// via says how a member is switched: the mechanism and how its processes
+// are frozen, "freeze (cgroup-v2)".
+func (c *Coordinator) via(m *member) string {
+	return c.Mechanism() + " (" + m.Processes.Method() + ")"
+}
+
 func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
-	pids, gpuPIDs := m.Procs()
-	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Suspend(c.ctx, pids, gpuPIDs) })
+	gpuPIDs := m.gpuPIDs()
+	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs) })
 	c.switched("suspend", d, err)
 	if err != nil {
 		// The task keeps running; better to share badly than to lose it.
-		_ = c.opts.Mechanism.Resume(c.ctx, pids, gpuPIDs)
+		_ = c.opts.Mechanism.Resume(c.ctx, m.Processes, gpuPIDs)
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("suspend in %s failed, task keeps running: %v", l.key, err),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return false
@@ -408,14 +423,14 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	m.suspended = true
 	m.switches++
 	m.lastSuspend = d
-	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s via %s in %s (%s)", l.key, c.Mechanism(), round(d), why),
-		Annotations: map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "suspend_latency": d.String()}})
+	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s via %s in %s (%s)", l.key, c.via(m), round(d), why),
+		Annotations: map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
+			"suspend_latency": d.String()}})
 	return true
 }
 
 func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
-	pids, gpuPIDs := m.Procs()
-	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Resume(c.ctx, pids, gpuPIDs) })
+	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs()) })
 	c.switched("resume", d, err)
 	if err != nil {
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed; the task is ended so that its restart policy takes over: %v", l.key, err),
@@ -427,8 +442,9 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	}
 	m.suspended = false
 	m.lastResume = d
-	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("resumed in %s via %s in %s (%s)", l.key, c.Mechanism(), round(d), why),
-		Annotations: map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "resume_latency": d.String()}})
+	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("resumed in %s via %s in %s (%s)", l.key, c.via(m), round(d), why),
+		Annotations: map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
+			"resume_latency": d.String()}})
 	return true
 }
 

@@ -69,7 +69,9 @@ func startProc(t *testing.T) *proc {
 	return &proc{cmd: cmd}
 }
 
-func (p *proc) procs() (pids, gpuPIDs []int) { return []int{p.cmd.Process.Pid}, nil }
+// processes reaches the process by signals, as the driver does a task
+// without a cgroup.
+func (p *proc) processes() proctree.Signals { return proctree.Signals{Root: p.cmd.Process.Pid} }
 
 func (p *proc) stopped() bool {
 	st, err := proctree.Read(p.cmd.Process.Pid)
@@ -120,11 +122,11 @@ func newCoordinator(t *testing.T, m switcher.Mechanism, quantum time.Duration, h
 
 func TestProfilesThatFitRunConcurrently(t *testing.T) {
 	rec := &recorder{}
-	c := newCoordinator(t, switcher.Signals{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	c := newCoordinator(t, switcher.Freeze{}, 50*time.Millisecond, Hooks{Event: rec.add})
 	a, b := startProc(t), startProc(t)
 	key := Key{GPU: "GPU-0", Lane: 0}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 2000, Known: true}, Procs: a.procs}, false)
-	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Procs: b.procs}, false)
+	c.Join(key, 8000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 2000, Known: true}, Processes: a.processes()}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Processes: b.processes()}, false)
 	time.Sleep(300 * time.Millisecond)
 	must.False(t, a.stopped())
 	must.False(t, b.stopped())
@@ -137,7 +139,7 @@ func TestProfilesThatFitRunConcurrently(t *testing.T) {
 func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
 	rec := &recorder{}
 	var switches atomic.Int64
-	c := newCoordinator(t, switcher.Signals{}, 100*time.Millisecond, Hooks{Event: rec.add,
+	c := newCoordinator(t, switcher.Freeze{}, 100*time.Millisecond, Hooks{Event: rec.add,
 		Switched: func(op, mech string, d time.Duration, err error) {
 			if err == nil && op == "resume" {
 				switches.Add(1)
@@ -146,8 +148,8 @@ func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
 	a, b := startProc(t), startProc(t)
 	key := Key{GPU: "GPU-0", Lane: 1}
 	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Procs: a.procs}, false)
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Procs: b.procs}, false)
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: a.processes()}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: b.processes()}, false)
 
 	// Never both running; each gets turns.
 	// Two reads of /proc are not atomic and signal delivery is
@@ -168,7 +170,7 @@ func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
 	st, _ := c.Status("a")
 	must.Eq(t, "time-sliced", st.Mode)
 	must.Positive(t, st.LastSuspend)
-	must.Positive(t, rec.count("a", "suspended in GPU-0/lane1 via sigstop"))
+	must.Positive(t, rec.count("a", "suspended in GPU-0/lane1 via freeze (signals)"))
 
 	// Leaving resumes a suspended task so that it can be stopped.
 	c.Leave("a")
@@ -180,14 +182,14 @@ func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
 
 func TestSwitchWaitsForIterationBoundary(t *testing.T) {
 	rec := &recorder{}
-	c := newCoordinator(t, switcher.Signals{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	c := newCoordinator(t, switcher.Freeze{}, 50*time.Millisecond, Hooks{Event: rec.add})
 	a, b := startProc(t), startProc(t)
 	path := filepath.Join(t.TempDir(), "iterations")
 	must.NoError(t, os.WriteFile(path, []byte("1\n"), 0o644))
 	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
 	key := Key{GPU: "GPU-0", Lane: 2}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Procs: a.procs, Iterations: NewIterationCounter(path)}, false)
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Procs: b.procs}, false)
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: a.processes(), Iterations: NewIterationCounter(path)}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: b.processes()}, false)
 
 	// a runs first and marks iterations; it must not be suspended until the
 	// next mark even though its quantum is long over.
@@ -206,7 +208,7 @@ func TestSwitchWaitsForIterationBoundary(t *testing.T) {
 
 func TestMeasuresUnknownProfile(t *testing.T) {
 	rec := &recorder{}
-	c := newCoordinator(t, switcher.Signals{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	c := newCoordinator(t, switcher.Freeze{}, 50*time.Millisecond, Hooks{Event: rec.add})
 	a := startProc(t)
 	path := filepath.Join(t.TempDir(), "iterations")
 	must.NoError(t, os.WriteFile(path, []byte("1\n"), 0o644))
@@ -214,7 +216,7 @@ func TestMeasuresUnknownProfile(t *testing.T) {
 	usage := func() uint64 { // 2000 persistent, 0..1500 ephemeral in a cycle
 		return 2000 + uint64(n.Add(1)%4)*500
 	}
-	c.Join(Key{GPU: "GPU-0", Lane: 3}, 8000, Member{TaskID: "a", Procs: a.procs, GPUMemoryMiB: usage, Iterations: NewIterationCounter(path)}, false)
+	c.Join(Key{GPU: "GPU-0", Lane: 3}, 8000, Member{TaskID: "a", Processes: a.processes(), GPUMemoryMiB: usage, Iterations: NewIterationCounter(path)}, false)
 	time.Sleep(100 * time.Millisecond)
 	must.NoError(t, os.WriteFile(path, []byte("1\n2\n3\n4\n"), 0o644))
 	deadline := time.Now().Add(2 * time.Second)
@@ -238,13 +240,11 @@ func TestFailedResumeIsReportedAndHandedBack(t *testing.T) {
 	c := newCoordinator(t, switcher.CUDACheckpoint{Path: tool}, 50*time.Millisecond, Hooks{Event: rec.add,
 		ResumeFailed: func(id string, err error) { failed <- id }})
 	a, b := startProc(t), startProc(t)
-	gpu := func(p *proc) func() ([]int, []int) {
-		return func() ([]int, []int) { return []int{p.cmd.Process.Pid}, []int{p.cmd.Process.Pid} }
-	}
+	gpu := func(p *proc) func() []int { return func() []int { return []int{p.cmd.Process.Pid} } }
 	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
 	key := Key{GPU: "GPU-0", Lane: 4}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Procs: gpu(a)}, false)
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Procs: gpu(b)}, false)
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: a.processes(), GPUPIDs: gpu(a)}, false)
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: b.processes(), GPUPIDs: gpu(b)}, false)
 	select {
 	case id := <-failed:
 		must.Positive(t, rec.count(id, "resume in GPU-0/lane4 failed"))
@@ -260,7 +260,7 @@ func TestMembersHookFollowsJoinsAndLeaves(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []change
-	c := newCoordinator(t, switcher.Signals{}, time.Second, Hooks{Members: func(k Key, n int) {
+	c := newCoordinator(t, switcher.Freeze{}, time.Second, Hooks{Members: func(k Key, n int) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, change{k, n})
@@ -268,9 +268,9 @@ func TestMembersHookFollowsJoinsAndLeaves(t *testing.T) {
 	a, b := startProc(t), startProc(t)
 	k0, k1 := Key{GPU: "GPU-0", Lane: 0}, Key{GPU: "GPU-0", Lane: 1}
 	small := Profile{PersistentMiB: 100, EphemeralMiB: 100, Known: true}
-	c.Join(k0, 8000, Member{TaskID: "a", Profile: small, Procs: a.procs}, false)
-	c.Join(k0, 8000, Member{TaskID: "b", Profile: small, Procs: b.procs}, false)
-	c.Join(k1, 8000, Member{TaskID: "c", Profile: small, Procs: b.procs}, false)
+	c.Join(k0, 8000, Member{TaskID: "a", Profile: small, Processes: a.processes()}, false)
+	c.Join(k0, 8000, Member{TaskID: "b", Profile: small, Processes: b.processes()}, false)
+	c.Join(k1, 8000, Member{TaskID: "c", Profile: small, Processes: b.processes()}, false)
 	c.Leave("a")
 	c.Leave("a") // twice: no change
 	c.Leave("b")

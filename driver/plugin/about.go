@@ -28,7 +28,8 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"allow_root": hclspec.NewDefault(hclspec.NewAttr("allow_root", "bool", false), hclspec.NewLiteral("false")),
 	"default_user": hclspec.NewDefault(hclspec.NewAttr("default_user", "string", false),
 		hclspec.NewLiteral(`"nobody"`)),
-	"gpu_backend": hclspec.NewDefault(hclspec.NewAttr("gpu_backend", "string", false), hclspec.NewLiteral(`"auto"`)),
+	"dynamic_users": hclspec.NewDefault(hclspec.NewAttr("dynamic_users", "bool", false), hclspec.NewLiteral("false")),
+	"gpu_backend":   hclspec.NewDefault(hclspec.NewAttr("gpu_backend", "string", false), hclspec.NewLiteral(`"auto"`)),
 	"sim": hclspec.NewBlock("sim", false, hclspec.NewObject(map[string]*hclspec.Spec{
 		"fleet_file": hclspec.NewAttr("fleet_file", "string", false),
 		"state_dir":  hclspec.NewAttr("state_dir", "string", false),

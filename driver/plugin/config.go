@@ -12,6 +12,10 @@ type Config struct {
 	AllowRoot bool `codec:"allow_root"`
 	// DefaultUser runs tasks that name no user.
 	DefaultUser string `codec:"default_user"`
+	// DynamicUsers asks the Nomad client for a UID of its own for every
+	// task that names no user (a dynamic workload user, "nomad-<id>"), in
+	// place of DefaultUser.
+	DynamicUsers bool `codec:"dynamic_users"`
 	// GPUBackend is "auto" (NVML when libnvidia-ml loads, else none),
 	// "nvml", "sim" or "none".
 	GPUBackend string    `codec:"gpu_backend"`
@@ -23,7 +27,8 @@ type Config struct {
 	// "on" or "off".
 	MPS              string `codec:"mps"`
 	MPSPipeDirectory string `codec:"mps_pipe_directory"`
-	// SwitchMechanism is "auto", "cuda-checkpoint" or "sigstop".
+	// SwitchMechanism is "auto", "cuda-checkpoint" or "freeze" ("sigstop",
+	// its former name, is still accepted).
 	SwitchMechanism    string `codec:"switch_mechanism"`
 	CUDACheckpointPath string `codec:"cuda_checkpoint_path"`
 	TimeSliceQuantum   string `codec:"time_slice_quantum"`
@@ -119,9 +124,9 @@ func (c Config) parse() (*settings, error) {
 		return nil, fmt.Errorf(`mps: must be "auto", "on" or "off", got %q`, c.MPS)
 	}
 	switch c.SwitchMechanism {
-	case "auto", "cuda-checkpoint", "sigstop":
+	case "auto", "cuda-checkpoint", "freeze", "sigstop":
 	default:
-		return nil, fmt.Errorf(`switch_mechanism: must be "auto", "cuda-checkpoint" or "sigstop", got %q`, c.SwitchMechanism)
+		return nil, fmt.Errorf(`switch_mechanism: must be "auto", "cuda-checkpoint" or "freeze", got %q`, c.SwitchMechanism)
 	}
 	if c.MeasureIterations < 1 || c.MeasureIterations > 1000 {
 		return nil, fmt.Errorf("measure_iterations: must be between 1 and 1000, got %d", c.MeasureIterations)

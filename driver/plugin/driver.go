@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/user"
 	"path/filepath"
 	"sort"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/nomad/client/lib/numalib"
 	"github.com/hashicorp/nomad/drivers/shared/eventer"
 	"github.com/hashicorp/nomad/drivers/shared/executor"
+	"github.com/hashicorp/nomad/helper/users/dynamic"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/drivers"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
@@ -29,6 +31,7 @@ import (
 	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/metrics"
+	"github.com/caravan-gpu/caravan/driver/runas"
 	"github.com/caravan-gpu/caravan/driver/switcher"
 	"github.com/caravan-gpu/caravan/driver/task"
 )
@@ -83,7 +86,14 @@ func (d *Driver) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil 
 
 func (d *Driver) TaskConfigSchema() (*hclspec.Spec, error) { return taskConfigSpec, nil }
 
-func (d *Driver) Capabilities() (*drivers.Capabilities, error) { return capabilities, nil }
+// Capabilities are the driver's; with dynamic_users the Nomad client gives
+// a task that names no user a UID of its own.
+func (d *Driver) Capabilities() (*drivers.Capabilities, error) {
+	s, _, _ := d.config()
+	caps := *capabilities
+	caps.DynamicWorkloadUsers = s.DynamicUsers
+	return &caps, nil
+}
 
 func (d *Driver) SetConfig(cfg *base.Config) error {
 	conf := defaultConfig()
@@ -212,11 +222,12 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	noBackend, enforced := d.noBackend, d.backend != nil
 	d.mu.RUnlock()
 	attrs := map[string]*pstructs.Attribute{
-		"driver.caravan":             pstructs.NewBoolAttribute(true),
-		"driver.caravan.version":     pstructs.NewStringAttribute(Version),
-		"driver.caravan.gpu_backend": pstructs.NewStringAttribute(backendName),
-		"driver.caravan.cgroups":     pstructs.NewStringAttribute(cgroupMode()),
-		"driver.caravan.mps":         pstructs.NewBoolAttribute(mpsActive(s)),
+		"driver.caravan":                 pstructs.NewBoolAttribute(true),
+		"driver.caravan.version":         pstructs.NewStringAttribute(Version),
+		"driver.caravan.gpu_backend":     pstructs.NewStringAttribute(backendName),
+		"driver.caravan.cgroups":         pstructs.NewStringAttribute(cgroupMode()),
+		"driver.caravan.process_control": pstructs.NewStringAttribute(processControl()),
+		"driver.caravan.mps":             pstructs.NewBoolAttribute(mpsActive(s)),
 	}
 	attrs["driver.caravan.budgets_enforced"] = pstructs.NewBoolAttribute(enforced)
 	if mechanism != "" {
@@ -283,7 +294,8 @@ func cgroupMode() string {
 }
 
 // resolveUser picks the user a task runs as and refuses root unless the
-// plugin config allows it.
+// plugin config allows it. A Nomad dynamic workload user ("nomad-<id>",
+// in no user database) is taken only with dynamic_users.
 func resolveUser(s *settings, requested string) (string, error) {
 	name := requested
 	if name == "" {
@@ -292,13 +304,45 @@ func resolveUser(s *settings, requested string) (string, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		if u, err = user.LookupId(name); err != nil {
-			return "", fmt.Errorf("user: %q is not a user on this node: %v", name, err)
+			ugid, perr := dynamic.Parse(name)
+			switch {
+			case perr != nil:
+				return "", fmt.Errorf("user: %q is not a user on this node: %v", name, err)
+			case !s.DynamicUsers:
+				return "", fmt.Errorf("user: %q is a Nomad dynamic workload user, which the caravan-driver plugin config does not take (dynamic_users = false)", name)
+			case ugid == 0:
+				return "", fmt.Errorf("user: %q would be root", name)
+			}
+			return name, nil
 		}
 	}
 	if u.Uid == "0" && !s.AllowRoot {
 		return "", fmt.Errorf("user: tasks may not run as root (%q) unless the caravan-driver plugin config sets allow_root = true", name)
 	}
 	return name, nil
+}
+
+// dynamicUser returns the UID and GID of a Nomad dynamic workload user, which
+// the executor cannot look up; ok is false for a user of the user database.
+func dynamicUser(name string) (uid, gid int, ok bool) {
+	if _, err := user.Lookup(name); err == nil {
+		return 0, 0, false
+	}
+	ugid, err := dynamic.Parse(name)
+	if err != nil || ugid == 0 {
+		return 0, 0, false
+	}
+	return int(ugid), int(ugid), true
+}
+
+// runAsCommand wraps argv so that the executor, which runs it as root,
+// drops to a dynamic workload user before argv runs (driver/runas).
+func runAsCommand(uid, gid int, taskDir string, argv []string) ([]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the driver's binary: %w", err)
+	}
+	return runas.Command(self, uid, gid, taskDir, argv), nil
 }
 
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
@@ -346,6 +390,18 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	handle.Config = cfg
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task_name", cfg.Name)
 
+	argv, envs, execUser := append([]string{tc.Command}, tc.Args...), envList(env), runAs
+	if uid, gid, ok := dynamicUser(runAs); ok {
+		// The executor looks users up in the user database, where a dynamic
+		// workload user is not: it starts the driver's binary as root,
+		// which drops to the user and runs the command.
+		env["USER"], env["LOGNAME"], env["HOME"] = runAs, runAs, dynamic.Home
+		if argv, err = runAsCommand(uid, gid, cfg.TaskDir().Dir, argv); err != nil {
+			return nil, nil, err
+		}
+		envs, execUser = runas.Env(envList(env)), ""
+	}
+
 	exec, client, err := executor.CreateExecutor(logger, nomadConfig, &executor.ExecutorConfig{
 		LogFile:  filepath.Join(cfg.TaskDir().Dir, "executor.out"),
 		LogLevel: "debug",
@@ -355,10 +411,10 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		return nil, nil, fmt.Errorf("create executor: %w", err)
 	}
 	ps, err := exec.Launch(&executor.ExecCommand{
-		Cmd:              tc.Command,
-		Args:             tc.Args,
-		Env:              envList(env),
-		User:             runAs,
+		Cmd:              argv[0],
+		Args:             argv[1:],
+		Env:              envs,
+		User:             execUser,
 		TaskDir:          cfg.TaskDir().Dir,
 		WorkDir:          tc.WorkDir,
 		StdoutPath:       cfg.StdoutPath,
@@ -375,11 +431,13 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	}
 
 	startedAt := time.Now().Round(time.Millisecond)
-	h := task.NewHandle(exec, client, ps.Pid, cfg, spec, startedAt, logger)
+	procs, fallbackWhy := taskProcesses(taskCgroup(cfg), ps.Pid)
+	h := task.NewHandle(exec, client, ps.Pid, procs, cfg, spec, startedAt, logger)
 	state := task.State{
 		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(client.ReattachConfig()),
 		TaskConfig:     cfg,
 		Pid:            ps.Pid,
+		Cgroup:         cgroupDir(procs),
 		StartedAt:      startedAt,
 		Spec:           spec,
 	}
@@ -387,6 +445,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		_ = exec.Shutdown("", 0)
 		client.Kill()
 		return nil, nil, fmt.Errorf("store driver state: %w", err)
+	}
+	if fallbackWhy != "" {
+		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
 	d.adopt(h, backend, s, false)
 	if backend == nil {
@@ -402,6 +463,7 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
 		h.Run()
+		d.killLeftovers(h)
 		if d.coord != nil {
 			d.coord.Leave(h.Config.ID)
 		}
@@ -410,9 +472,11 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 	d.joinLane(h, backend, suspended)
 }
 
-// describe puts the task's GPU spec in its InspectTask attributes. A budget
-// that nothing enforces (unenforced says why) is not shown as one.
+// describe puts the task's GPU spec and how its processes are reached in
+// its InspectTask attributes. A budget that nothing enforces (unenforced
+// says why) is not shown as one.
 func describe(h *task.Handle, unenforced string) {
+	h.SetAttr("caravan.process_control", h.Procs.Method())
 	if unenforced != "" {
 		h.SetAttr("caravan.budget", "not enforced: "+unenforced)
 	} else {
@@ -492,13 +556,27 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if cfg == nil {
 		cfg = handle.Config
 	}
+	// A state from before the driver stored the cgroup names none: find it
+	// as at the start.
+	dir := state.Cgroup
+	if dir == "" {
+		dir = taskCgroup(cfg)
+	}
+	procs, fallbackWhy := taskProcesses(dir, state.Pid)
 	// The budget comes from the stored state, never from the env again.
-	h := task.NewHandle(exec, client, state.Pid, cfg, state.Spec, state.StartedAt, logger)
+	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
 	backend, _ := d.gpuBackend()
-	suspended := anyStopped(state.Pid)
+	suspended, err := procs.Frozen()
+	if err != nil {
+		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
+	}
 	d.adopt(h, backend, s, suspended)
 	h.SetAttr("caravan.recovered", "true")
-	d.recoveryEvents.Store(handle.Config.ID, fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended))
+	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended)
+	if fallbackWhy != "" {
+		msg += "; " + fallbackMessage(fallbackWhy)
+	}
+	d.recoveryEvents.Store(handle.Config.ID, msg)
 	return nil
 }
 
@@ -612,6 +690,10 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
+	cmd, err := execCommand(h, cmd)
+	if err != nil {
+		return nil, err
+	}
 	out, code, err := h.Exec.Exec(time.Now().Add(timeout), cmd[0], cmd[1:])
 	if err != nil {
 		return nil, err
@@ -629,5 +711,20 @@ func (d *Driver) ExecTaskStreamingRaw(ctx context.Context, taskID string, comman
 	if !ok {
 		return drivers.ErrTaskNotFound
 	}
+	command, err := execCommand(h, command)
+	if err != nil {
+		return err
+	}
 	return h.Exec.ExecStreaming(ctx, command, tty, stream)
+}
+
+// execCommand is the command an exec session into the task runs: as the
+// task's dynamic workload user, if it has one, rather than as root, which
+// the executor would run it as.
+func execCommand(h *task.Handle, cmd []string) ([]string, error) {
+	uid, gid, ok := dynamicUser(h.Spec.User)
+	if !ok {
+		return cmd, nil
+	}
+	return runAsCommand(uid, gid, h.Config.TaskDir().Dir, cmd)
 }

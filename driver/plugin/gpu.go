@@ -1,16 +1,16 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/helper/users/dynamic"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
@@ -186,32 +186,45 @@ func prepareIterationFile(path, username string) error {
 		return err
 	}
 	f.Close()
-	u, err := user.Lookup(username)
+	uid, gid, _, err := dynamic.LookupUser(username)
 	if err != nil {
 		return nil
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	return os.Chown(path, uid, gid)
 }
 
-// taskProcs returns the task's processes (pid → name) and which of them hold
-// GPU memory according to the last watchdog sample.
-func taskProcs(h *task.Handle) (map[int]string, []int, []int) {
-	tree := proctree.Tree(h.Pid)
-	names := make(map[int]string, len(tree))
-	for _, p := range tree {
-		names[p.PID] = p.Comm
+// taskProcs returns the task's processes, pid → command name.
+func taskProcs(h *task.Handle) map[int]string {
+	pids, err := h.Procs.PIDs()
+	if err != nil {
+		h.Logger.Debug("listing the task's processes failed", "error", err)
+		return nil
 	}
-	var gpuPIDs []int
+	names := make(map[int]string, len(pids))
+	for _, pid := range pids {
+		if p, err := proctree.Read(pid); err == nil && p.State != 'Z' {
+			names[pid] = p.Comm
+		}
+	}
+	return names
+}
+
+// gpuPIDs returns the task's processes that hold GPU memory according to
+// the last watchdog sample and are still the task's.
+func gpuPIDs(h *task.Handle) []int {
+	var out []int
+	var names map[int]string
 	for _, u := range h.GPUUsage() {
 		for _, p := range u.Procs {
+			if names == nil {
+				names = taskProcs(h)
+			}
 			if _, ok := names[p.PID]; ok {
-				gpuPIDs = append(gpuPIDs, p.PID)
+				out = append(out, p.PID)
 			}
 		}
 	}
-	return names, proctree.PIDs(tree), gpuPIDs
+	return out
 }
 
 // watch samples the task's GPU memory until it exits and enforces its
@@ -237,8 +250,8 @@ func (d *Driver) watch(h *task.Handle, backend gpu.Backend, interval time.Durati
 // sampleAndEnforce takes one watchdog sample and acts on a breach. It
 // returns the breach, if any.
 func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.Breach {
-	names, pids, _ := taskProcs(h)
-	if len(pids) == 0 {
+	names := taskProcs(h)
+	if len(names) == 0 {
 		return nil
 	}
 	b := h.Spec.Budget
@@ -296,14 +309,19 @@ func (d *Driver) reportUnknownMemory(h *task.Handle, u budget.Usage) {
 	d.emit(h, "warning: "+u.UnknownReport(), map[string]string{"gpu": u.UUID, "known_mib": strconv.FormatUint(u.UsedMiB, 10)}, nil)
 }
 
-// kill ends a task on the driver's own account and records why.
+// killTimeout bounds how long a kill waits for the task's processes to go.
+const killTimeout = 10 * time.Second
+
+// kill ends a task on the driver's own account and records why: every
+// process of the task (of its cgroup where it has one) gets SIGKILL.
 func (d *Driver) kill(h *task.Handle, reason string) {
 	h.MarkKilled(reason)
-	_, pids, _ := taskProcs(h)
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	ctx, cancel := context.WithTimeout(d.ctx, killTimeout)
+	defer cancel()
+	if err := h.Procs.Kill(ctx); err != nil {
+		h.Logger.Warn("killing the task's processes failed", "process_control", h.Procs.Method(), "error", err)
 	}
-	// The executor reaps the main process and anything left in its cgroup.
+	// The executor reaps the main process.
 	go func() { _ = h.Exec.Shutdown("SIGKILL", 0) }()
 }
 
@@ -331,19 +349,16 @@ func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
 	}
 	gpuUUID := spec.Key.GPU
 	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
-		TaskID:  h.Config.ID,
-		Name:    h.Config.Name,
-		Profile: spec.Profile,
-		Procs: func() ([]int, []int) {
-			_, pids, gpuPIDs := taskProcs(h)
-			return pids, gpuPIDs
-		},
+		TaskID:    h.Config.ID,
+		Name:      h.Config.Name,
+		Profile:   spec.Profile,
+		Processes: h.Procs,
+		GPUPIDs:   func() []int { return gpuPIDs(h) },
 		GPUMemoryMiB: func() uint64 {
 			if backend == nil {
 				return 0
 			}
-			names, _, _ := taskProcs(h)
-			usage, err := budget.Measure(backend, budget.Budget{GPUs: []budget.GPU{{UUID: gpuUUID}}}, names)
+			usage, err := budget.Measure(backend, budget.Budget{GPUs: []budget.GPU{{UUID: gpuUUID}}}, taskProcs(h))
 			if err != nil || len(usage) == 0 {
 				return 0
 			}
@@ -377,15 +392,4 @@ func (d *Driver) resumeFailed(taskID string, err error) {
 		return
 	}
 	d.kill(h, "resume after a lane switch failed: "+err.Error())
-}
-
-// anyStopped reports whether a recovered task's processes are stopped, as
-// when the driver restarted while the task waited for its turn.
-func anyStopped(pid int) bool {
-	for _, p := range proctree.Tree(pid) {
-		if p.State == 'T' {
-			return true
-		}
-	}
-	return false
 }

@@ -49,6 +49,17 @@ func newStoppableHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *
 // log fifos ready.
 func newTask(t *testing.T, h *dtestutil.DriverHarness, name string, tc TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
 	t.Helper()
+	cfg := newTaskWithoutCgroup(t, h, name, tc, deviceEnv)
+	if cgroupslib.GetMode() != cgroupslib.OFF {
+		h.MakeTaskCgroup(cfg.AllocID, name)
+	}
+	return cfg
+}
+
+// newTaskWithoutCgroup is newTask without the cgroup the Nomad client makes
+// for every task.
+func newTaskWithoutCgroup(t *testing.T, h *dtestutil.DriverHarness, name string, tc TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
+	t.Helper()
 	allocID := uuid.Generate()
 	cfg := &drivers.TaskConfig{
 		ID:        uuid.Generate(),
@@ -77,9 +88,6 @@ func newTask(t *testing.T, h *dtestutil.DriverHarness, name string, tc TaskConfi
 	must.NoError(t, cfg.EncodeConcreteDriverConfig(&tc))
 	cleanup := h.MkAllocDir(cfg, true)
 	t.Cleanup(cleanup)
-	if cgroupslib.GetMode() != cgroupslib.OFF {
-		h.MakeTaskCgroup(allocID, name)
-	}
 	return cfg
 }
 

@@ -29,7 +29,8 @@ func TestPluginInfoCapabilitiesAndFingerprint(t *testing.T) {
 	fp := <-ch
 	must.Eq(t, drivers.HealthStateHealthy, fp.Health)
 	must.Eq(t, "sim", *fp.Attributes["driver.caravan.gpu_backend"].String)
-	must.Eq(t, "sigstop", *fp.Attributes["driver.caravan.switch_mechanism"].String)
+	must.Eq(t, "freeze", *fp.Attributes["driver.caravan.switch_mechanism"].String)
+	must.Eq(t, processControl(), *fp.Attributes["driver.caravan.process_control"].String)
 	must.Eq(t, int64(1), *fp.Attributes["driver.caravan.gpus_healthy"].Int)
 
 	// A GPU fault shows in the next fingerprint.
@@ -51,7 +52,7 @@ func TestBadPluginConfigNamesTheField(t *testing.T) {
 		{Config{WatchdogInterval: "soon"}, "watchdog_interval:"},
 		{Config{TimeSliceQuantum: "-1s"}, "time_slice_quantum:"},
 		{Config{BudgetPolicy: "ignore"}, "budget_policy:"},
-		{Config{SwitchMechanism: "freeze"}, "switch_mechanism:"},
+		{Config{SwitchMechanism: "pause"}, "switch_mechanism:"},
 		{Config{MPS: "maybe"}, "mps:"},
 		{Config{MeasureIterations: -2}, "measure_iterations:"},
 	}

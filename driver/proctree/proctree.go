@@ -1,14 +1,19 @@
-// Package proctree finds every process that belongs to a task: the task's
-// main process, its descendants, and anything left in its process group.
+// Package proctree finds every process that belongs to a task by its
+// process tree (the task's main process, its descendants, and anything left
+// in its process group) and signals them: the driver's fallback for a task
+// that has no usable cgroup.
 package proctree
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Proc is one line of /proc/<pid>/stat, reduced to what the driver needs.
@@ -140,4 +145,53 @@ func PIDs(procs []Proc) []int {
 		out[i] = p.PID
 	}
 	return out
+}
+
+// Method names this way of reaching a task's processes in the driver's
+// fingerprint and task events.
+const Method = "signals"
+
+// Signals reaches a task's processes through its process tree (Tree) and
+// stops, continues and kills them with signals. The driver falls back to it
+// for a task that has no usable cgroup; a process that calls setsid and
+// forks leaves the tree and escapes it.
+type Signals struct {
+	Root int
+}
+
+// Method is "signals".
+func (Signals) Method() string { return Method }
+
+// PIDs lists the tree's processes.
+func (s Signals) PIDs() ([]int, error) { return PIDs(Tree(s.Root)), nil }
+
+// Freeze sends SIGSTOP to the tree.
+func (s Signals) Freeze(context.Context) error { return s.signal(syscall.SIGSTOP) }
+
+// Thaw sends SIGCONT to the tree.
+func (s Signals) Thaw(context.Context) error { return s.signal(syscall.SIGCONT) }
+
+// Kill sends SIGKILL to the tree.
+func (s Signals) Kill(context.Context) error { return s.signal(syscall.SIGKILL) }
+
+// Frozen reports whether any process of the tree is stopped.
+func (s Signals) Frozen() (bool, error) {
+	for _, p := range Tree(s.Root) {
+		if p.State == 'T' {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// signal signals every process of the tree; one that has exited meanwhile
+// is not an error.
+func (s Signals) signal(sig syscall.Signal) error {
+	var errs []error
+	for _, pid := range PIDs(Tree(s.Root)) {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package proctree
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -72,4 +73,14 @@ func FuzzParseStat(f *testing.F) {
 			t.Fatalf("parsed %q without a state", s)
 		}
 	})
+}
+
+func TestSignalsIgnoreExitedProcesses(t *testing.T) {
+	cmd := exec.Command("true")
+	must.NoError(t, cmd.Run())
+	procs := Signals{Root: cmd.Process.Pid}
+	must.NoError(t, procs.Freeze(context.Background()))
+	pids, err := procs.PIDs()
+	must.NoError(t, err)
+	must.SliceEmpty(t, pids)
 }

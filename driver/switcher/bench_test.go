@@ -8,8 +8,10 @@ import (
 	"github.com/caravan-gpu/caravan/driver/proctree"
 )
 
-// BenchmarkSuspendResumeSIGSTOP measures one suspend and one resume on the
-// SIGSTOP path, each until the kernel reports the new state.
+// BenchmarkSuspendResumeSIGSTOP measures one suspend and one resume of a
+// task reached by signals (the fallback for a task without a cgroup), each
+// until the kernel reports the new state. driver/cgroup's
+// BenchmarkFreezeThaw measures the cgroup path.
 func BenchmarkSuspendResumeSIGSTOP(b *testing.B) {
 	cmd := exec.Command("sleep", "600")
 	if err := cmd.Start(); err != nil {
@@ -17,7 +19,8 @@ func BenchmarkSuspendResumeSIGSTOP(b *testing.B) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	pids := []int{cmd.Process.Pid}
-	m := Signals{}
+	procs := proctree.Signals{Root: pids[0]}
+	m := Freeze{}
 	ctx := context.Background()
 	until := func(stopped bool) {
 		for {
@@ -32,11 +35,11 @@ func BenchmarkSuspendResumeSIGSTOP(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := m.Suspend(ctx, pids, nil); err != nil {
+		if err := m.Suspend(ctx, procs, nil); err != nil {
 			b.Fatal(err)
 		}
 		until(true)
-		if err := m.Resume(ctx, pids, nil); err != nil {
+		if err := m.Resume(ctx, procs, nil); err != nil {
 			b.Fatal(err)
 		}
 		until(false)

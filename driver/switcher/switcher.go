@@ -1,59 +1,53 @@
-// Package switcher suspends and resumes a task's processes so that tasks
-// sharing a lane can take turns: with cuda-checkpoint where the NVIDIA driver
-// supports it (the GPU memory moves to host memory and the GPU is freed),
-// else with SIGSTOP and SIGCONT.
+// Package switcher suspends and resumes a task so that tasks sharing a lane
+// can take turns: its processes are frozen (through the task's cgroup, or
+// with SIGSTOP where it has none), and with cuda-checkpoint, where the NVIDIA
+// driver supports it, the GPU memory first moves to host memory so that the
+// GPU is freed.
 package switcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
-// Mechanism suspends and resumes processes.
+// Freezer stops and continues all of a task's processes at once.
+type Freezer interface {
+	// Method names how: "cgroup-v2", "cgroup-v1-freezer" or "signals".
+	Method() string
+	Freeze(ctx context.Context) error
+	Thaw(ctx context.Context) error
+}
+
+// Mechanism suspends and resumes a task.
 type Mechanism interface {
-	// Name is "sigstop" or "cuda-checkpoint".
+	// Name is "freeze" or "cuda-checkpoint".
 	Name() string
-	// Suspend stops pids; gpuPIDs are those holding GPU memory.
-	Suspend(ctx context.Context, pids, gpuPIDs []int) error
+	// Suspend stops the task; gpuPIDs are its processes that hold GPU
+	// memory.
+	Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) error
 	// Resume undoes Suspend.
-	Resume(ctx context.Context, pids, gpuPIDs []int) error
+	Resume(ctx context.Context, procs Freezer, gpuPIDs []int) error
 }
 
-// Signals suspends with SIGSTOP and resumes with SIGCONT. The GPU memory
-// stays allocated while a task is stopped.
-type Signals struct{}
+// Freeze only freezes the task's processes. Their GPU memory stays
+// allocated while the task is suspended.
+type Freeze struct{}
 
-func (Signals) Name() string { return "sigstop" }
+func (Freeze) Name() string { return "freeze" }
 
-func (Signals) Suspend(_ context.Context, pids, _ []int) error {
-	return signalAll(pids, syscall.SIGSTOP)
-}
+func (Freeze) Suspend(ctx context.Context, procs Freezer, _ []int) error { return procs.Freeze(ctx) }
 
-func (Signals) Resume(_ context.Context, pids, _ []int) error {
-	return signalAll(pids, syscall.SIGCONT)
-}
-
-// signalAll signals every pid; a process that has exited is not an error.
-func signalAll(pids []int, sig syscall.Signal) error {
-	var errs []error
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
-		}
-	}
-	return errors.Join(errs...)
-}
+func (Freeze) Resume(ctx context.Context, procs Freezer, _ []int) error { return procs.Thaw(ctx) }
 
 // CUDACheckpoint toggles the CUDA state of every GPU process with NVIDIA's
-// cuda-checkpoint utility (driver 550 or later) and stops the processes, so
-// that a suspended task holds no GPU memory.
+// cuda-checkpoint utility (driver 550 or later) and then freezes the task,
+// so that a suspended task holds no GPU memory. The toggle needs the process
+// running, so it comes before the freeze and after the thaw.
 type CUDACheckpoint struct {
 	Path    string
 	Timeout time.Duration
@@ -61,17 +55,17 @@ type CUDACheckpoint struct {
 
 func (CUDACheckpoint) Name() string { return "cuda-checkpoint" }
 
-func (c CUDACheckpoint) Suspend(ctx context.Context, pids, gpuPIDs []int) error {
+func (c CUDACheckpoint) Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) error {
 	for _, pid := range gpuPIDs {
 		if err := c.toggle(ctx, pid); err != nil {
 			return err
 		}
 	}
-	return signalAll(pids, syscall.SIGSTOP)
+	return procs.Freeze(ctx)
 }
 
-func (c CUDACheckpoint) Resume(ctx context.Context, pids, gpuPIDs []int) error {
-	if err := signalAll(pids, syscall.SIGCONT); err != nil {
+func (c CUDACheckpoint) Resume(ctx context.Context, procs Freezer, gpuPIDs []int) error {
+	if err := procs.Thaw(ctx); err != nil {
 		return err
 	}
 	for _, pid := range gpuPIDs {
@@ -102,13 +96,13 @@ type Choice struct {
 	Reason    string
 }
 
-// Select picks the mechanism. want is "auto", "sigstop" or
-// "cuda-checkpoint"; path is the configured cuda-checkpoint binary (found on
+// Select picks the mechanism. want is "auto", "freeze" ("sigstop" is its
+// former name) or "cuda-checkpoint"; path is the configured cuda-checkpoint binary (found on
 // PATH when empty); realGPU is false on the simulated backend, where there
 // is no CUDA state to move; driverVersion is the NVIDIA driver's version.
 func Select(want, path string, realGPU bool, driverVersion string) (Choice, error) {
-	if want == "sigstop" {
-		return Choice{Signals{}, "switch_mechanism = \"sigstop\""}, nil
+	if want == "freeze" || want == "sigstop" {
+		return Choice{Freeze{}, "switch_mechanism = \"" + want + "\""}, nil
 	}
 	bin, lookErr := findCheckpoint(path)
 	usable := lookErr == nil && realGPU && driverAtLeast(driverVersion, 550)
@@ -121,7 +115,7 @@ func Select(want, path string, realGPU bool, driverVersion string) (Choice, erro
 	if usable {
 		return Choice{CUDACheckpoint{Path: bin}, "cuda-checkpoint found at " + bin + " with driver " + driverVersion}, nil
 	}
-	return Choice{Signals{}, "cuda-checkpoint unusable (" + whyNot(lookErr, realGPU, driverVersion) + "); using SIGSTOP/SIGCONT"}, nil
+	return Choice{Freeze{}, "cuda-checkpoint unusable (" + whyNot(lookErr, realGPU, driverVersion) + "); freezing tasks only"}, nil
 }
 
 func findCheckpoint(path string) (string, error) {

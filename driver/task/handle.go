@@ -14,16 +14,34 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/driver/switcher"
 )
+
+// Processes reaches every process of a task: through the task's cgroup
+// (driver/cgroup), or through its process tree and signals where it has no
+// usable cgroup (driver/proctree).
+type Processes interface {
+	switcher.Freezer
+	// PIDs lists the task's processes.
+	PIDs() ([]int, error)
+	// Frozen reports whether the task is frozen, as after a driver restart
+	// while it waited for its turn in a lane.
+	Frozen() (bool, error)
+	// Kill sends SIGKILL to every process of the task.
+	Kill(ctx context.Context) error
+}
 
 // Handle is one running (or finished) task.
 type Handle struct {
 	Exec         executor.Executor
 	PluginClient *plugin.Client
 	Pid          int
-	Config       *drivers.TaskConfig
-	Spec         Spec
-	Logger       hclog.Logger
+	// Procs is how the driver lists, freezes and kills the task's
+	// processes.
+	Procs  Processes
+	Config *drivers.TaskConfig
+	Spec   Spec
+	Logger hclog.Logger
 
 	// Done is closed when the process has exited and ExitResult is final.
 	Done chan struct{}
@@ -87,9 +105,9 @@ func (h *Handle) NoteUnknownMemory(pids []int) (news []int) {
 }
 
 // NewHandle returns a handle for a process that is running now.
-func NewHandle(exec executor.Executor, client *plugin.Client, pid int, cfg *drivers.TaskConfig, spec Spec, startedAt time.Time, logger hclog.Logger) *Handle {
+func NewHandle(exec executor.Executor, client *plugin.Client, pid int, procs Processes, cfg *drivers.TaskConfig, spec Spec, startedAt time.Time, logger hclog.Logger) *Handle {
 	return &Handle{
-		Exec: exec, PluginClient: client, Pid: pid, Config: cfg, Spec: spec, Logger: logger,
+		Exec: exec, PluginClient: client, Pid: pid, Procs: procs, Config: cfg, Spec: spec, Logger: logger,
 		Done:      make(chan struct{}),
 		state:     drivers.TaskStateRunning,
 		startedAt: startedAt,

@@ -21,8 +21,11 @@ type State struct {
 	ReattachConfig *pstructs.ReattachConfig
 	TaskConfig     *drivers.TaskConfig
 	Pid            int
-	StartedAt      time.Time
-	Spec           Spec
+	// Cgroup is the directory of the cgroup the driver controls the task
+	// through (v2, or the v1 freezer); empty when it falls back to signals.
+	Cgroup    string
+	StartedAt time.Time
+	Spec      Spec
 }
 
 // Spec is the GPU side of a task: its budget and its lane. It is decided

@@ -1,0 +1,111 @@
+package plugin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/drivers"
+	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
+	"github.com/shoenig/test/must"
+)
+
+// dynamicUserTask is a task that runs script as the dynamic workload user
+// name, as the Nomad client asks when the driver takes dynamic users.
+func dynamicUserTask(t *testing.T, h *dtestutil.DriverHarness, name, user, script string) *drivers.TaskConfig {
+	t.Helper()
+	cfg := newTask(t, h, name, TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}, nil)
+	cfg.User = user
+	cfg.Env["NOMAD_TASK_DIR"] = cfg.TaskDir().LocalDir
+	// The harness makes its alloc dir 0700; Nomad's own are traversable.
+	must.NoError(t, os.Chmod(filepath.Dir(cfg.AllocDir), 0o755))
+	must.NoError(t, os.Chmod(cfg.AllocDir, 0o755))
+	return cfg
+}
+
+func TestCapabilitiesOfferDynamicUsersOnlyWhenConfigured(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h, _ := newHarness(t, Config{DynamicUsers: on})
+		caps, err := h.Capabilities()
+		must.NoError(t, err)
+		must.Eq(t, on, caps.DynamicWorkloadUsers)
+	}
+}
+
+func TestDynamicUserRunsTaskAndExecAsItsOwnUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running tasks as other users needs root")
+	}
+	h, _ := newHarness(t, Config{DynamicUsers: true})
+	cfg := dynamicUserTask(t, h, "own", "nomad-80101", `id -u; id -g; id -G; echo "$USER $HOME"; touch "$NOMAD_TASK_DIR/mine"; exec sleep 30`)
+	_, _, err := h.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h.WaitUntilStarted(cfg.ID, 5*time.Second))
+	must.Eq(t, "80101\n80101\n80101\nnomad-80101 /nonexistent\n", readLog(t, cfg, "stdout"))
+
+	// An exec session runs as the task's user too, not as root.
+	res, err := h.ExecTask(cfg.ID, []string{"id", "-u"}, 5*time.Second)
+	must.NoError(t, err)
+	must.Eq(t, "80101", strings.TrimSpace(string(res.Stdout)))
+
+	st, err := os.Stat(filepath.Join(cfg.TaskDir().LocalDir, "mine"))
+	must.NoError(t, err)
+	must.Eq(t, uint32(80101), st.Sys().(*syscall.Stat_t).Uid)
+	must.NoError(t, h.StopTask(cfg.ID, time.Second, "SIGKILL"))
+}
+
+// TestTasksOfDynamicUsersCannotSignalEachOther: each task has a UID of its
+// own, so one task's kill(2) of another task's process is refused.
+func TestTasksOfDynamicUsersCannotSignalEachOther(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running tasks as other users needs root")
+	}
+	h, _ := newHarness(t, Config{DynamicUsers: true})
+	victim := dynamicUserTask(t, h, "victim", "nomad-80201", `echo $$ > "$NOMAD_TASK_DIR/pid"; exec sleep 30`)
+	_, _, err := h.StartTask(victim)
+	must.NoError(t, err)
+	pidFile := filepath.Join(victim.TaskDir().LocalDir, "pid")
+	deadline := time.Now().Add(5 * time.Second)
+	for _, err := os.Stat(pidFile); err != nil && time.Now().Before(deadline); _, err = os.Stat(pidFile) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	attacker := dynamicUserTask(t, h, "attacker", "nomad-80202", `kill -TERM "$(cat "`+pidFile+`")"`)
+	_, _, err = h.StartTask(attacker)
+	must.NoError(t, err)
+	res := waitExit(t, h, attacker.ID, 10*time.Second)
+	must.NotEq(t, 0, res.ExitCode)
+	must.StrContains(t, readLog(t, attacker, "stderr"), "not permitted")
+	status, err := h.InspectTask(victim.ID)
+	must.NoError(t, err)
+	must.Eq(t, drivers.TaskStateRunning, status.State)
+	must.NoError(t, h.StopTask(victim.ID, time.Second, "SIGKILL"))
+}
+
+func TestDynamicUserRefusedUnlessConfiguredAndNeverRoot(t *testing.T) {
+	cases := []struct {
+		dynamic bool
+		user    string
+		want    string
+	}{
+		{false, "nomad-80101", "dynamic_users = false"},
+		{true, "nomad-0", "would be root"},
+		{true, "nomad-x", "not a user on this node"},
+		{true, "nomad-80101", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.user, func(t *testing.T) {
+			s, err := Config{DynamicUsers: c.dynamic}.parse()
+			must.NoError(t, err)
+			got, err := resolveUser(s, c.user)
+			if c.want != "" {
+				must.ErrorContains(t, err, c.want)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, c.user, got)
+		})
+	}
+}
