@@ -19,7 +19,7 @@ type mirrorSource struct {
 	nodes  []*api.NodeListStub
 	jobs   []*api.JobListStub
 	allocs []*api.AllocationListStub
-	live   map[string]*api.Job               // jobs Job answers
+	live   map[string]*api.Job                // jobs Job answers
 	byID   map[string]*api.AllocationListStub // allocations Allocation answers
 	lists  int
 	reads  int
