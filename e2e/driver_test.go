@@ -36,6 +36,20 @@ func TestDriverOverBudgetIsKilledWithReason(t *testing.T) {
 	must.StrContains(t, out, "2048 MiB budget")
 }
 
+// TestDriverMillisecondSpikeIsKilledWithReason: the job goes past its budget
+// for about a millisecond per iteration, between the watchdog's samples
+// (every 500 ms). The peak the GPU recorded for the process still shows it,
+// and the task is killed with that peak in its reason.
+func TestDriverMillisecondSpikeIsKilledWithReason(t *testing.T) {
+	c := harness.StartT(t, harness.Options{})
+	job := c.RunJobspec(t, c.Jobspec("driver-spike-over-budget.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprint(out))
+	must.StrContains(t, out, "GPU memory budget exceeded")
+	must.StrContains(t, out, "2561 MiB of its 2048 MiB budget")
+}
+
 // processControl is how the node's caravan driver reaches tasks' processes
 // (driver.caravan.process_control).
 func processControl(t *testing.T, c *harness.Cluster) string {

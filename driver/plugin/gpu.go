@@ -276,14 +276,31 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 		d.reportUnknownMemory(h, u)
 	}
 	breach := budget.Check(h.Spec.Budget, usage)
+	// The peaks are recorded on every sample, so that one judged while the
+	// task is over budget now is not judged again later.
+	peak := h.Peaks.Check(h.Spec.Budget, usage)
+	if breach == nil && peak != nil {
+		// A spike that came and went between two samples: not an episode
+		// that lasts, so it is reported on its own.
+		return d.enforce(h, peak)
+	}
 	if !h.NoteBreach(breach != nil) || breach == nil {
 		return breach
 	}
+	return d.enforce(h, breach)
+}
+
+// enforce reports a breach and acts on its policy.
+func (d *Driver) enforce(h *task.Handle, breach *budget.Breach) *budget.Breach {
 	reason := breach.Reason()
 	d.metrics.Breaches.WithLabelValues(string(breach.Policy)).Inc()
 	annotations := map[string]string{
 		"gpu": breach.UUID, "used_mib": strconv.FormatUint(breach.UsedMiB, 10),
 		"budget_mib": strconv.FormatUint(breach.LimitMiB, 10), "policy": string(breach.Policy),
+	}
+	if breach.Peak != nil {
+		annotations["peak_mib"] = strconv.FormatUint(breach.Peak.PeakMiB, 10)
+		annotations["pid"] = strconv.Itoa(breach.Peak.PID)
 	}
 	if breach.Policy == budget.PolicyWarn {
 		d.emit(h, "warning: "+reason, annotations, nil)

@@ -193,9 +193,11 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 			bytes = gpu.MemoryNotAvailable
 		}
 		proc := gpu.ProcessUsing(p.pid, bytes)
-		// Accounting keeps the peak even where the current figure is not
-		// available, as NVML does.
-		proc.PeakMemoryMiB = p.peak
+		if !proc.MemoryUnknown {
+			// A GPU that cannot tell a process's memory cannot tell its
+			// peak either.
+			proc.PeakMemoryMiB = p.peak
+		}
 		if listing.mpsClients {
 			mps = append(mps, proc)
 		} else {

@@ -20,9 +20,9 @@ func TestProcessesListedAsNVMLListsThem(t *testing.T) {
 	}{
 		{"compute process", `"uuid": "GPU-a"`, false, gpu.Process{UsedMemoryMiB: 3000, PeakMemoryMiB: 3000}},
 		{"MPS client", `"uuid": "GPU-a", "mps_clients": true`, false, gpu.Process{UsedMemoryMiB: 3000, PeakMemoryMiB: 3000}},
-		{"memory not available on the GPU", `"uuid": "GPU-a", "process_memory_not_available": true`, false, gpu.Process{MemoryUnknown: true, PeakMemoryMiB: 3000}},
+		{"memory not available on the GPU", `"uuid": "GPU-a", "process_memory_not_available": true`, false, gpu.Process{MemoryUnknown: true}},
 		{"memory not available for the process", `"uuid": "GPU-a"`, true, gpu.Process{MemoryUnknown: true}},
-		{"MPS client without figures", `"uuid": "GPU-a", "mps_clients": true, "process_memory_not_available": true`, false, gpu.Process{MemoryUnknown: true, PeakMemoryMiB: 3000}},
+		{"MPS client without figures", `"uuid": "GPU-a", "mps_clients": true, "process_memory_not_available": true`, false, gpu.Process{MemoryUnknown: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
