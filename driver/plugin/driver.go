@@ -379,8 +379,8 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend), DeviceModel: deviceModels(backend),
 	})
 	env[lane.IterationEnv] = spec.IterationFile
-	if spec.Lane != nil {
-		env["CARAVAN_LANE"] = spec.Lane.Key.String()
+	if keys := spec.LaneKeys(); keys != "" {
+		env["CARAVAN_LANE"] = keys
 	}
 	if s.GPUBackend == "sim" {
 		env["CARAVAN_SIM_STATE_DIR"] = s.Sim.StateDir
@@ -487,8 +487,8 @@ func describe(h *task.Handle, unenforced string) {
 			h.SetAttr("caravan.budget_policy", string(h.Spec.Budget.Policy))
 		}
 	}
-	if h.Spec.Lane != nil {
-		h.SetAttr("caravan.lane", h.Spec.Lane.Key.String())
+	if keys := h.Spec.LaneKeys(); keys != "" {
+		h.SetAttr("caravan.lane", keys)
 	}
 }
 

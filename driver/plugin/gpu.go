@@ -152,8 +152,9 @@ func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, [
 			return task.Spec{}, nil, fmt.Errorf("memory_profile: persistent + ephemeral (%d MiB) does not fit in lane %s:%d of %d MiB",
 				profile.PersistentMiB+profile.EphemeralMiB, g.GPUUUID, g.Lane, laneMiB)
 		}
-		spec.Lane = &task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile}
-		break // a task shares at most one lane
+		// A task on several GPUs shares a lane on each (budget.Plan has
+		// refused two instances on one GPU).
+		spec.Lanes = append(spec.Lanes, task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile})
 	}
 	return spec, grants, nil
 }
@@ -354,16 +355,22 @@ func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string,
 	h.Logger.Info(msg)
 }
 
-// joinLane places the task in its lane; suspended says it is stopped now.
+// joinLane places the task in each of its lanes; suspended says it is
+// stopped now.
 func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
-	spec := h.Spec.Lane
-	if spec == nil || d.coord == nil {
+	if d.coord == nil {
 		return
 	}
 	var counter *lane.IterationCounter
 	if h.Spec.IterationFile != "" {
 		counter = lane.NewIterationCounter(h.Spec.IterationFile)
 	}
+	for _, spec := range h.Spec.AllLanes() {
+		d.joinOneLane(h, backend, spec, counter, suspended)
+	}
+}
+
+func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.LaneSpec, counter *lane.IterationCounter, suspended bool) {
 	gpuUUID := spec.Key.GPU
 	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
 		TaskID:    h.Config.ID,
