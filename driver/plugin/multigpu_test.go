@@ -10,6 +10,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/lane"
+	"github.com/caravan-gpu/caravan/driver/proctree"
 )
 
 // twoGPUConfig is simConfig on a fleet of two 16 GiB GPUs, GPU-a and GPU-b.
@@ -64,4 +65,29 @@ func TestTaskWithTwoInstancesOnOneGPUIsRefused(t *testing.T) {
 	cfg := newTask(t, h, "doubled", TaskConfig{Command: "/bin/true"}, grantsEnv(a0, a1))
 	_, _, err := h.StartTask(cfg)
 	must.ErrorContains(t, err, "instances GPU-a/lane0, GPU-a/lane1 are all on GPU GPU-a")
+}
+
+// A task with a cgroup is recorded for caravan-device by its cgroup, with
+// the grants of its device env, until it is destroyed.
+func TestGrantsRecordedByCgroup(t *testing.T) {
+	if processControl() == proctree.Method {
+		t.Skip("this host has no freezable cgroups for tasks (driver.caravan.process_control = signals)")
+	}
+	h, d := newHarness(t, twoGPUConfig(t))
+	a := reservation.Grant{InstanceID: "GPU-a:lane0:slot0", GPUUUID: "GPU-a", Lane: 0, Slots: 1, MemoryMiB: 4096, SharePercent: 25}
+	cfg := newTask(t, h, "recorded", TaskConfig{Command: "/bin/sh", Args: []string{"-c", "sleep 1"}}, grantsEnv(a))
+	_, _, err := h.StartTask(cfg)
+	must.NoError(t, err)
+	th, ok := d.tasks.Get(cfg.ID)
+	must.True(t, ok)
+	name := filepath.Base(cgroupDir(th.Procs))
+	recorded, err := reservation.ReadTaskGrants(grantsDir, os.Geteuid())
+	must.NoError(t, err)
+	must.Eq(t, []reservation.Grant{a}, recorded[name])
+
+	must.Eq(t, 0, waitExit(t, h, cfg.ID, 10*time.Second).ExitCode)
+	must.NoError(t, h.DestroyTask(cfg.ID, true))
+	recorded, err = reservation.ReadTaskGrants(grantsDir, os.Geteuid())
+	must.NoError(t, err)
+	must.MapNotContainsKey(t, recorded, name)
 }
