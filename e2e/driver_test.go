@@ -189,6 +189,25 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 	}
 }
 
+// TestDriverRefusesTwoInstancesOnOneGPU: a task whose two device blocks got
+// the two slots of one GPU's lane is refused with an error naming them.
+func TestDriverRefusesTwoInstancesOnOneGPU(t *testing.T) {
+	c := harness.StartT(t, harness.Options{
+		Fleet: laneFleet,
+		DeviceConfig: `
+    partition {
+      model = "Tesla T4"
+      lanes = 1
+      slots = 2
+    }`,
+	})
+	job := c.RunJobspec(t, c.Jobspec("driver-two-blocks-one-gpu.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprint(out))
+	must.StrContains(t, out, "instances GPU-lane:lane0:slot0, GPU-lane:lane0:slot1 are all on GPU GPU-lane")
+}
+
 func appendNew(list []string, s string) []string {
 	for _, have := range list {
 		if have == s {
