@@ -85,9 +85,21 @@ type Coordinator struct {
 	ctx    context.Context
 	logger hclog.Logger
 
-	mu      sync.Mutex
-	lanes   map[Key]*laneState
-	members map[string]Key
+	mu    sync.Mutex
+	lanes map[Key]*laneState
+	// members holds each task's lanes: a task on several GPUs is in a lane
+	// of each.
+	members map[string][]Key
+	// holds counts, per task, the lanes that have it suspended: its
+	// processes are one, so they run only while no lane holds them.
+	holds map[string]*hold
+}
+
+// hold is how many lanes have a task suspended; mu serialises the task's
+// switches across its lanes.
+type hold struct {
+	mu    sync.Mutex
+	lanes int
 }
 
 type laneState struct {
@@ -104,6 +116,8 @@ type laneState struct {
 
 type member struct {
 	Member
+	// hold is shared by the task's members in all its lanes.
+	hold         *hold
 	suspended    bool
 	sliceStart   time.Time
 	runTime      time.Duration
@@ -124,14 +138,16 @@ func New(ctx context.Context, opts Options) *Coordinator {
 	if opts.MeasureIterations <= 0 {
 		opts.MeasureIterations = 3
 	}
-	return &Coordinator{opts: opts, ctx: ctx, logger: opts.Logger, lanes: map[Key]*laneState{}, members: map[string]Key{}}
+	return &Coordinator{opts: opts, ctx: ctx, logger: opts.Logger, lanes: map[Key]*laneState{}, members: map[string][]Key{}, holds: map[string]*hold{}}
 }
 
 // Mechanism is the switching mechanism in use.
 func (c *Coordinator) Mechanism() string { return c.opts.Mechanism.Name() }
 
 // Join adds a task to lane key of laneMiB. suspended says the task's
-// processes are frozen now, as after a driver restart in mid-slice.
+// processes are frozen now, as after a driver restart in mid-slice. A task
+// on several GPUs joins a lane of each; it runs only while none of them has
+// it suspended.
 func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
 	c.mu.Lock()
 	l, ok := c.lanes[key]
@@ -140,10 +156,20 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
 		c.lanes[key] = l
 		go c.loop(l)
 	}
-	c.members[m.TaskID] = key
+	c.members[m.TaskID] = append(c.members[m.TaskID], key)
+	h := c.holds[m.TaskID]
+	if h == nil {
+		h = &hold{}
+		c.holds[m.TaskID] = h
+	}
+	if suspended {
+		h.mu.Lock()
+		h.lanes++
+		h.mu.Unlock()
+	}
 	l.mu.Lock()
 	now := time.Now()
-	l.members = append(l.members, &member{Member: m, suspended: suspended, sliceStart: now, lastTick: now})
+	l.members = append(l.members, &member{Member: m, hold: h, suspended: suspended, sliceStart: now, lastTick: now})
 	n := len(l.members)
 	l.mu.Unlock()
 	c.membersChanged(key, n) // under c.mu, so that counts arrive in order
@@ -153,15 +179,24 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
 	l.poke()
 }
 
-// Leave removes a task, resuming it first if it is suspended so that it can
-// receive the signals that stop it.
+// Leave removes a task from all its lanes, resuming it first if it is
+// suspended so that it can receive the signals that stop it.
 func (c *Coordinator) Leave(taskID string) {
 	c.mu.Lock()
-	key, ok := c.members[taskID]
+	keys := c.members[taskID]
 	delete(c.members, taskID)
+	delete(c.holds, taskID)
+	c.mu.Unlock()
+	for _, key := range keys {
+		c.leave(key, taskID)
+	}
+}
+
+func (c *Coordinator) leave(key Key, taskID string) {
+	c.mu.Lock()
 	l := c.lanes[key]
 	c.mu.Unlock()
-	if !ok || l == nil {
+	if l == nil {
 		return
 	}
 	l.mu.Lock()
@@ -170,7 +205,13 @@ func (c *Coordinator) Leave(taskID string) {
 			continue
 		}
 		if m.suspended {
-			_ = c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs())
+			h := m.hold
+			h.mu.Lock()
+			h.lanes = max(0, h.lanes-1)
+			if h.lanes == 0 {
+				_ = c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs())
+			}
+			h.mu.Unlock()
 			m.suspended = false
 		}
 		l.members = append(l.members[:i], l.members[i+1:]...)
@@ -198,13 +239,18 @@ func (c *Coordinator) Leave(taskID string) {
 	}
 }
 
-// Status returns a member's status.
+// Status returns a member's status in its first lane.
 func (c *Coordinator) Status(taskID string) (Status, bool) {
 	c.mu.Lock()
-	key, ok := c.members[taskID]
-	l := c.lanes[key]
+	keys := c.members[taskID]
+	var l *laneState
+	var key Key
+	if len(keys) > 0 {
+		key = keys[0]
+		l = c.lanes[key]
+	}
 	c.mu.Unlock()
-	if !ok || l == nil {
+	if l == nil {
 		return Status{}, false
 	}
 	l.mu.Lock()
@@ -410,6 +456,18 @@ func (c *Coordinator) via(m *member) string {
 }
 
 func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
+	h := m.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lanes > 0 {
+		// Another of the task's lanes has it stopped already.
+		h.lanes++
+		m.suspended = true
+		m.switches++
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s (%s); it was stopped by another of its lanes already", l.key, why),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		return true
+	}
 	gpuPIDs := m.gpuPIDs()
 	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs) })
 	c.switched("suspend", d, err)
@@ -420,6 +478,7 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return false
 	}
+	h.lanes = 1
 	m.suspended = true
 	m.switches++
 	m.lastSuspend = d
@@ -430,6 +489,17 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 }
 
 func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
+	h := m.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lanes > 1 {
+		// Its turn here; it runs when its other lanes give it theirs.
+		h.lanes--
+		m.suspended = false
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("released in %s (%s); it stays stopped until its other lanes give it a turn", l.key, why),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		return true
+	}
 	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs()) })
 	c.switched("resume", d, err)
 	if err != nil {
@@ -440,6 +510,7 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		}
 		return false
 	}
+	h.lanes = 0
 	m.suspended = false
 	m.lastResume = d
 	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("resumed in %s via %s in %s (%s)", l.key, c.via(m), round(d), why),

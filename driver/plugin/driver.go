@@ -28,6 +28,7 @@ import (
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/metrics"
@@ -379,8 +380,8 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend), DeviceModel: deviceModels(backend),
 	})
 	env[lane.IterationEnv] = spec.IterationFile
-	if spec.Lane != nil {
-		env["CARAVAN_LANE"] = spec.Lane.Key.String()
+	if keys := spec.LaneKeys(); keys != "" {
+		env["CARAVAN_LANE"] = keys
 	}
 	if s.GPUBackend == "sim" {
 		env["CARAVAN_SIM_STATE_DIR"] = s.Sim.StateDir
@@ -449,6 +450,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if fallbackWhy != "" {
 		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
+	recordGrants(h, grants)
 	d.adopt(h, backend, s, false)
 	if backend == nil {
 		d.warnUnenforced(h, s)
@@ -487,8 +489,8 @@ func describe(h *task.Handle, unenforced string) {
 			h.SetAttr("caravan.budget_policy", string(h.Spec.Budget.Policy))
 		}
 	}
-	if h.Spec.Lane != nil {
-		h.SetAttr("caravan.lane", h.Spec.Lane.Key.String())
+	if keys := h.Spec.LaneKeys(); keys != "" {
+		h.SetAttr("caravan.lane", keys)
 	}
 }
 
@@ -570,6 +572,9 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if err != nil {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
 	}
+	if grants, err := reservation.FromEnv(cfg.DeviceEnv); err == nil {
+		recordGrants(h, grants)
+	}
 	d.adopt(h, backend, s, suspended)
 	h.SetAttr("caravan.recovered", "true")
 	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended)
@@ -644,6 +649,7 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 		d.metrics.TaskGPUMemory.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
 		d.metrics.TaskGPUBudget.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
 	}
+	forgetGrants(h)
 	d.tasks.Delete(taskID)
 	return nil
 }

@@ -152,8 +152,9 @@ func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, [
 			return task.Spec{}, nil, fmt.Errorf("memory_profile: persistent + ephemeral (%d MiB) does not fit in lane %s:%d of %d MiB",
 				profile.PersistentMiB+profile.EphemeralMiB, g.GPUUUID, g.Lane, laneMiB)
 		}
-		spec.Lane = &task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile}
-		break // a task shares at most one lane
+		// A task on several GPUs shares a lane on each (budget.Plan has
+		// refused two instances on one GPU).
+		spec.Lanes = append(spec.Lanes, task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile})
 	}
 	return spec, grants, nil
 }
@@ -276,14 +277,31 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 		d.reportUnknownMemory(h, u)
 	}
 	breach := budget.Check(h.Spec.Budget, usage)
+	// The peaks are recorded on every sample, so that one judged while the
+	// task is over budget now is not judged again later.
+	peak := h.Peaks.Check(h.Spec.Budget, usage)
+	if breach == nil && peak != nil {
+		// A spike that came and went between two samples: not an episode
+		// that lasts, so it is reported on its own.
+		return d.enforce(h, peak)
+	}
 	if !h.NoteBreach(breach != nil) || breach == nil {
 		return breach
 	}
+	return d.enforce(h, breach)
+}
+
+// enforce reports a breach and acts on its policy.
+func (d *Driver) enforce(h *task.Handle, breach *budget.Breach) *budget.Breach {
 	reason := breach.Reason()
 	d.metrics.Breaches.WithLabelValues(string(breach.Policy)).Inc()
 	annotations := map[string]string{
 		"gpu": breach.UUID, "used_mib": strconv.FormatUint(breach.UsedMiB, 10),
 		"budget_mib": strconv.FormatUint(breach.LimitMiB, 10), "policy": string(breach.Policy),
+	}
+	if breach.Peak != nil {
+		annotations["peak_mib"] = strconv.FormatUint(breach.Peak.PeakMiB, 10)
+		annotations["pid"] = strconv.Itoa(breach.Peak.PID)
 	}
 	if breach.Policy == budget.PolicyWarn {
 		d.emit(h, "warning: "+reason, annotations, nil)
@@ -337,16 +355,22 @@ func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string,
 	h.Logger.Info(msg)
 }
 
-// joinLane places the task in its lane; suspended says it is stopped now.
+// joinLane places the task in each of its lanes; suspended says it is
+// stopped now.
 func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
-	spec := h.Spec.Lane
-	if spec == nil || d.coord == nil {
+	if d.coord == nil {
 		return
 	}
 	var counter *lane.IterationCounter
 	if h.Spec.IterationFile != "" {
 		counter = lane.NewIterationCounter(h.Spec.IterationFile)
 	}
+	for _, spec := range h.Spec.AllLanes() {
+		d.joinOneLane(h, backend, spec, counter, suspended)
+	}
+}
+
+func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.LaneSpec, counter *lane.IterationCounter, suspended bool) {
 	gpuUUID := spec.Key.GPU
 	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
 		TaskID:    h.Config.ID,
