@@ -1,0 +1,5 @@
+//go:build !race
+
+package lane
+
+const raceEnabled = false
