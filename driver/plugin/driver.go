@@ -131,8 +131,10 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	if d.backend != nil {
 		driverVersion, _, _ = d.backend.Versions()
 	}
-	realGPU := d.backend != nil && d.backend.Name() == "nvml"
-	choice, err := switcher.Select(s.SwitchMechanism, s.CUDACheckpointPath, realGPU, driverVersion)
+	if c, ok := d.backend.(interface{ EnableCheckpoint(cliPath string) }); ok && s.SwitchMechanism != "freeze" && s.SwitchMechanism != "sigstop" {
+		c.EnableCheckpoint(s.CUDACheckpointPath)
+	}
+	choice, err := switcher.Select(s.SwitchMechanism, d.backend, driverVersion)
 	if err != nil {
 		return fmt.Errorf("caravan-driver config: %w", err)
 	}
@@ -142,7 +144,7 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
 			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
 			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed,
-				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }},
+				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }, Persist: d.persistLane},
 		})
 	}
 	if s.MetricsAddress != "" && d.metricsSrv == nil {
@@ -433,7 +435,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	startedAt := time.Now().Round(time.Millisecond)
 	procs, fallbackWhy := taskProcesses(taskCgroup(cfg), ps.Pid)
 	h := task.NewHandle(exec, client, ps.Pid, procs, cfg, spec, startedAt, logger)
+	if spec.Lane != nil {
+		h.LaneStateFile = laneStatePath(cfg)
+	}
 	state := task.State{
+		LaneStateFile:  h.LaneStateFile,
 		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(client.ReattachConfig()),
 		TaskConfig:     cfg,
 		Pid:            ps.Pid,
@@ -449,7 +455,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if fallbackWhy != "" {
 		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
-	d.adopt(h, backend, s, false)
+	d.adopt(h, backend, s, lane.MemberState{})
 	if backend == nil {
 		d.warnUnenforced(h, s)
 	}
@@ -458,7 +464,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 
 // adopt starts tracking a task that runs now: its exit, its budget and its
 // lane.
-func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspended bool) {
+func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restored lane.MemberState) {
 	describe(h, d.unenforced())
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
@@ -469,7 +475,7 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 		}
 	}()
 	go d.watch(h, backend, s.watchdogInterval)
-	d.joinLane(h, backend, suspended)
+	d.joinLane(h, backend, restored)
 }
 
 // describe puts the task's GPU spec and how its processes are reached in
@@ -565,14 +571,30 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	procs, fallbackWhy := taskProcesses(dir, state.Pid)
 	// The budget comes from the stored state, never from the env again.
 	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
+	h.LaneStateFile = state.LaneStateFile
 	backend, _ := d.gpuBackend()
+	restored, laneErr := readLaneState(state.LaneStateFile)
+	if laneErr != nil {
+		logger.Warn("lane state not recovered; the task rejoins its lane afresh", "error", laneErr)
+	}
+	// The processes themselves say whether they are frozen; the lane state
+	// says what is checkpointed and whose turn it is.
 	suspended, err := procs.Frozen()
 	if err != nil {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
+		suspended = restored.Suspended
 	}
-	d.adopt(h, backend, s, suspended)
+	restored.Suspended = suspended
+	d.adopt(h, backend, s, restored)
 	h.SetAttr("caravan.recovered", "true")
-	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended)
+	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", suspended)
+	if len(restored.Checkpointed) > 0 {
+		msg += fmt.Sprintf(", checkpointed PIDs %v", restored.Checkpointed)
+	}
+	if state.LaneStateFile != "" && laneErr == nil {
+		msg += fmt.Sprintf(", lane mode %q, profile %s", restored.Mode, restored.Profile)
+	}
+	msg += ")"
 	if fallbackWhy != "" {
 		msg += "; " + fallbackMessage(fallbackWhy)
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -337,8 +338,9 @@ func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string,
 	h.Logger.Info(msg)
 }
 
-// joinLane places the task in its lane; suspended says it is stopped now.
-func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
+// joinLane places the task in its lane; restored is its lane state from
+// before a driver restart, the zero value for a new task.
+func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored lane.MemberState) {
 	spec := h.Spec.Lane
 	if spec == nil || d.coord == nil {
 		return
@@ -365,7 +367,57 @@ func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
 			return usage[0].UsedMiB
 		},
 		Iterations: counter,
-	}, suspended)
+	}, restored)
+}
+
+// laneStatePath is where a lane task's lane state is kept: in its task
+// directory, which lives as long as the task and survives a restart.
+func laneStatePath(cfg *drivers.TaskConfig) string {
+	return filepath.Join(cfg.TaskDir().Dir, "caravan-lane-state.json")
+}
+
+// persistLane writes a member's lane state whenever the coordinator
+// changes it, atomically so that a restart in mid-write reads the old one.
+func (d *Driver) persistLane(taskID string, st lane.MemberState) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok || h.LaneStateFile == "" {
+		return
+	}
+	if err := writeLaneState(h.LaneStateFile, st); err != nil {
+		h.Logger.Warn("lane state not saved; a driver restart would forget it", "error", err)
+	}
+}
+
+func writeLaneState(path string, st lane.MemberState) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readLaneState reads what writeLaneState wrote; a missing file (a task
+// that never switched, or a state from an older driver) is the zero state.
+func readLaneState(path string) (lane.MemberState, error) {
+	var st lane.MemberState
+	if path == "" {
+		return st, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return lane.MemberState{}, fmt.Errorf("lane state %s: %w", path, err)
+	}
+	return st, nil
 }
 
 // laneEvent turns a coordinator event into a task event.
