@@ -165,8 +165,9 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 			break
 		}
 	}
-	// Each task is frozen the way the node says it reaches processes.
-	via := "suspended in GPU-lane/lane0 via freeze (" + processControl(t, c) + ")"
+	// Each task is checkpointed on the simulated GPU, as auto picks on a GPU
+	// that can, and frozen the way the node says it reaches processes.
+	via := "suspended in GPU-lane/lane0 via cuda-checkpoint (sim, " + processControl(t, c) + ")"
 	for _, job := range []*api.Job{a, b} {
 		events := strings.Join(seen[*job.ID], "\n")
 		must.StrContains(t, events, "take turns")
@@ -306,4 +307,81 @@ func sampleValue(samples []metricSample, name, label string) float64 {
 		}
 	}
 	return -1
+}
+
+// A task suspended in its lane (checkpointed on the simulated GPU, frozen)
+// stays so across a client restart, which restarts the driver: the new
+// driver reads back what is checkpointed and whose turn it is, and resumes
+// the task on schedule.
+func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
+	c := harness.StartT(t, harness.Options{
+		Fleet: laneFleet,
+		DeviceConfig: `
+    partition {
+      model = "Tesla T4"
+      lanes = 1
+      slots = 2
+    }`,
+		DriverConfig: `
+    time_slice_quantum = "5s"
+    iteration_grace    = "500ms"`,
+	})
+	vars := workloadVars(c)
+	vars["iterations"] = "25"
+	jobs := []*api.Job{c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars), c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)}
+	events := func(job *api.Job) (allocID, text string) {
+		stubs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
+		must.NoError(t, err)
+		for _, stub := range stubs {
+			alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
+			must.NoError(t, err)
+			var msgs []string
+			for _, state := range alloc.TaskStates {
+				for _, ev := range state.Events {
+					msgs = append(msgs, ev.DisplayMessage)
+				}
+			}
+			return stub.ID, strings.Join(msgs, "\n")
+		}
+		return "", ""
+	}
+	// Wait for one task to be suspended.
+	var frozen *api.Job
+	for end := time.Now().Add(2 * time.Minute); frozen == nil && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		for _, job := range jobs {
+			if _, text := events(job); strings.Contains(text, "suspended in GPU-lane/lane0 via cuda-checkpoint") {
+				frozen = job
+			}
+		}
+	}
+	must.NotNil(t, frozen, must.Sprint("no task was ever suspended"))
+	allocID, _ := events(frozen)
+
+	c.RestartClientT(t)
+
+	var text string
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if _, text = events(frozen); strings.Contains(text, "recovered by a new driver process") {
+			break
+		}
+	}
+	// Recovered as suspended with its checkpoint, not thawed into a lane of
+	// one and not back to time-slicing from scratch.
+	must.StrContains(t, text, "recovered by a new driver process; budget re-attached (suspended: true, checkpointed PIDs")
+	must.StrContains(t, text, `lane mode "time-sliced"`)
+	// Its turn comes and it is restored, then both jobs complete.
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if _, text = events(frozen); strings.Contains(text[strings.Index(text, "recovered by a new driver process"):], "resumed in GPU-lane/lane0") {
+			break
+		}
+	}
+	after := text[strings.Index(text, "recovered by a new driver process"):]
+	must.StrContains(t, after, "resumed in GPU-lane/lane0 via cuda-checkpoint (sim")
+	must.StrContains(t, after, "restored PIDs")
+	must.StrNotContains(t, after, "failed")
+	for _, job := range jobs {
+		allocs := c.WaitAllocs(t, *job.ID, 1, 3*time.Minute, harness.Terminal)
+		must.Eq(t, "complete", allocs[0].ClientStatus)
+	}
+	_ = allocID
 }

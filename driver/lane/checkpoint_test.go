@@ -18,7 +18,7 @@ const simGPU = "GPU-sim-0"
 
 // simGPUBackend is a simulated 16 GiB GPU that checkpoints as the hardware
 // does: a checkpointed process leaves the process list and frees its memory.
-func simGPUBackend(t *testing.T) (*sim.Backend, string) {
+func simGPUBackend(t testing.TB) (*sim.Backend, string) {
 	t.Helper()
 	dir := t.TempDir()
 	fleet := filepath.Join(dir, "fleet.json")

@@ -178,6 +178,9 @@ func New(ctx context.Context, opts Options) *Coordinator {
 // Mechanism is the switching mechanism in use.
 func (c *Coordinator) Mechanism() string { return c.opts.Mechanism.Name() }
 
+// CheckpointVia says how GPU state is checkpointed; empty for freeze.
+func (c *Coordinator) CheckpointVia() string { return c.opts.Mechanism.Via() }
+
 // Join adds a task to lane key of laneMiB. restored is the member's state
 // as last persisted, the zero value for a new task; after a driver restart
 // it carries the measured profile, whether the task is suspended and what

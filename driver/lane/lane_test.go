@@ -58,7 +58,7 @@ type proc struct {
 	cmd *exec.Cmd
 }
 
-func startProc(t *testing.T) *proc {
+func startProc(t testing.TB) *proc {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	must.NoError(t, cmd.Start())

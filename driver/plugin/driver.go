@@ -211,9 +211,9 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	s, _, _ := d.config()
 	d.mu.RLock()
 	switchWhy := d.switchWhy
-	mechanism := ""
+	mechanism, checkpointVia := "", ""
 	if d.coord != nil {
-		mechanism = d.coord.Mechanism()
+		mechanism, checkpointVia = d.coord.Mechanism(), d.coord.CheckpointVia()
 	}
 	backendName := s.GPUBackend
 	if d.backend != nil {
@@ -234,6 +234,9 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	attrs["driver.caravan.budgets_enforced"] = pstructs.NewBoolAttribute(enforced)
 	if mechanism != "" {
 		attrs["driver.caravan.switch_mechanism"] = pstructs.NewStringAttribute(mechanism)
+	}
+	if checkpointVia != "" {
+		attrs["driver.caravan.checkpoint_via"] = pstructs.NewStringAttribute(checkpointVia)
 	}
 	fp := &drivers.Fingerprint{Attributes: attrs, Health: drivers.HealthStateHealthy, HealthDescription: drivers.DriverHealthy}
 	if switchWhy != "" {

@@ -417,6 +417,11 @@ func readLaneState(path string) (lane.MemberState, error) {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return lane.MemberState{}, fmt.Errorf("lane state %s: %w", path, err)
 	}
+	for _, pid := range st.Checkpointed {
+		if pid <= 0 {
+			return lane.MemberState{}, fmt.Errorf("lane state %s: checkpointed: %d is no process ID", path, pid)
+		}
+	}
 	return st, nil
 }
 
