@@ -2,6 +2,7 @@ package lane
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -10,10 +11,23 @@ import (
 	"github.com/shoenig/test/must"
 )
 
+// oneProcess freezes a single process with SIGSTOP and SIGCONT, without
+// walking /proc for its tree, so that the benchmarks below measure the
+// mechanism rather than the process lookup (driver/cgroup's
+// BenchmarkFreezeThaw and driver/switcher's BenchmarkSuspendResumeSIGSTOP
+// measure those).
+type oneProcess struct{ pid int }
+
+func (oneProcess) Method() string { return "one-process" }
+
+func (o oneProcess) Freeze(context.Context) error { return syscall.Kill(o.pid, syscall.SIGSTOP) }
+
+func (o oneProcess) Thaw(context.Context) error { return syscall.Kill(o.pid, syscall.SIGCONT) }
+
 // BenchmarkCheckpointRestoreSim measures one suspend and one resume with
 // cuda-checkpoint on the simulated GPU (checkpoint, SIGSTOP; SIGCONT,
-// restore): the overhead of the switch path itself, without the CUDA
-// driver's copy of the GPU memory.
+// restore), each until /proc shows the new state: the overhead of the
+// switch path itself, without the CUDA driver's copy of the GPU memory.
 func BenchmarkCheckpointRestoreSim(b *testing.B) {
 	be, state := simGPUBackend(b)
 	p := startProc(b)
@@ -23,7 +37,7 @@ func BenchmarkCheckpointRestoreSim(b *testing.B) {
 }
 
 // BenchmarkFreezeThawSignals is the same round trip with the freeze
-// mechanism (SIGSTOP/SIGCONT), for comparison.
+// mechanism, for comparison.
 func BenchmarkFreezeThawSignals(b *testing.B) {
 	p := startProc(b)
 	benchSwitch(b, switcher.Freeze{}, p, nil)
@@ -31,7 +45,7 @@ func BenchmarkFreezeThawSignals(b *testing.B) {
 
 func benchSwitch(b *testing.B, m switcher.Mechanism, p *proc, gpuPIDs []int) {
 	ctx := context.Background()
-	procs := p.processes()
+	procs := oneProcess{p.cmd.Process.Pid}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ck, err := m.Suspend(ctx, procs, gpuPIDs)
@@ -49,8 +63,9 @@ func benchSwitch(b *testing.B, m switcher.Mechanism, p *proc, gpuPIDs []int) {
 }
 
 // BenchmarkLaneSwitchSim measures a whole turn change in a time-sliced
-// lane on the simulated GPU: from one task's suspend (its quantum over) to
-// the other's resume, as the Switched hook sees them.
+// lane with cuda-checkpoint on the simulated GPU: from the start of one
+// task's suspend (its 1ms quantum over) to the end of the other's resume,
+// as the Switched hook sees them; it includes the lane's scheduling.
 func BenchmarkLaneSwitchSim(b *testing.B) {
 	be, state := simGPUBackend(b)
 	pa, pb := startProc(b), startProc(b)
@@ -76,8 +91,8 @@ func BenchmarkLaneSwitchSim(b *testing.B) {
 			}
 		}}})
 	key := Key{GPU: simGPU, Lane: 9}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(be, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(be, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: oneProcess{ida}, GPUPIDs: gpuPIDsOf(be, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: oneProcess{idb}, GPUPIDs: gpuPIDsOf(be, idb)}, MemberState{})
 	b.ResetTimer()
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
