@@ -330,6 +330,7 @@ func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 	vars["iterations"] = "25"
 	jobs := []*api.Job{c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars), c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)}
 	events := func(job *api.Job) (allocID, text string) {
+		t.Helper()
 		stubs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
 		must.NoError(t, err)
 		for _, stub := range stubs {
@@ -345,11 +346,14 @@ func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 		}
 		return "", ""
 	}
-	// Wait for one task to be suspended.
+	// Wait for one task to be suspended with its GPU process checkpointed.
 	var frozen *api.Job
 	for end := time.Now().Add(2 * time.Minute); frozen == nil && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		for _, job := range jobs {
-			if _, text := events(job); strings.Contains(text, "suspended in GPU-lane/lane0 via cuda-checkpoint") {
+			_, text := events(job)
+			lines := strings.Split(text, "\n")
+			last := lines[len(lines)-1]
+			if strings.HasPrefix(last, "suspended in GPU-lane/lane0 via cuda-checkpoint") && strings.Contains(last, "checkpointed PIDs") {
 				frozen = job
 			}
 		}

@@ -527,6 +527,9 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	m.checkpointed = checkpointed
 	m.switches++
 	m.lastSuspend = d
+	// At once, not at the end of the step: a restart between two switches
+	// must not forget what this one checkpointed.
+	c.persist(l)
 	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s via %s in %s (%s)%s", l.key, c.via(m), round(d), why, checkpointNote(checkpointed)),
 		Annotations: c.annotate(l, m, "suspend_latency", d)})
 	return true
@@ -587,6 +590,7 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	}
 	m.suspended = false
 	m.lastResume = d
+	c.persist(l)
 	msg := fmt.Sprintf("resumed in %s via %s in %s (%s)", l.key, c.via(m), round(d), why)
 	if len(restoring) > 0 {
 		msg += fmt.Sprintf("; restored PIDs %v", restoring)

@@ -587,7 +587,9 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
 		suspended = restored.Suspended
 	}
-	restored.Suspended = suspended
+	// A task with checkpointed processes is suspended even if not frozen (a
+	// restart between the checkpoint and the freeze): its resume restores them.
+	restored.Suspended = suspended || len(restored.Checkpointed) > 0
 	d.adopt(h, backend, s, restored)
 	h.SetAttr("caravan.recovered", "true")
 	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", suspended)

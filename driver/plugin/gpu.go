@@ -355,7 +355,22 @@ func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored lane.Mem
 		Name:      h.Config.Name,
 		Profile:   spec.Profile,
 		Processes: h.Procs,
-		GPUPIDs:   func() []int { return gpuPIDs(h) },
+		GPUPIDs: func() []int {
+			// A fresh sample of the lane's GPU, at the moment of the suspend:
+			// the watchdog's may predate the task's first allocation.
+			if backend == nil {
+				return gpuPIDs(h)
+			}
+			usage, err := budget.Measure(backend, budget.Budget{GPUs: []budget.GPU{{UUID: gpuUUID}}}, taskProcs(h))
+			if err != nil || len(usage) == 0 {
+				return gpuPIDs(h)
+			}
+			var out []int
+			for _, p := range usage[0].Procs {
+				out = append(out, p.PID)
+			}
+			return out
+		},
 		GPUMemoryMiB: func() uint64 {
 			if backend == nil {
 				return 0

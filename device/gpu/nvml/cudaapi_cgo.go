@@ -87,10 +87,19 @@ func (a *cudaAPI) Checkpoint(ctx context.Context, pid int) error {
 	return nil
 }
 
-// Restore moves the state back to the GPU and unlocks the process.
+// Restore moves the state back to the GPU and unlocks the process. A
+// process that already runs is left alone, so that a restore repeated after
+// a driver restart is harmless.
 func (a *cudaAPI) Restore(_ context.Context, pid int) error {
 	var state C.int
-	if r := C.cu_ckpt_state(a.api.state, C.int(pid), &state); r == 0 && state == 2 { // CU_PROCESS_STATE_CHECKPOINTED
+	r := C.cu_ckpt_state(a.api.state, C.int(pid), &state)
+	if r != 0 {
+		return fmt.Errorf("cuCheckpointProcessGetState pid %d: CUresult %d", pid, int(r))
+	}
+	if state == 0 { // CU_PROCESS_STATE_RUNNING
+		return nil
+	}
+	if state == 2 { // CU_PROCESS_STATE_CHECKPOINTED
 		if r := C.cu_ckpt_call(a.api.restore, C.int(pid), 0); r != 0 {
 			return fmt.Errorf("cuCheckpointProcessRestore pid %d: CUresult %d", pid, int(r))
 		}
