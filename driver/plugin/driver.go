@@ -592,7 +592,7 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	restored.Suspended = suspended || len(restored.Checkpointed) > 0
 	d.adopt(h, backend, s, restored)
 	h.SetAttr("caravan.recovered", "true")
-	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", suspended)
+	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", restored.Suspended)
 	if len(restored.Checkpointed) > 0 {
 		msg += fmt.Sprintf(", checkpointed PIDs %v", restored.Checkpointed)
 	}

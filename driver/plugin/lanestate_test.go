@@ -1,13 +1,19 @@
 package plugin
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/lane"
+	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/driver/workload"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 )
 
 func TestLaneStateRoundTrip(t *testing.T) {
@@ -68,4 +74,47 @@ func FuzzReadLaneState(f *testing.F) {
 		}
 		_, _ = readLaneState(path)
 	})
+}
+
+// A driver that dies after checkpointing a task but before freezing it
+// leaves the task running with its GPU state in host memory. The new
+// driver reads the checkpointed PIDs from the lane state, counts the task
+// as suspended although it is not frozen, and restores exactly those.
+func TestRecoverTaskRestoresWhatWasCheckpointed(t *testing.T) {
+	conf, stateDir := simConfig(t)
+	h1, _, stopDriver := newStoppableHarness(t, conf)
+	cfg := workloadTask(t, h1, "ckpt", workload.Config{Iterations: 20, IterationTime: 100 * time.Millisecond,
+		PersistentMiB: 1024, EphemeralMiB: 256}, TaskConfig{}, grantEnv(laneGrant(0)))
+	handle, _, err := h1.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h1.WaitUntilStarted(cfg.ID, 5*time.Second))
+	b, err := sim.New(conf.Sim.FleetFile, stateDir)
+	must.NoError(t, err)
+	var pid int
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		procs, _ := b.Processes("GPU-test")
+		if len(procs) == 1 {
+			pid = procs[0].PID
+		}
+		return pid != 0
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	stopDriver()
+
+	must.NoError(t, b.Checkpoint(context.Background(), pid))
+	var state task.State
+	must.NoError(t, handle.GetDriverState(&state))
+	must.NotEq(t, "", state.LaneStateFile)
+	must.NoError(t, writeLaneState(state.LaneStateFile, lane.MemberState{Checkpointed: []int{pid}, Mode: "alone"}))
+
+	h2, _ := newHarness(t, conf)
+	events := collectEvents(t, h2)
+	must.NoError(t, h2.RecoverTask(handle))
+	res := waitExit(t, h2, cfg.ID, 30*time.Second)
+	must.Eq(t, 0, res.ExitCode)
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second))
+	var all []string
+	for _, e := range events(cfg.ID, "") {
+		all = append(all, e.Message)
+	}
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
 }
