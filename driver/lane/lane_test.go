@@ -14,6 +14,7 @@ import (
 	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/caravan-gpu/caravan/driver/switcher"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 )
 
 func TestSafe(t *testing.T) {
@@ -182,7 +183,7 @@ func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
 
 func TestSwitchWaitsForIterationBoundary(t *testing.T) {
 	rec := &recorder{}
-	c := newCoordinator(t, switcher.Freeze{}, 50*time.Millisecond, Hooks{Event: rec.add})
+	c := newCoordinator(t, switcher.Freeze{}, 150*time.Millisecond, Hooks{Event: rec.add})
 	a, b := startProc(t), startProc(t)
 	path := filepath.Join(t.TempDir(), "iterations")
 	must.NoError(t, os.WriteFile(path, []byte("1\n"), 0o644))
@@ -200,10 +201,12 @@ func TestSwitchWaitsForIterationBoundary(t *testing.T) {
 	must.NoError(t, err)
 	fmt.Fprintln(f, "2")
 	f.Close()
-	// b's quantum is 50ms, so a is looked at well before it runs again.
-	time.Sleep(25 * time.Millisecond)
-	must.True(t, a.stopped())
-	must.Eq(t, 1, rec.count("a", "at an iteration boundary"))
+	// a is suspended at once, well before b's 150ms quantum gives it its
+	// turn back; the wait leaves room for a slow /proc walk.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(a.stopped), wait.Timeout(120*time.Millisecond), wait.Gap(time.Millisecond)))
+	// The event follows the freeze.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "at an iteration boundary") == 1 }),
+		wait.Timeout(time.Second), wait.Gap(time.Millisecond)))
 }
 
 func TestMeasuresUnknownProfile(t *testing.T) {
