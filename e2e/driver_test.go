@@ -36,6 +36,37 @@ func TestDriverOverBudgetIsKilledWithReason(t *testing.T) {
 	must.StrContains(t, out, "2048 MiB budget")
 }
 
+// TestDriverMillisecondSpikeIsKilledWithReason: the job goes past its budget
+// for about a millisecond per iteration, between the watchdog's samples
+// (every 500 ms). The peak the GPU recorded for the process still shows it,
+// and the task is killed with that peak in its reason.
+func TestDriverMillisecondSpikeIsKilledWithReason(t *testing.T) {
+	c := harness.StartT(t, harness.Options{})
+	job := c.RunJobspec(t, c.Jobspec("driver-spike-over-budget.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprint(out))
+	must.StrContains(t, out, "GPU memory budget exceeded")
+	must.StrContains(t, out, "2561 MiB of its 2048 MiB budget")
+}
+
+// TestDriverMillisecondSpikeUnderMPSFailsAtAllocation: where MPS runs, the
+// task's MPS client limit refuses the spike when it is allocated (the sim
+// backend models the MPS server's check); the job sees CUDA's out-of-memory
+// error and fails, and nothing was held past the budget.
+func TestDriverMillisecondSpikeUnderMPSFailsAtAllocation(t *testing.T) {
+	c := harness.StartT(t, harness.Options{DriverConfig: `
+    mps = "on"`})
+	job := c.RunJobspec(t, c.Jobspec("driver-spike-over-budget.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprint(out))
+	must.StrContains(t, out, "Exit Code: 1")
+	must.StrNotContains(t, out, "GPU memory budget exceeded")
+	stderr := c.NomadCLI(t, "alloc", "logs", "-stderr", allocs[0].ID, "train")
+	must.StrContains(t, stderr, "CUDA error: out of memory: 2561 MiB is past the MPS pinned device memory limit of 2048 MiB")
+}
+
 // processControl is how the node's caravan driver reaches tasks' processes
 // (driver.caravan.process_control).
 func processControl(t *testing.T, c *harness.Cluster) string {
@@ -155,7 +186,11 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 	}
 	for _, job := range []*api.Job{a, b} {
 		allocs := c.WaitAllocs(t, *job.ID, 1, 10*time.Second, harness.Terminal)
-		must.Eq(t, "complete", allocs[0].ClientStatus)
+		if allocs[0].ClientStatus != "complete" {
+			t.Log(c.NomadCLI(t, "alloc", "logs", "-stderr", allocs[0].ID, "train"))
+			t.Log(c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "train"))
+		}
+		must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprint(strings.Join(seen[*job.ID], "\n")))
 	}
 	// The client may report the final status a beat before the last
 	// events, so keep reading a little longer until they are in.
@@ -174,6 +209,25 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 		must.StrContains(t, events, via)
 		must.StrContains(t, events, "resumed in GPU-lane/lane0")
 	}
+}
+
+// TestDriverRefusesTwoInstancesOnOneGPU: a task whose two device blocks got
+// the two slots of one GPU's lane is refused with an error naming them.
+func TestDriverRefusesTwoInstancesOnOneGPU(t *testing.T) {
+	c := harness.StartT(t, harness.Options{
+		Fleet: laneFleet,
+		DeviceConfig: `
+    partition {
+      model = "Tesla T4"
+      lanes = 1
+      slots = 2
+    }`,
+	})
+	job := c.RunJobspec(t, c.Jobspec("driver-two-blocks-one-gpu.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
+	out := c.NomadCLI(t, "alloc", "status", allocs[0].ID)
+	must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprint(out))
+	must.StrContains(t, out, "instances GPU-lane:lane0:slot0, GPU-lane:lane0:slot1 are all on GPU GPU-lane")
 }
 
 func appendNew(list []string, s string) []string {
@@ -249,15 +303,22 @@ func TestDriverMetricsReachPrometheus(t *testing.T) {
 
 	url := "http://" + addr + "/metrics"
 	var samples []metricSample
+	// A task suspended with cuda-checkpoint holds no GPU memory, so each
+	// task's memory is seen while it runs, not both at once.
+	heldMemory := map[string]bool{}
 	ready := func() bool {
 		body, err := httpGet(url)
 		if err != nil {
 			return false
 		}
 		samples = parseMetrics(string(body))
+		for _, alloc := range []string{allocA, allocB} {
+			if sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+alloc+`"`) > 0 {
+				heldMemory[alloc] = true
+			}
+		}
 		return sampleValue(samples, "caravan_driver_lane_tasks", `lane="GPU-lane/lane0"`) == 2 &&
-			sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+allocA+`"`) > 0 &&
-			sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+allocB+`"`) > 0 &&
+			heldMemory[allocA] && heldMemory[allocB] &&
 			sampleValue(samples, "caravan_driver_task_switches_total", `alloc_id="`+allocA+`"`) > 0 &&
 			sampleValue(samples, "caravan_driver_task_switches_total", `alloc_id="`+allocB+`"`) > 0
 	}
@@ -372,7 +433,7 @@ func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 	// Recovered as suspended with its checkpoint, not thawed into a lane of
 	// one and not back to time-slicing from scratch.
 	must.StrContains(t, text, "recovered by a new driver process; budget re-attached (suspended: true, checkpointed PIDs")
-	must.StrContains(t, text, `lane mode "time-sliced"`)
+	must.StrContains(t, text, `mode "time-sliced"`)
 	// Its turn comes and it is restored, then both jobs complete. (Nomad
 	// keeps a task's last 10 events; the recovery is among them until then.)
 	sinceRecovery := func(text string) string {

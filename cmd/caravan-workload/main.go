@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&mode, "mode", "normal", "normal, exceed, leak, crash or ignore-signals")
 	flag.IntVar(&c.ExceedAfter, "after", 3, "iteration at which exceed and crash modes act")
 	flag.Uint64Var(&c.LeakMiB, "leak-mib", 256, "memory leaked per iteration in leak mode")
+	flag.DurationVar(&c.SpikeTime, "spike-time", 0, "exceed mode frees its excess after this long (e.g. 2ms); 0: after the next step")
 	flag.StringVar(&c.GPU, "gpu", "", "GPU UUID (default: from the caravan env)")
 	flag.StringVar(&c.ProgressFile, "progress-file", "", "file rewritten with the latest progress JSON")
 	flag.StringVar(&c.Checkpoint, "checkpoint", "", "file to resume from and rewrite after each iteration")

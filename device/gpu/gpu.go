@@ -65,6 +65,10 @@ type Process struct {
 	// the process holds (NVML_VALUE_NOT_AVAILABLE, as on MIG instances or
 	// under Windows WDDM); UsedMemoryMiB is 0 then.
 	MemoryUnknown bool
+	// PeakMemoryMiB is the most the process has held on the device since it
+	// started, as the GPU recorded it between samples (NVML accounting's
+	// maxMemoryUsage); 0 when the backend does not know it.
+	PeakMemoryMiB uint64
 }
 
 // MemoryNotAvailable is the byte count NVML gives for a process whose memory
@@ -83,17 +87,22 @@ func ProcessUsing(pid int, usedBytes uint64) Process {
 // MergeProcesses joins the lists a GPU gives of its processes (NVML lists
 // compute processes and MPS clients apart, and may list a process in both)
 // into one entry per PID, in PID order. A known memory figure wins over an
-// unknown one, and the larger of two known ones is kept.
+// unknown one, and the larger of two known ones is kept; so does the larger
+// peak.
 func MergeProcesses(lists ...[]Process) []Process {
 	byPID := map[int]Process{}
 	for _, list := range lists {
 		for _, p := range list {
 			have, ok := byPID[p.PID]
+			peak := max(have.PeakMemoryMiB, p.PeakMemoryMiB)
 			switch {
 			case !ok, have.MemoryUnknown && !p.MemoryUnknown,
 				!have.MemoryUnknown && !p.MemoryUnknown && p.UsedMemoryMiB > have.UsedMemoryMiB:
 				byPID[p.PID] = p
 			}
+			e := byPID[p.PID]
+			e.PeakMemoryMiB = peak
+			byPID[p.PID] = e
 		}
 	}
 	out := make([]Process, 0, len(byPID))

@@ -43,6 +43,10 @@ func TestMergeProcesses(t *testing.T) {
 		{"unknown never hides known", []Process{known(4, 300)}, []Process{unknown(4)}, []Process{known(4, 300)}},
 		{"larger of two figures", []Process{known(4, 100)}, []Process{known(4, 300)}, []Process{known(4, 300)}},
 		{"unknown alone stays unknown", nil, []Process{unknown(8)}, []Process{unknown(8)}},
+		{"the larger peak is kept", []Process{{PID: 4, UsedMemoryMiB: 300, PeakMemoryMiB: 900}}, []Process{known(4, 400)},
+			[]Process{{PID: 4, UsedMemoryMiB: 400, PeakMemoryMiB: 900}}},
+		{"a peak survives an unknown figure", []Process{{PID: 4, MemoryUnknown: true, PeakMemoryMiB: 700}}, nil,
+			[]Process{{PID: 4, MemoryUnknown: true, PeakMemoryMiB: 700}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,12 +2,17 @@ package plugin
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/shoenig/test/must"
 )
@@ -129,4 +134,57 @@ func TestStats_Stream(t *testing.T) {
 func gpuOfLane(id string) string {
 	gpu, _, _ := strings.Cut(id, ":")
 	return gpu
+}
+
+// freshCgroup makes a cgroup in the v1 freezer hierarchy (or v2) and moves
+// pid into it; it skips the test where it cannot (not root, no hierarchy).
+func freshCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	name := fmt.Sprintf("caravan-test-%d-%d", os.Getpid(), pid)
+	for _, root := range []string{"/sys/fs/cgroup/freezer", "/sys/fs/cgroup"} {
+		dir := filepath.Join(root, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			_ = os.Remove(dir)
+			continue
+		}
+		t.Cleanup(func() {
+			// The process is killed by its own cleanup, registered first
+			// and so run after this one: move it out before removing.
+			_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+			_ = os.Remove(dir)
+		})
+		return name
+	}
+	t.Skip("cannot make a cgroup here (needs root and a cgroup hierarchy)")
+	return ""
+}
+
+// A process of a task the driver recorded is counted in the lane its cgroup
+// was granted, whatever CARAVAN_DEV_ variables its environment claims; a
+// process in no recorded cgroup is still found by its environment.
+func TestStats_LaneByCgroupNotEnvironment(t *testing.T) {
+	d, stateDir := newSimDevice(t, testFleet, h100Lanes)
+	firstFingerprint(t, d)
+	grantsDir = filepath.Join(t.TempDir(), "grants")
+	t.Cleanup(func() { grantsDir = reservation.GrantsDir })
+
+	lane1 := "GPU-h100-00:lane1:slot0"
+	lane2 := "GPU-h100-00:lane2:slot0"
+	// The task was granted lane1; its process claims lane2 in its env.
+	forger := startLaneProcess(t, d, lane2)
+	cg := freshCgroup(t, forger)
+	insts, _, err := d.currentInstances()
+	must.NoError(t, err)
+	must.NoError(t, reservation.WriteTaskGrants(grantsDir, cg, []reservation.Grant{insts[lane1].grant()}))
+	other := startLaneProcess(t, d, lane2)
+	must.NoError(t, sim.SetProcessMemory(stateDir, "GPU-h100-00", forger, 6000))
+	must.NoError(t, sim.SetProcessMemory(stateDir, "GPU-h100-00", other, 1000))
+
+	groups, err := d.collectStats()
+	must.NoError(t, err)
+	must.Eq(t, int64(6000), *instanceStat(t, groups, lane1).Summary.IntNumeratorVal)
+	must.Eq(t, int64(1000), *instanceStat(t, groups, lane2).Summary.IntNumeratorVal)
 }

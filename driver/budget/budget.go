@@ -7,6 +7,7 @@ package budget
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/caravan-gpu/caravan/device/reservation"
 )
@@ -54,33 +55,46 @@ func Plan(grants []reservation.Grant, taskLimitMiB uint64, policy Policy) (Budge
 		}
 		return b, nil
 	}
-	byUUID := map[string]*GPU{}
-	var order []string
-	for _, g := range grants {
-		cur, ok := byUUID[g.GPUUUID]
-		if !ok {
-			cur = &GPU{UUID: g.GPUUUID, Lane: g.Lane, Slots: g.Slots}
-			byUUID[g.GPUUUID] = cur
-			order = append(order, g.GPUUUID)
-		}
-		cur.LimitMiB += g.MemoryMiB
-		cur.SharePercent += g.SharePercent
-		if cur.SharePercent > 100 {
-			cur.SharePercent = 100
-		}
+	if err := OneInstancePerGPU(grants); err != nil {
+		return Budget{}, err
 	}
-	sort.Strings(order)
-	for _, uuid := range order {
-		g := *byUUID[uuid]
+	sorted := append([]reservation.Grant(nil), grants...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].GPUUUID < sorted[j].GPUUUID })
+	for _, grant := range sorted {
+		g := GPU{UUID: grant.GPUUUID, Lane: grant.Lane, Slots: grant.Slots, LimitMiB: grant.MemoryMiB, SharePercent: min(grant.SharePercent, 100)}
 		if taskLimitMiB > 0 {
 			if taskLimitMiB > g.LimitMiB {
-				return Budget{}, fmt.Errorf("gpu_memory: %d MiB is more than the %d MiB granted on %s; it may only lower the budget", taskLimitMiB, g.LimitMiB, uuid)
+				return Budget{}, fmt.Errorf("gpu_memory: %d MiB is more than the %d MiB granted on %s; it may only lower the budget", taskLimitMiB, g.LimitMiB, g.UUID)
 			}
 			g.LimitMiB = taskLimitMiB
 		}
 		b.GPUs = append(b.GPUs, g)
 	}
 	return b, nil
+}
+
+// OneInstancePerGPU refuses grants that put two instances on one GPU, as
+// two device blocks of one task can: one process cannot keep two budgets
+// or two lanes' turns apart on one GPU.
+func OneInstancePerGPU(grants []reservation.Grant) error {
+	byGPU := map[string][]string{}
+	for _, g := range grants {
+		byGPU[g.GPUUUID] = append(byGPU[g.GPUUUID], g.InstanceID)
+	}
+	gpus := make([]string, 0, len(byGPU))
+	for uuid, ids := range byGPU {
+		if len(ids) > 1 {
+			gpus = append(gpus, uuid)
+		}
+	}
+	if len(gpus) == 0 {
+		return nil
+	}
+	sort.Strings(gpus)
+	ids := byGPU[gpus[0]]
+	sort.Strings(ids)
+	return fmt.Errorf("device request: instances %s are all on GPU %s; a task may hold one instance per GPU (ask for count = N in one device block, which gets N distinct GPUs, or lower the count of one of the blocks)",
+		strings.Join(ids, ", "), gpus[0])
 }
 
 // For returns the budget that applies on uuid.

@@ -21,6 +21,10 @@ func TestPlanAndEnv(t *testing.T) {
 	must.Eq(t, "GPU-a,GPU-b", env["CUDA_VISIBLE_DEVICES"])
 	must.Eq(t, "NVIDIA H100 80GB HBM3", env[ModelEnv])
 	must.Eq(t, "0=40000M,1=8000M", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
+	// Each GPU's own budget, in the same order; the single figure is the
+	// smallest, for scripts that read one.
+	must.Eq(t, "0=40000,1=8000", env[PerGPUEnv])
+	must.Eq(t, "8000", env["CARAVAN_GPU_MEMORY_MIB"])
 	must.Eq(t, "50", env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
 	must.Eq(t, "0.500", env["XLA_PYTHON_CLIENT_MEM_FRACTION"])
 
@@ -116,5 +120,102 @@ func TestEnvPolicyOnlyWhenWatched(t *testing.T) {
 		env := Env(grants, b, EnvOptions{Watchdog: tc.watchdog})
 		must.Eq(t, tc.policy, env["CARAVAN_BUDGET_POLICY"])
 		must.Eq(t, "4000", env["CARAVAN_GPU_MEMORY_MIB"])
+	}
+}
+
+// A peak past the budget between two samples is a breach once, when it is
+// first seen; the current figures stay the first thing checked.
+func TestPeaksCatchWhatSamplesMiss(t *testing.T) {
+	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 2048}}}
+	proc := func(pid int, used, peak uint64) gpu.Process {
+		return gpu.Process{PID: pid, UsedMemoryMiB: used, PeakMemoryMiB: peak}
+	}
+	names := map[int]string{7: "caravan-workload", 8: "worker"}
+	samples := []struct {
+		name   string
+		procs  []gpu.Process
+		breach string
+	}{
+		{"within, no peak known", []gpu.Process{proc(7, 1024, 0)}, ""},
+		{"within, peak within", []gpu.Process{proc(7, 1536, 1536)}, ""},
+		{"a spike came and went", []gpu.Process{proc(7, 1024, 2561)},
+			"GPU memory budget exceeded on GPU-a: pid 7 (caravan-workload) peaked at 2561 MiB of its 2048 MiB budget between two samples; the task holds 1024 MiB now"},
+		{"the same peak again is not news", []gpu.Process{proc(7, 1024, 2561)}, ""},
+		{"a higher one is", []gpu.Process{proc(7, 1024, 3000)}, "peaked at 3000 MiB"},
+		{"two processes' peaks are not summed", []gpu.Process{proc(7, 1024, 3000), proc(8, 512, 1500)}, ""},
+		{"another process's own peak", []gpu.Process{proc(7, 1024, 3000), proc(8, 512, 2100)}, "pid 8 (worker) peaked at 2100 MiB"},
+		{"other tasks' peaks are ignored", []gpu.Process{proc(99, 10, 9000)}, ""},
+	}
+	var peaks Peaks
+	for _, s := range samples {
+		usage, err := Measure(fakeSampler{"GPU-a": s.procs}, b, names)
+		must.NoError(t, err)
+		must.Nil(t, Check(b, usage), must.Sprint(s.name))
+		br := peaks.Check(b, usage)
+		if s.breach == "" {
+			must.Nil(t, br, must.Sprint(s.name))
+			continue
+		}
+		must.NotNil(t, br, must.Sprint(s.name))
+		must.StrContains(t, br.Reason(), s.breach, must.Sprint(s.name))
+	}
+}
+
+// BenchmarkWatchdogSample is the budget side of one watchdog sample: one
+// GPU, 8 task processes among 32, with peaks to compare.
+func BenchmarkWatchdogSample(b *testing.B) {
+	bud := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 80000}}}
+	var procs []gpu.Process
+	names := map[int]string{}
+	for pid := 100; pid < 132; pid++ {
+		procs = append(procs, gpu.Process{PID: pid, UsedMemoryMiB: 1024, PeakMemoryMiB: 2048})
+		if pid%4 == 0 {
+			names[pid] = "python3"
+		}
+	}
+	s := fakeSampler{"GPU-a": procs}
+	var peaks Peaks
+	for b.Loop() {
+		usage, err := Measure(s, bud, names)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if Check(bud, usage) != nil || peaks.Check(bud, usage) != nil {
+			b.Fatal("unexpected breach")
+		}
+	}
+}
+
+// Two instances on one GPU (two device blocks that landed there) are
+// refused, naming the instances.
+func TestPlanRefusesTwoInstancesOnOneGPU(t *testing.T) {
+	cases := []struct {
+		name   string
+		grants []reservation.Grant
+		err    string
+	}{
+		{"two GPUs", []reservation.Grant{
+			{InstanceID: "GPU-a/lane0", GPUUUID: "GPU-a", Lane: 0, Slots: 1, MemoryMiB: 8000},
+			{InstanceID: "GPU-b/lane1", GPUUUID: "GPU-b", Lane: 1, Slots: 1, MemoryMiB: 8000}}, ""},
+		{"two lanes of one GPU", []reservation.Grant{
+			{InstanceID: "GPU-a/lane1", GPUUUID: "GPU-a", Lane: 1, Slots: 1, MemoryMiB: 8000},
+			{InstanceID: "GPU-b/lane0", GPUUUID: "GPU-b", Lane: 0, Slots: 1, MemoryMiB: 8000},
+			{InstanceID: "GPU-a/lane0", GPUUUID: "GPU-a", Lane: 0, Slots: 1, MemoryMiB: 8000}},
+			"device request: instances GPU-a/lane0, GPU-a/lane1 are all on GPU GPU-a; a task may hold one instance per GPU"},
+		{"a lane and its whole GPU", []reservation.Grant{
+			{InstanceID: "GPU-a", GPUUUID: "GPU-a", Lane: -1, Slots: 1, MemoryMiB: 80000},
+			{InstanceID: "GPU-a/lane0", GPUUUID: "GPU-a", Lane: 0, Slots: 1, MemoryMiB: 8000}},
+			"instances GPU-a, GPU-a/lane0 are all on GPU GPU-a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Plan(tc.grants, 0, PolicyKill)
+			if tc.err != "" {
+				must.ErrorContains(t, err, tc.err)
+				return
+			}
+			must.NoError(t, err)
+			must.SliceLen(t, len(tc.grants), b.GPUs)
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -102,23 +101,28 @@ func Env(grants []reservation.Grant, b Budget, opts EnvOptions) map[string]strin
 		minLimit = min(minLimit, g.LimitMiB)
 	}
 	env["CARAVAN_GPU_MEMORY_MIB"] = strconv.FormatUint(minLimit, 10)
+	perGPU := map[int]uint64{}
+	for i, uuid := range visible {
+		if g, ok := b.For(uuid); ok {
+			perGPU[i] = g.LimitMiB
+		}
+	}
+	if len(perGPU) > 0 {
+		env[PerGPUEnv] = FormatDeviceLimits(perGPU, "")
+	}
 	if opts.Watchdog {
 		env["CARAVAN_BUDGET_POLICY"] = string(b.Policy)
 	}
 
 	if opts.MPS && len(visible) > 0 {
 		// Ordinals follow CUDA_VISIBLE_DEVICES, as the MPS client sees them.
-		var limits []string
 		share := 0
-		for i, uuid := range visible {
-			if g, ok := b.For(uuid); ok {
-				limits = append(limits, fmt.Sprintf("%d=%dM", i, g.LimitMiB))
-				if g.SharePercent > 0 && (share == 0 || g.SharePercent < share) {
-					share = g.SharePercent
-				}
+		for _, uuid := range visible {
+			if g, ok := b.For(uuid); ok && g.SharePercent > 0 && (share == 0 || g.SharePercent < share) {
+				share = g.SharePercent
 			}
 		}
-		env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = strings.Join(limits, ",")
+		env[MPSLimitEnv] = FormatDeviceLimits(perGPU, "M")
 		if share > 0 && share < 100 {
 			env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(share)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
 )
@@ -22,6 +23,9 @@ type ProcUsage struct {
 	PID     int
 	Name    string
 	UsedMiB uint64
+	// PeakMiB is the most the process has held since it started, as the
+	// GPU recorded it (0: not known).
+	PeakMiB uint64
 	// MemoryUnknown is set when the GPU does not tell the process's memory;
 	// such a process adds nothing to UsedMiB and is listed last.
 	MemoryUnknown bool
@@ -42,11 +46,18 @@ func (u Usage) Unknown() []ProcUsage {
 type Breach struct {
 	Usage
 	Policy Policy
+	// Peak, when set, is the process whose recorded peak went past the
+	// budget between two samples that both saw the task within it.
+	Peak *ProcUsage
 }
 
 // Reason says which process used how much of what budget, for task events
 // and the exit message.
 func (b Breach) Reason() string {
+	if p := b.Peak; p != nil {
+		return fmt.Sprintf("GPU memory budget exceeded on %s: pid %d (%s) peaked at %d MiB of its %d MiB budget between two samples; the task holds %d MiB now",
+			b.UUID, p.PID, p.Name, p.PeakMiB, b.LimitMiB, b.UsedMiB)
+	}
 	top := "no single process"
 	if len(b.Procs) > 0 && !b.Procs[0].MemoryUnknown {
 		p := b.Procs[0]
@@ -105,7 +116,7 @@ func Measure(s Sampler, b Budget, pids map[int]string) ([]Usage, error) {
 			if !p.MemoryUnknown {
 				u.UsedMiB += p.UsedMemoryMiB
 			}
-			u.Procs = append(u.Procs, ProcUsage{PID: p.PID, Name: name, UsedMiB: p.UsedMemoryMiB, MemoryUnknown: p.MemoryUnknown})
+			u.Procs = append(u.Procs, ProcUsage{PID: p.PID, Name: name, UsedMiB: p.UsedMemoryMiB, PeakMiB: p.PeakMemoryMiB, MemoryUnknown: p.MemoryUnknown})
 		}
 		sort.SliceStable(u.Procs, func(i, j int) bool {
 			a, b := u.Procs[i], u.Procs[j]
@@ -148,4 +159,45 @@ func Check(b Budget, usages []Usage) *Breach {
 		}
 	}
 	return nil
+}
+
+// Peaks remembers the highest peak seen of each process on each GPU, so
+// that the watchdog judges only what is new since it last looked: GPUs keep
+// a process's peak for its whole life.
+type Peaks struct {
+	mu   sync.Mutex
+	seen map[peakKey]uint64
+}
+
+type peakKey struct {
+	uuid string
+	pid  int
+}
+
+// Check records the peaks in usages and returns a breach for the first
+// process whose peak is new and past its GPU's budget. A single process's
+// peak is a lower bound of the task's: peaks of several processes need not
+// have come at once, so they are not summed.
+func (p *Peaks) Check(b Budget, usages []Usage) *Breach {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == nil {
+		p.seen = map[peakKey]uint64{}
+	}
+	var breach *Breach
+	for _, u := range usages {
+		for _, proc := range u.Procs {
+			k := peakKey{u.UUID, proc.PID}
+			before := p.seen[k]
+			if proc.PeakMiB <= before {
+				continue
+			}
+			p.seen[k] = proc.PeakMiB
+			if breach == nil && u.LimitMiB > 0 && proc.PeakMiB > u.LimitMiB {
+				proc := proc
+				breach = &Breach{Usage: u, Policy: b.Policy, Peak: &proc}
+			}
+		}
+	}
+	return breach
 }

@@ -180,7 +180,7 @@ func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
 	b, state := simGPUBackend(t)
 	var mu sync.Mutex
 	states := map[string]MemberState{}
-	persist := func(id string, st MemberState) {
+	persist := func(id string, _ Key, st MemberState) {
 		mu.Lock()
 		defer mu.Unlock()
 		states[id] = st

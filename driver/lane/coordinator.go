@@ -50,9 +50,10 @@ type Hooks struct {
 	// Members reports a lane's task count whenever a task joins or leaves
 	// it; 0 means the lane is gone. Calls come in the order of the changes.
 	Members func(key Key, tasks int)
-	// Persist stores a member's state whenever it changes, so that a new
-	// driver process can rejoin the task as it was (Join's restored).
-	Persist func(taskID string, st MemberState)
+	// Persist stores a member's state in one of its lanes whenever it
+	// changes, so that a new driver process can rejoin the task as it was
+	// (Join's restored).
+	Persist func(taskID string, key Key, st MemberState)
 }
 
 // MemberState is what a lane keeps of a member across a driver restart.
@@ -115,9 +116,39 @@ type Coordinator struct {
 	ctx    context.Context
 	logger hclog.Logger
 
-	mu      sync.Mutex
-	lanes   map[Key]*laneState
-	members map[string]Key
+	mu    sync.Mutex
+	lanes map[Key]*laneState
+	// members holds each task's lanes: a task on several GPUs is in a lane
+	// of each.
+	members map[string][]Key
+	// holds counts, per task, the lanes that have it suspended: its
+	// processes are one, so they run only while no lane holds them.
+	holds map[string]*hold
+}
+
+// hold is how many lanes have a task suspended; mu serialises the task's
+// switches across its lanes.
+type hold struct {
+	mu    sync.Mutex
+	lanes int
+	// checkpointed are the processes the task's suspend checkpointed; the
+	// resume restores exactly these, never a fresh list from the GPU, from
+	// which checkpointed processes are gone. ckMu guards it alone, so that
+	// its lanes' states can be persisted while a switch holds mu.
+	ckMu         sync.Mutex
+	checkpointed []int
+}
+
+func (h *hold) setCheckpointed(pids []int) {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	h.checkpointed = pids
+}
+
+func (h *hold) checkpointedPIDs() []int {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	return append([]int(nil), h.checkpointed...)
 }
 
 type laneState struct {
@@ -138,6 +169,8 @@ type laneState struct {
 
 type member struct {
 	Member
+	// hold is shared by the task's members in all its lanes.
+	hold         *hold
 	suspended    bool
 	sliceStart   time.Time
 	runTime      time.Duration
@@ -148,10 +181,6 @@ type member struct {
 	lastResume   time.Duration
 	pendingSince time.Time // quantum over, waiting for an iteration boundary
 	pendingMark  int64
-	// checkpointed are the processes the last suspend checkpointed; the
-	// resume restores exactly these, never a fresh list from the GPU, from
-	// which checkpointed processes are gone.
-	checkpointed []int
 	persisted    *MemberState
 }
 
@@ -172,7 +201,7 @@ func New(ctx context.Context, opts Options) *Coordinator {
 	if opts.RejoinGrace <= 0 {
 		opts.RejoinGrace = 30 * time.Second
 	}
-	return &Coordinator{opts: opts, ctx: ctx, logger: opts.Logger, lanes: map[Key]*laneState{}, members: map[string]Key{}}
+	return &Coordinator{opts: opts, ctx: ctx, logger: opts.Logger, lanes: map[Key]*laneState{}, members: map[string][]Key{}, holds: map[string]*hold{}}
 }
 
 // Mechanism is the switching mechanism in use.
@@ -182,9 +211,11 @@ func (c *Coordinator) Mechanism() string { return c.opts.Mechanism.Name() }
 func (c *Coordinator) CheckpointVia() string { return c.opts.Mechanism.Via() }
 
 // Join adds a task to lane key of laneMiB. restored is the member's state
-// as last persisted, the zero value for a new task; after a driver restart
-// it carries the measured profile, whether the task is suspended and what
-// is checkpointed, and whose turn it is.
+// in this lane as last persisted, the zero value for a new task; after a
+// driver restart it carries the measured profile, whether the lane has the
+// task suspended and what is checkpointed, and whose turn it is. A task on
+// several GPUs joins a lane of each; it runs only while none of them has it
+// suspended.
 func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberState) {
 	c.mu.Lock()
 	l, ok := c.lanes[key]
@@ -193,14 +224,26 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 		c.lanes[key] = l
 		go c.loop(l)
 	}
-	c.members[m.TaskID] = key
+	c.members[m.TaskID] = append(c.members[m.TaskID], key)
+	h := c.holds[m.TaskID]
+	if h == nil {
+		h = &hold{}
+		c.holds[m.TaskID] = h
+	}
+	if restored.Suspended {
+		h.mu.Lock()
+		h.lanes++
+		h.mu.Unlock()
+	}
+	if len(restored.Checkpointed) > 0 && len(h.checkpointedPIDs()) == 0 {
+		h.setCheckpointed(restored.Checkpointed)
+	}
 	l.mu.Lock()
 	now := time.Now()
 	if !m.Profile.Known && restored.Profile.Known {
 		m.Profile = restored.Profile
 	}
-	mem := &member{Member: m, suspended: restored.Suspended, checkpointed: restored.Checkpointed,
-		switches: restored.Switches, sliceStart: now, lastTick: now}
+	mem := &member{Member: m, hold: h, suspended: restored.Suspended, switches: restored.Switches, sliceStart: now, lastTick: now}
 	if !restored.SliceStart.IsZero() {
 		mem.sliceStart = restored.SliceStart
 	}
@@ -230,15 +273,24 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 	l.poke()
 }
 
-// Leave removes a task, resuming it first if it is suspended so that it can
-// receive the signals that stop it.
+// Leave removes a task from all its lanes, resuming it first if it is
+// suspended so that it can receive the signals that stop it.
 func (c *Coordinator) Leave(taskID string) {
 	c.mu.Lock()
-	key, ok := c.members[taskID]
+	keys := c.members[taskID]
 	delete(c.members, taskID)
+	delete(c.holds, taskID)
+	c.mu.Unlock()
+	for _, key := range keys {
+		c.leave(key, taskID)
+	}
+}
+
+func (c *Coordinator) leave(key Key, taskID string) {
+	c.mu.Lock()
 	l := c.lanes[key]
 	c.mu.Unlock()
-	if !ok || l == nil {
+	if l == nil {
 		return
 	}
 	l.mu.Lock()
@@ -247,7 +299,14 @@ func (c *Coordinator) Leave(taskID string) {
 			continue
 		}
 		if m.suspended {
-			m.checkpointed, _ = c.opts.Mechanism.Resume(c.ctx, m.Processes, m.checkpointed)
+			h := m.hold
+			h.mu.Lock()
+			h.lanes = max(0, h.lanes-1)
+			if h.lanes == 0 {
+				left, _ := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+				h.setCheckpointed(left)
+			}
+			h.mu.Unlock()
 			m.suspended = false
 		}
 		l.members = append(l.members[:i], l.members[i+1:]...)
@@ -275,13 +334,18 @@ func (c *Coordinator) Leave(taskID string) {
 	}
 }
 
-// Status returns a member's status.
+// Status returns a member's status in its first lane.
 func (c *Coordinator) Status(taskID string) (Status, bool) {
 	c.mu.Lock()
-	key, ok := c.members[taskID]
-	l := c.lanes[key]
+	keys := c.members[taskID]
+	var l *laneState
+	var key Key
+	if len(keys) > 0 {
+		key = keys[0]
+		l = c.lanes[key]
+	}
 	c.mu.Unlock()
-	if !ok || l == nil {
+	if l == nil {
 		return Status{}, false
 	}
 	l.mu.Lock()
@@ -509,6 +573,18 @@ func (c *Coordinator) via(m *member) string {
 }
 
 func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
+	h := m.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lanes > 0 {
+		// Another of the task's lanes has it stopped already.
+		h.lanes++
+		m.suspended = true
+		m.switches++
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s (%s); it was stopped by another of its lanes already", l.key, why),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		return true
+	}
 	gpuPIDs := m.gpuPIDs()
 	var checkpointed []int
 	d, err := switcher.Timed(func() (err error) {
@@ -523,8 +599,9 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return false
 	}
+	h.lanes = 1
+	h.setCheckpointed(checkpointed)
 	m.suspended = true
-	m.checkpointed = checkpointed
 	m.switches++
 	m.lastSuspend = d
 	// At once, not at the end of the step: a restart between two switches
@@ -548,24 +625,36 @@ func (c *Coordinator) annotate(l *laneState, m *member, latencyKey string, d tim
 	if via := c.opts.Mechanism.Via(); via != "" {
 		a["checkpoint_via"] = via
 	}
-	if len(m.checkpointed) > 0 {
-		a["checkpointed_pids"] = fmt.Sprint(m.checkpointed)
+	if pids := m.hold.checkpointedPIDs(); len(pids) > 0 {
+		a["checkpointed_pids"] = fmt.Sprint(pids)
 	}
 	return a
 }
 
-// resume restores what the member's suspend checkpointed and thaws it,
+// resume restores what the task's suspend checkpointed and thaws it,
 // retrying a failure a few times before the task is handed to ResumeFailed,
 // which ends it rather than leaving it frozen.
 func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
-	restoring := m.checkpointed
+	h := m.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lanes > 1 {
+		// Its turn here; it runs when its other lanes give it theirs.
+		h.lanes--
+		m.suspended = false
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("released in %s (%s); it stays stopped until its other lanes give it a turn", l.key, why),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		return true
+	}
+	restoring := h.checkpointedPIDs()
 	var err error
 	var d time.Duration
 	backoff := c.opts.ResumeBackoff
 	attempt := 1
 	for ; ; attempt++ {
-		d, err = switcher.Timed(func() (err error) {
-			m.checkpointed, err = c.opts.Mechanism.Resume(c.ctx, m.Processes, m.checkpointed)
+		d, err = switcher.Timed(func() error {
+			left, err := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+			h.setCheckpointed(left)
 			return err
 		})
 		c.switched("resume", d, err)
@@ -588,6 +677,7 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		}
 		return false
 	}
+	h.lanes = 0
 	m.suspended = false
 	m.lastResume = d
 	c.persist(l)
@@ -605,8 +695,11 @@ func (c *Coordinator) persist(l *laneState) {
 		return
 	}
 	for i, m := range l.members {
-		st := MemberState{Profile: m.Profile, Suspended: m.suspended, Checkpointed: m.checkpointed,
+		st := MemberState{Profile: m.Profile, Suspended: m.suspended, Checkpointed: m.hold.checkpointedPIDs(),
 			Turn: l.mode == "time-sliced" && i == l.running, Mode: l.mode, Switches: m.switches}
+		if len(st.Checkpointed) == 0 {
+			st.Checkpointed = nil
+		}
 		if st.Turn {
 			st.SliceStart = m.sliceStart
 		}
@@ -619,7 +712,7 @@ func (c *Coordinator) persist(l *laneState) {
 			continue
 		}
 		m.persisted = &st
-		c.opts.Hooks.Persist(m.TaskID, st)
+		c.opts.Hooks.Persist(m.TaskID, l.key, st)
 	}
 }
 

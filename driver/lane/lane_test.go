@@ -258,3 +258,44 @@ func TestMembersHookFollowsJoinsAndLeaves(t *testing.T) {
 	defer mu.Unlock()
 	must.Eq(t, []change{{k0, 1}, {k0, 2}, {k1, 1}, {k0, 1}, {k0, 0}, {k1, 0}}, got)
 }
+
+// A task on two GPUs is in a lane of each and runs only while neither has
+// it suspended: it never runs beside the other task of either lane.
+func TestTaskInTwoLanesRunsOnlyWithBothTurns(t *testing.T) {
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.Freeze{}, 100*time.Millisecond, Hooks{Event: rec.add})
+	x, y, z := startProc(t), startProc(t), startProc(t)
+	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+	laneA, laneB := Key{GPU: "GPU-0", Lane: 0}, Key{GPU: "GPU-1", Lane: 0}
+	c.Join(laneA, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()}, MemberState{})
+	c.Join(laneB, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()}, MemberState{})
+	c.Join(laneA, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes()}, MemberState{})
+	c.Join(laneB, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes()}, MemberState{})
+	must.Eq(t, []string{"x", "y"}, c.Members(laneA))
+	must.Eq(t, []string{"x", "z"}, c.Members(laneB))
+
+	// The lanes settle on their first turns at once; after that one sample
+	// may straddle a switch, two in a row may not.
+	time.Sleep(50 * time.Millisecond)
+	sawX, sawYZ := false, false
+	var clashBefore bool
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		xs, ys, zs := x.stopped(), y.stopped(), z.stopped()
+		clash := !xs && (!ys || !zs)
+		must.False(t, clash && clashBefore, must.Sprintf("x ran beside y (%v) or z (%v)", !ys, !zs))
+		clashBefore = clash
+		sawX = sawX || (!xs && ys && zs)
+		sawYZ = sawYZ || (xs && !ys && !zs)
+		time.Sleep(10 * time.Millisecond)
+	}
+	must.True(t, sawX, must.Sprint("x never ran alone on its two GPUs"))
+	must.True(t, sawYZ, must.Sprint("y and z never ran while x waited"))
+
+	// Leaving resumes x once, however many lanes had it suspended.
+	c.Leave("x")
+	time.Sleep(20 * time.Millisecond)
+	must.False(t, x.stopped())
+	must.Eq(t, []string{"y"}, c.Members(laneA))
+	must.Eq(t, []string{"z"}, c.Members(laneB))
+}

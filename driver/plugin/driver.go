@@ -28,6 +28,7 @@ import (
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/metrics"
@@ -60,6 +61,8 @@ type Driver struct {
 	// the task: while a client restores its allocations it has no handler for
 	// task events yet and drops them.
 	recoveryEvents sync.Map // task ID → message
+	// laneStateMu serialises the writes of tasks' lane state files.
+	laneStateMu sync.Mutex
 }
 
 var _ drivers.DriverPlugin = (*Driver)(nil)
@@ -384,8 +387,8 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		FrameworkHints: tc.FrameworkHints, DeviceMemoryMiB: deviceMemory(backend), DeviceModel: deviceModels(backend),
 	})
 	env[lane.IterationEnv] = spec.IterationFile
-	if spec.Lane != nil {
-		env["CARAVAN_LANE"] = spec.Lane.Key.String()
+	if keys := spec.LaneKeys(); keys != "" {
+		env["CARAVAN_LANE"] = keys
 	}
 	if s.GPUBackend == "sim" {
 		env["CARAVAN_SIM_STATE_DIR"] = s.Sim.StateDir
@@ -438,7 +441,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	startedAt := time.Now().Round(time.Millisecond)
 	procs, fallbackWhy := taskProcesses(taskCgroup(cfg), ps.Pid)
 	h := task.NewHandle(exec, client, ps.Pid, procs, cfg, spec, startedAt, logger)
-	if spec.Lane != nil {
+	if len(spec.AllLanes()) > 0 {
 		h.LaneStateFile = laneStatePath(cfg)
 	}
 	state := task.State{
@@ -458,7 +461,8 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if fallbackWhy != "" {
 		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
-	d.adopt(h, backend, s, lane.MemberState{})
+	recordGrants(h, grants)
+	d.adopt(h, backend, s, nil)
 	if backend == nil {
 		d.warnUnenforced(h, s)
 	}
@@ -467,7 +471,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 
 // adopt starts tracking a task that runs now: its exit, its budget and its
 // lane.
-func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restored lane.MemberState) {
+func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restored laneStates) {
 	describe(h, d.unenforced())
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
@@ -496,8 +500,8 @@ func describe(h *task.Handle, unenforced string) {
 			h.SetAttr("caravan.budget_policy", string(h.Spec.Budget.Policy))
 		}
 	}
-	if h.Spec.Lane != nil {
-		h.SetAttr("caravan.lane", h.Spec.Lane.Key.String())
+	if keys := h.Spec.LaneKeys(); keys != "" {
+		h.SetAttr("caravan.lane", keys)
 	}
 }
 
@@ -576,28 +580,31 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
 	h.LaneStateFile = state.LaneStateFile
 	backend, _ := d.gpuBackend()
-	restored, laneErr := readLaneState(state.LaneStateFile)
+	restored, laneErr := readLaneStates(state.LaneStateFile)
 	if laneErr != nil {
-		logger.Warn("lane state not recovered; the task rejoins its lane afresh", "error", laneErr)
+		logger.Warn("lane state not recovered; the task rejoins its lanes afresh", "error", laneErr)
 	}
-	// The processes themselves say whether they are frozen; the lane state
-	// says what is checkpointed and whose turn it is.
-	suspended, err := procs.Frozen()
+	// The processes themselves say whether they are frozen; the lane states
+	// say which lanes have the task suspended, what is checkpointed and
+	// whose turn it is.
+	frozen, err := procs.Frozen()
 	if err != nil {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
-		suspended = restored.Suspended
 	}
-	// A task with checkpointed processes is suspended even if not frozen (a
-	// restart between the checkpoint and the freeze): its resume restores them.
-	restored.Suspended = suspended || len(restored.Checkpointed) > 0
+	restored, suspended, checkpointed := recoveredLanes(h.Spec, restored, frozen)
+	if grants, err := reservation.FromEnv(cfg.DeviceEnv); err == nil {
+		recordGrants(h, grants)
+	}
 	d.adopt(h, backend, s, restored)
 	h.SetAttr("caravan.recovered", "true")
-	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", restored.Suspended)
-	if len(restored.Checkpointed) > 0 {
-		msg += fmt.Sprintf(", checkpointed PIDs %v", restored.Checkpointed)
+	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", suspended)
+	if len(checkpointed) > 0 {
+		msg += fmt.Sprintf(", checkpointed PIDs %v", checkpointed)
 	}
-	if state.LaneStateFile != "" && laneErr == nil {
-		msg += fmt.Sprintf(", lane mode %q, profile %s", restored.Mode, restored.Profile)
+	for _, spec := range h.Spec.AllLanes() {
+		if st, ok := restored[spec.Key.String()]; ok && st.Mode != "" {
+			msg += fmt.Sprintf(", lane %s mode %q, profile %s", spec.Key, st.Mode, st.Profile)
+		}
 	}
 	msg += ")"
 	if fallbackWhy != "" {
@@ -671,6 +678,7 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 		d.metrics.TaskGPUMemory.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
 		d.metrics.TaskGPUBudget.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
 	}
+	forgetGrants(h)
 	d.tasks.Delete(taskID)
 	return nil
 }

@@ -81,9 +81,14 @@ func openSimState(b *sim.Backend, stateDir string) error {
 	if err != nil {
 		return err
 	}
-	dirs := []string{filepath.Join(stateDir, "procs")}
-	for _, d := range devs {
-		dirs = append(dirs, filepath.Join(stateDir, "procs", d.UUID))
+	// checkpointed/ holds a checkpointed process's entry, which the task
+	// keeps writing as it allocates.
+	var dirs []string
+	for _, top := range []string{"procs", "checkpointed"} {
+		dirs = append(dirs, filepath.Join(stateDir, top))
+		for _, d := range devs {
+			dirs = append(dirs, filepath.Join(stateDir, top, d.UUID))
+		}
 	}
 	for _, dir := range dirs {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -153,8 +158,9 @@ func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, [
 			return task.Spec{}, nil, fmt.Errorf("memory_profile: persistent + ephemeral (%d MiB) does not fit in lane %s:%d of %d MiB",
 				profile.PersistentMiB+profile.EphemeralMiB, g.GPUUUID, g.Lane, laneMiB)
 		}
-		spec.Lane = &task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile}
-		break // a task shares at most one lane
+		// A task on several GPUs shares a lane on each (budget.Plan has
+		// refused two instances on one GPU).
+		spec.Lanes = append(spec.Lanes, task.LaneSpec{Key: lane.Key{GPU: g.GPUUUID, Lane: g.Lane}, MemoryMiB: laneMiB, Profile: profile})
 	}
 	return spec, grants, nil
 }
@@ -277,14 +283,31 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 		d.reportUnknownMemory(h, u)
 	}
 	breach := budget.Check(h.Spec.Budget, usage)
+	// The peaks are recorded on every sample, so that one judged while the
+	// task is over budget now is not judged again later.
+	peak := h.Peaks.Check(h.Spec.Budget, usage)
+	if breach == nil && peak != nil {
+		// A spike that came and went between two samples: not an episode
+		// that lasts, so it is reported on its own.
+		return d.enforce(h, peak)
+	}
 	if !h.NoteBreach(breach != nil) || breach == nil {
 		return breach
 	}
+	return d.enforce(h, breach)
+}
+
+// enforce reports a breach and acts on its policy.
+func (d *Driver) enforce(h *task.Handle, breach *budget.Breach) *budget.Breach {
 	reason := breach.Reason()
 	d.metrics.Breaches.WithLabelValues(string(breach.Policy)).Inc()
 	annotations := map[string]string{
 		"gpu": breach.UUID, "used_mib": strconv.FormatUint(breach.UsedMiB, 10),
 		"budget_mib": strconv.FormatUint(breach.LimitMiB, 10), "policy": string(breach.Policy),
+	}
+	if breach.Peak != nil {
+		annotations["peak_mib"] = strconv.FormatUint(breach.Peak.PeakMiB, 10)
+		annotations["pid"] = strconv.Itoa(breach.Peak.PID)
 	}
 	if breach.Policy == budget.PolicyWarn {
 		d.emit(h, "warning: "+reason, annotations, nil)
@@ -338,17 +361,25 @@ func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string,
 	h.Logger.Info(msg)
 }
 
-// joinLane places the task in its lane; restored is its lane state from
-// before a driver restart, the zero value for a new task.
-func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored lane.MemberState) {
-	spec := h.Spec.Lane
-	if spec == nil || d.coord == nil {
+// laneStates are a task's states in its lanes, by lane ("GPU-a/lane0").
+type laneStates map[string]lane.MemberState
+
+// joinLane places the task in each of its lanes; restored holds its states
+// there from before a driver restart, none for a new task.
+func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored laneStates) {
+	if d.coord == nil {
 		return
 	}
 	var counter *lane.IterationCounter
 	if h.Spec.IterationFile != "" {
 		counter = lane.NewIterationCounter(h.Spec.IterationFile)
 	}
+	for _, spec := range h.Spec.AllLanes() {
+		d.joinOneLane(h, backend, spec, counter, restored[spec.Key.String()])
+	}
+}
+
+func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.LaneSpec, counter *lane.IterationCounter, restored lane.MemberState) {
 	gpuUUID := spec.Key.GPU
 	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
 		TaskID:    h.Config.ID,
@@ -385,26 +416,65 @@ func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored lane.Mem
 	}, restored)
 }
 
-// laneStatePath is where a lane task's lane state is kept: in its task
+// recoveredLanes reconciles a recovered task's lane states with whether its
+// processes are frozen. It returns the states to rejoin with, whether the
+// task is suspended, and what is checkpointed. A task with checkpointed
+// processes is suspended even if not frozen (a restart between the
+// checkpoint and the freeze): its resume restores them. A frozen task that
+// no lane state has suspended (a state from an older driver, or a restart
+// between the freeze and the write) is suspended in all its lanes, so that
+// they resume it.
+func recoveredLanes(spec task.Spec, states laneStates, frozen bool) (laneStates, bool, []int) {
+	out := laneStates{}
+	var checkpointed []int
+	anySuspended := false
+	for _, l := range spec.AllLanes() {
+		st := states[l.Key.String()]
+		if len(st.Checkpointed) > 0 {
+			checkpointed = st.Checkpointed
+		}
+		st.Suspended = st.Suspended && (frozen || len(st.Checkpointed) > 0)
+		anySuspended = anySuspended || st.Suspended
+		out[l.Key.String()] = st
+	}
+	if !anySuspended && (frozen || len(checkpointed) > 0) {
+		for key, st := range out {
+			st.Suspended = true
+			out[key] = st
+		}
+		anySuspended = true
+	}
+	return out, anySuspended, checkpointed
+}
+
+// laneStatePath is where a lane task's lane states are kept: in its task
 // directory, which lives as long as the task and survives a restart.
 func laneStatePath(cfg *drivers.TaskConfig) string {
 	return filepath.Join(cfg.TaskDir().Dir, "caravan-lane-state.json")
 }
 
-// persistLane writes a member's lane state whenever the coordinator
+// persistLane writes a member's state in one lane whenever the coordinator
 // changes it, atomically so that a restart in mid-write reads the old one.
-func (d *Driver) persistLane(taskID string, st lane.MemberState) {
+func (d *Driver) persistLane(taskID string, key lane.Key, st lane.MemberState) {
 	h, ok := d.tasks.Get(taskID)
 	if !ok || h.LaneStateFile == "" {
 		return
 	}
-	if err := writeLaneState(h.LaneStateFile, st); err != nil {
+	// A task's lanes persist from their own goroutines into one file.
+	d.laneStateMu.Lock()
+	defer d.laneStateMu.Unlock()
+	states, err := readLaneStates(h.LaneStateFile)
+	if err != nil || states == nil {
+		states = laneStates{}
+	}
+	states[key.String()] = st
+	if err := writeLaneStates(h.LaneStateFile, states); err != nil {
 		h.Logger.Warn("lane state not saved; a driver restart would forget it", "error", err)
 	}
 }
 
-func writeLaneState(path string, st lane.MemberState) error {
-	data, err := json.Marshal(st)
+func writeLaneStates(path string, states laneStates) error {
+	data, err := json.Marshal(states)
 	if err != nil {
 		return err
 	}
@@ -415,29 +485,31 @@ func writeLaneState(path string, st lane.MemberState) error {
 	return os.Rename(tmp, path)
 }
 
-// readLaneState reads what writeLaneState wrote; a missing file (a task
-// that never switched, or a state from an older driver) is the zero state.
-func readLaneState(path string) (lane.MemberState, error) {
-	var st lane.MemberState
+// readLaneStates reads what writeLaneStates wrote; a missing file (a task
+// that never switched, or a state from an older driver) is no state.
+func readLaneStates(path string) (laneStates, error) {
 	if path == "" {
-		return st, nil
+		return nil, nil
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return st, nil
+		return nil, nil
 	}
 	if err != nil {
-		return st, err
+		return nil, err
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return lane.MemberState{}, fmt.Errorf("lane state %s: %w", path, err)
+	var states laneStates
+	if err := json.Unmarshal(data, &states); err != nil {
+		return nil, fmt.Errorf("lane state %s: %w", path, err)
 	}
-	for _, pid := range st.Checkpointed {
-		if pid <= 0 {
-			return lane.MemberState{}, fmt.Errorf("lane state %s: checkpointed: %d is no process ID", path, pid)
+	for key, st := range states {
+		for _, pid := range st.Checkpointed {
+			if pid <= 0 {
+				return nil, fmt.Errorf("lane state %s: %s: checkpointed: %d is no process ID", path, key, pid)
+			}
 		}
 	}
-	return st, nil
+	return states, nil
 }
 
 // laneEvent turns a coordinator event into a task event.

@@ -44,7 +44,17 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Tasks' grants are recorded for caravan-device in a directory of the
+	// test's own, not the host's.
+	dir, err := os.MkdirTemp("", "caravan-grants-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	grantsDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const testFleet = `{"gpus":[{"uuid":"GPU-test","count":1,"model":"Sim GPU","memory_mib":16384}]}`

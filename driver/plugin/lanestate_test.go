@@ -21,13 +21,13 @@ func TestLaneStateRoundTrip(t *testing.T) {
 	cases := []struct {
 		name    string
 		content *string // nil: no file
-		want    lane.MemberState
+		want    laneStates
 		wantErr string
 	}{
-		{"no file is a fresh member", nil, lane.MemberState{}, ""},
-		{"no path", nil, lane.MemberState{}, ""},
-		{"damaged file names itself", ptr(`{"suspended": tru`), lane.MemberState{}, "lane state"},
-		{"bad PID names the field", ptr(`{"checkpointed": [0]}`), lane.MemberState{}, "checkpointed"},
+		{"no file is a fresh member", nil, nil, ""},
+		{"no path", nil, nil, ""},
+		{"damaged file names itself", ptr(`{"GPU-a/lane0": {"suspended": tru`), nil, "lane state"},
+		{"bad PID names the field", ptr(`{"GPU-a/lane0": {"checkpointed": [0]}}`), nil, "GPU-a/lane0: checkpointed"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,7 +38,7 @@ func TestLaneStateRoundTrip(t *testing.T) {
 			if tc.content != nil {
 				must.NoError(t, os.WriteFile(path, []byte(*tc.content), 0o600))
 			}
-			got, err := readLaneState(path)
+			got, err := readLaneStates(path)
 			if tc.wantErr != "" {
 				must.ErrorContains(t, err, tc.wantErr)
 				must.ErrorContains(t, err, path)
@@ -52,10 +52,11 @@ func TestLaneStateRoundTrip(t *testing.T) {
 		Suspended: true, Checkpointed: []int{41, 42}, Mode: "time-sliced", Switches: 3, Peers: []string{"b"},
 		SliceStart: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	path := filepath.Join(dir, "state.json")
-	must.NoError(t, writeLaneState(path, st))
-	got, err := readLaneState(path)
+	states := laneStates{"GPU-a/lane0": st, "GPU-b/lane1": {Mode: "alone"}}
+	must.NoError(t, writeLaneStates(path, states))
+	got, err := readLaneStates(path)
 	must.NoError(t, err)
-	must.Eq(t, st, got)
+	must.Eq(t, states, got)
 }
 
 func ptr(s string) *string { return &s }
@@ -63,8 +64,8 @@ func ptr(s string) *string { return &s }
 // FuzzReadLaneState: whatever the lane state file holds, reading it
 // returns a state or an error, never a panic.
 func FuzzReadLaneState(f *testing.F) {
-	f.Add([]byte(`{"profile":{"PersistentMiB":1,"EphemeralMiB":2,"Known":true},"suspended":true,"checkpointed":[1,2],"turn":false,"mode":"time-sliced"}`))
-	f.Add([]byte(`{"checkpointed":[-1]}`))
+	f.Add([]byte(`{"GPU-a/lane0":{"profile":{"PersistentMiB":1,"EphemeralMiB":2,"Known":true},"suspended":true,"checkpointed":[1,2],"turn":false,"mode":"time-sliced"}}`))
+	f.Add([]byte(`{"GPU-a/lane0":{"checkpointed":[-1]}}`))
 	f.Add([]byte(``))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -72,7 +73,7 @@ func FuzzReadLaneState(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Skip()
 		}
-		_, _ = readLaneState(path)
+		_, _ = readLaneStates(path)
 	})
 }
 
@@ -104,7 +105,7 @@ func TestRecoverTaskRestoresWhatWasCheckpointed(t *testing.T) {
 	var state task.State
 	must.NoError(t, handle.GetDriverState(&state))
 	must.NotEq(t, "", state.LaneStateFile)
-	must.NoError(t, writeLaneState(state.LaneStateFile, lane.MemberState{Checkpointed: []int{pid}, Mode: "alone"}))
+	must.NoError(t, writeLaneStates(state.LaneStateFile, laneStates{"GPU-test/lane0": {Checkpointed: []int{pid}, Mode: "alone"}}))
 
 	h2, _ := newHarness(t, conf)
 	events := collectEvents(t, h2)
@@ -117,4 +118,31 @@ func TestRecoverTaskRestoresWhatWasCheckpointed(t *testing.T) {
 		all = append(all, e.Message)
 	}
 	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
+}
+
+func TestRecoveredLanes(t *testing.T) {
+	a, b := lane.Key{GPU: "GPU-a", Lane: 0}, lane.Key{GPU: "GPU-b", Lane: 1}
+	spec := task.Spec{Lanes: []task.LaneSpec{{Key: a}, {Key: b}}}
+	cases := []struct {
+		name          string
+		states        laneStates
+		frozen        bool
+		wantSuspended map[string]bool
+		wantAny       bool
+	}{
+		{"running, no state", nil, false, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
+		{"frozen, no state: every lane resumes it", nil, true, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": true}, true},
+		{"frozen by one lane", laneStates{"GPU-a/lane0": {Suspended: true}}, true, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+		{"state says suspended but the task runs", laneStates{"GPU-a/lane0": {Suspended: true}}, false, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
+		{"checkpointed, not frozen", laneStates{"GPU-a/lane0": {Suspended: true, Checkpointed: []int{7}}}, false, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, any, _ := recoveredLanes(spec, tc.states, tc.frozen)
+			must.Eq(t, tc.wantAny, any)
+			for key, want := range tc.wantSuspended {
+				must.Eq(t, want, got[key].Suspended, must.Sprint(key))
+			}
+		})
+	}
 }

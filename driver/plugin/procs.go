@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/drivers/shared/executor"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
+	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/cgroup"
 	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/caravan-gpu/caravan/driver/task"
@@ -118,4 +119,28 @@ func (d *Driver) killLeftovers(h *task.Handle) {
 		msg = fmt.Sprintf("killing %d process(es) left in the task's cgroup after its main process exited failed: %v", len(left), err)
 	}
 	d.emit(h, msg, map[string]string{"pids": fmt.Sprint(left)}, err)
+}
+
+// grantsDir is where tasks' grants are recorded for caravan-device; a
+// variable so tests can point it elsewhere.
+var grantsDir = reservation.GrantsDir
+
+// recordGrants lets caravan-device tell which lane a process on a GPU
+// belongs to by its cgroup, which the task cannot choose, rather than by its
+// environment, which it can. A task without a cgroup is not recorded.
+func recordGrants(h *task.Handle, grants []reservation.Grant) {
+	dir := cgroupDir(h.Procs)
+	if dir == "" || len(grants) == 0 {
+		return
+	}
+	if err := reservation.WriteTaskGrants(grantsDir, filepath.Base(dir), grants); err != nil {
+		h.Logger.Warn("recording the task's grants for caravan-device failed; its lane stats go by the task's environment", "error", err)
+	}
+}
+
+// forgetGrants removes what recordGrants recorded.
+func forgetGrants(h *task.Handle) {
+	if dir := cgroupDir(h.Procs); dir != "" {
+		_ = reservation.RemoveTaskGrants(grantsDir, filepath.Base(dir))
+	}
 }

@@ -46,7 +46,7 @@ func escapeTask(t *testing.T, h *dtestutil.DriverHarness, name string, w workloa
 	return cfg
 }
 
-var breachPID = regexp.MustCompile(`; pid (\d+) \(`)
+var breachPID = regexp.MustCompile(`[:;] pid (\d+) \(`)
 
 // TestSetsidEscapeIsKilledOverBudget: a process that left the task's
 // process tree still counts against the task's budget, and the kill takes

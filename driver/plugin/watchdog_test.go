@@ -67,3 +67,53 @@ func TestWatchdogOnGPUsThatListProcessesDifferently(t *testing.T) {
 		})
 	}
 }
+
+// A spike of a millisecond per iteration past the budget falls between the
+// watchdog's samples; the process's recorded peak still shows it. Under MPS
+// the allocation itself fails, in the task, and nothing is over budget.
+func TestMillisecondSpikePastTheBudget(t *testing.T) {
+	cases := []struct {
+		name     string
+		mps      string
+		policy   string
+		exitErr  string // the driver's reason, for a task it killed
+		exitCode int
+		event    string
+		noEvent  string
+	}{
+		{"kill", "off", "kill", "2561 MiB of its 2048 MiB budget", 0, "killing the task", ""},
+		{"warn", "off", "warn", "", 0, "warning: GPU memory budget exceeded on GPU-test", ""},
+		{"MPS refuses the allocation", "on", "kill", "", 1, "", "budget exceeded"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := simConfigFor(t, "")
+			// The default interval: a 1 ms spike in each 300 ms iteration is
+			// seen by a sample about once in 300.
+			cfg.WatchdogInterval, cfg.MPS = "500ms", tc.mps
+			h, _ := newHarness(t, cfg)
+			events := collectEvents(t, h)
+			grant := reservation.Grant{InstanceID: "GPU-test", GPUUUID: "GPU-test", Lane: -1, Slots: 1, MemoryMiB: 2048, SharePercent: 100}
+			task := workloadTask(t, h, "spiky", workload.Config{Iterations: 8, IterationTime: 300 * time.Millisecond,
+				PersistentMiB: 1024, EphemeralMiB: 512, Mode: workload.ModeExceed, ExceedAfter: 1, SpikeTime: time.Millisecond},
+				TaskConfig{GPUMemoryPolicy: tc.policy}, grantEnv(grant))
+			_, _, err := h.StartTask(task)
+			must.NoError(t, err)
+			res := waitExit(t, h, task.ID, 30*time.Second)
+			if tc.exitErr != "" {
+				must.ErrorContains(t, res.Err, tc.exitErr)
+			} else {
+				must.NoError(t, res.Err)
+				must.Eq(t, tc.exitCode, res.ExitCode)
+			}
+			if tc.event != "" {
+				found := waitEvents(events, task.ID, tc.event, 5*time.Second)
+				must.SliceNotEmpty(t, found)
+				must.StrContains(t, found[0].Message, "2561 MiB of its 2048 MiB budget")
+			}
+			if tc.noEvent != "" {
+				must.SliceEmpty(t, events(task.ID, tc.noEvent))
+			}
+		})
+	}
+}

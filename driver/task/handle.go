@@ -47,6 +47,8 @@ type Handle struct {
 
 	// Done is closed when the process has exited and ExitResult is final.
 	Done chan struct{}
+	// Peaks holds the memory peaks the watchdog has judged already.
+	Peaks budget.Peaks
 
 	mu          sync.RWMutex
 	state       drivers.TaskState

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"strings"
 	"time"
 
 	"github.com/caravan-gpu/caravan/driver/budget"
@@ -36,12 +37,33 @@ type State struct {
 // once, at StartTask, from the device plugin's grants and the task config.
 type Spec struct {
 	Budget budget.Budget
-	// Lane is nil when the task does not share a lane.
+	// Lanes are the lanes the task shares, one per GPU; none when it shares
+	// no lane.
+	Lanes []LaneSpec
+	// Lane is where state stored before tasks had several lanes keeps the
+	// one lane; read it through AllLanes.
 	Lane *LaneSpec
 	// IterationFile is where the task marks its iteration boundaries.
 	IterationFile string
 	// User is the user the task runs as.
 	User string
+}
+
+// AllLanes returns the task's lanes, from state of any version.
+func (s Spec) AllLanes() []LaneSpec {
+	if len(s.Lanes) == 0 && s.Lane != nil {
+		return []LaneSpec{*s.Lane}
+	}
+	return s.Lanes
+}
+
+// LaneKeys names the task's lanes, "GPU-a/lane0,GPU-b/lane1".
+func (s Spec) LaneKeys() string {
+	var keys []string
+	for _, l := range s.AllLanes() {
+		keys = append(keys, l.Key.String())
+	}
+	return strings.Join(keys, ",")
 }
 
 // LaneSpec places a task in a lane.

@@ -65,11 +65,18 @@ type Config struct {
 	ExceedAfter int
 	// LeakMiB is leaked per iteration in leak mode.
 	LeakMiB uint64
+	// SpikeTime, when set, is how long exceed mode holds its excess before
+	// freeing it again, as a spike of activations that lasts milliseconds;
+	// unset, the excess lasts through the backward pass's first step.
+	SpikeTime time.Duration
 
 	// GPU is where memory is recorded; empty runs without a GPU.
 	GPU string
-	// BudgetMiB is the budget the driver announced (0 when unknown).
+	// BudgetMiB is the budget the driver announced on GPU (0 when unknown).
 	BudgetMiB uint64
+	// MPSLimitMiB is the MPS client limit on GPU (0: none): an allocation
+	// past it fails as CUDA's does under MPS.
+	MPSLimitMiB uint64
 	// SimStateDir is the sim backend's state directory, when simulated.
 	SimStateDir  string
 	ProgressFile string
@@ -114,6 +121,15 @@ func (c *Config) FromEnv(env map[string]string) error {
 	}
 	if v := env["CARAVAN_GPU_MEMORY_MIB"]; v != "" {
 		_, _ = fmt.Sscan(v, &c.BudgetMiB)
+	}
+	// The budget of this GPU, where the task has several.
+	if mib, err := budget.LimitFor(env, budget.PerGPUEnv, c.GPU); err != nil {
+		return err
+	} else if mib > 0 {
+		c.BudgetMiB = mib
+	}
+	if c.MPSLimitMiB, err = budget.LimitFor(env, budget.MPSLimitEnv, c.GPU); err != nil {
+		return err
 	}
 	if c.SimStateDir == "" {
 		c.SimStateDir = env["CARAVAN_SIM_STATE_DIR"]
@@ -196,6 +212,8 @@ func (c Config) Validate() error {
 		return errors.New("iteration-time: must be positive")
 	case c.Steps < 1:
 		return errors.New("steps: must be at least 1")
+	case c.SpikeTime < 0:
+		return errors.New("spike-time: must not be negative")
 	}
 	switch c.Mode {
 	case ModeNormal, ModeExceed, ModeLeak, ModeCrash, ModeIgnoreSignal:
@@ -259,7 +277,9 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	}
 	start := time.Now()
 	var leaked uint64
-	mem.set(c.PersistentMiB)
+	if err := mem.set(c.PersistentMiB); err != nil {
+		return mem.outOfMemory(enc, first, err)
+	}
 	iteration := time.Duration(float64(c.IterationTime) / c.SpeedFactor())
 	step := iteration / time.Duration(2*c.Steps)
 	for it := first; it <= c.Iterations; it++ {
@@ -268,25 +288,38 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 			if err := sleep(ctx, step); err != nil {
 				return err
 			}
-			mem.set(c.PersistentMiB + leaked + c.EphemeralMiB*uint64(s)/uint64(c.Steps))
+			if err := mem.set(c.PersistentMiB + leaked + c.EphemeralMiB*uint64(s)/uint64(c.Steps)); err != nil {
+				return mem.outOfMemory(enc, it, err)
+			}
 		}
 		if c.Mode == ModeExceed && it >= c.ExceedAfter {
 			over := c.BudgetMiB + c.BudgetMiB/4 + 1
 			if c.BudgetMiB == 0 {
 				over = 2 * (c.PersistentMiB + c.EphemeralMiB + 1)
 			}
-			mem.set(over)
+			peak := mem.current
+			if err := mem.set(over); err != nil {
+				return mem.outOfMemory(enc, it, err)
+			}
 			_ = enc.Encode(Progress{Iteration: it, Iterations: c.Iterations, GPUMemory: over, Event: "exceeding budget"})
+			if c.SpikeTime > 0 {
+				if err := sleep(ctx, c.SpikeTime); err != nil {
+					return err
+				}
+				_ = mem.set(peak)
+			}
 		}
 		for s := c.Steps - 1; s >= 0; s-- {
 			if err := sleep(ctx, step); err != nil {
 				return err
 			}
-			mem.set(c.PersistentMiB + leaked + c.EphemeralMiB*uint64(s)/uint64(c.Steps))
+			_ = mem.set(c.PersistentMiB + leaked + c.EphemeralMiB*uint64(s)/uint64(c.Steps))
 		}
 		if c.Mode == ModeLeak {
 			leaked += c.LeakMiB
-			mem.set(c.PersistentMiB + leaked)
+			if err := mem.set(c.PersistentMiB + leaked); err != nil {
+				return mem.outOfMemory(enc, it, err)
+			}
 		}
 		markIteration(c.IterationFile, it)
 		elapsed := time.Since(start).Seconds()
@@ -323,12 +356,25 @@ type recorder struct {
 	current uint64
 }
 
-func (r *recorder) set(mib uint64) {
-	r.current = mib
+// set allocates or frees down to mib. Past an MPS client limit the
+// allocation fails and the process keeps what it held.
+func (r *recorder) set(mib uint64) error {
 	if r.cfg.GPU == "" || r.cfg.SimStateDir == "" {
-		return
+		r.current = mib
+		return nil
 	}
-	_ = sim.SetProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib)
+	if err := sim.AllocateProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib, r.cfg.MPSLimitMiB); err != nil {
+		return err
+	}
+	r.current = mib
+	return nil
+}
+
+// outOfMemory reports a failed allocation as a progress event and ends the
+// run with it, as a training job ends on CUDA's out-of-memory error.
+func (r *recorder) outOfMemory(enc *json.Encoder, it int, err error) error {
+	_ = enc.Encode(Progress{Iteration: it, Iterations: r.cfg.Iterations, GPUMemory: r.current, Event: err.Error()})
+	return err
 }
 
 func (r *recorder) release() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
 )
 
 func progressLines(t *testing.T, out string) []Progress {
@@ -212,4 +216,80 @@ func FuzzParseSpeeds(f *testing.F) {
 			}
 		}
 	})
+}
+
+func simBackend(t *testing.T) (*sim.Backend, string) {
+	t.Helper()
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid":"GPU-a","model":"Tesla T4","memory_mib":15360}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	return b, state
+}
+
+// With -spike-time the excess lasts milliseconds: the GPU's record of the
+// process's peak keeps it after it is gone.
+func TestSpikeStaysInThePeak(t *testing.T) {
+	b, state := simBackend(t)
+	c := Config{Iterations: 50, IterationTime: 40 * time.Millisecond, Steps: 2, PersistentMiB: 1024, EphemeralMiB: 512,
+		Mode: ModeExceed, ExceedAfter: 1, SpikeTime: 2 * time.Millisecond, GPU: "GPU-a", BudgetMiB: 2048, SimStateDir: state}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c, io.Discard) }()
+	var peak gpu.Process
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && peak.PeakMemoryMiB == 0 {
+		procs, err := b.Processes("GPU-a")
+		must.NoError(t, err)
+		for _, p := range procs {
+			if p.PeakMemoryMiB > c.BudgetMiB {
+				peak = p
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	must.ErrorIs(t, <-done, context.Canceled)
+	must.Eq(t, uint64(2561), peak.PeakMemoryMiB)
+}
+
+// Under an MPS client limit the excess is refused at allocation: the run
+// ends with CUDA's out-of-memory error, reported, and nothing past the
+// limit is ever counted.
+func TestMPSLimitRefusesTheExcess(t *testing.T) {
+	_, state := simBackend(t)
+	var out bytes.Buffer
+	c := Config{Iterations: 5, IterationTime: 10 * time.Millisecond, Steps: 1, PersistentMiB: 1024, EphemeralMiB: 512,
+		Mode: ModeExceed, ExceedAfter: 2, GPU: "GPU-a", BudgetMiB: 2048, MPSLimitMiB: 2048, SimStateDir: state}
+	err := Run(context.Background(), c, &out)
+	must.ErrorIs(t, err, sim.ErrOutOfMemory)
+	ps := progressLines(t, out.String())
+	last := ps[len(ps)-1]
+	must.Eq(t, 2, last.Iteration)
+	must.StrContains(t, last.Event, "CUDA error: out of memory: 2561 MiB is past the MPS pinned device memory limit of 2048 MiB")
+	for _, p := range ps {
+		must.LessEq(t, uint64(2048), p.GPUMemory)
+	}
+}
+
+// A task on several GPUs reads its own GPU's budget and MPS limit.
+func TestFromEnvReadsItsGPUsBudget(t *testing.T) {
+	env := map[string]string{
+		"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "CARAVAN_GPU_MEMORY_MIB": "8000",
+		"CARAVAN_GPU_MEMORY_MIB_PER_GPU": "0=40000,1=8000", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40000M,1=8000M",
+	}
+	for _, tc := range []struct {
+		gpu  string
+		want uint64
+	}{{"GPU-a", 40000}, {"GPU-b", 8000}} {
+		c := Config{GPU: tc.gpu}
+		must.NoError(t, c.FromEnv(env))
+		must.Eq(t, tc.want, c.BudgetMiB)
+		must.Eq(t, tc.want, c.MPSLimitMiB)
+	}
+	c := Config{}
+	must.ErrorContains(t, c.FromEnv(map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "bad"}),
+		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 }

@@ -150,6 +150,9 @@ func Manageable(stub *api.JobListStub) bool {
 func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now time.Time) *Alloc {
 	out := &Alloc{ID: a.ID, NodeID: a.NodeID, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus,
 		JobVersion: a.JobVersion}
+	if a.ModifyTime > 0 {
+		out.Modified = time.Unix(0, a.ModifyTime)
+	}
 	for _, ts := range a.TaskStates {
 		if ts == nil {
 			continue
@@ -199,8 +202,13 @@ func (j *Job) account(now time.Time) {
 			continue
 		}
 		end := now
-		if !a.Live() && !a.Finished.IsZero() {
+		switch {
+		case !a.Live() && !a.Finished.IsZero():
 			end = a.Finished
+		case !a.Live() && !a.Modified.IsZero() && a.Modified.Before(now):
+			// Told to stop, and its tasks not yet reported gone: its work
+			// since is lost to the preemption, as in the simulator.
+			end = a.Modified
 		}
 		if !end.After(a.Started) {
 			continue

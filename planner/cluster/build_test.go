@@ -48,6 +48,18 @@ func TestBuildStoppingAllocIsNotLive(t *testing.T) {
 	must.False(t, s.Jobs[0].Running())
 }
 
+// An allocation told to stop whose client has not yet reported it gone has
+// run until it was told, not until now: its service never grows past the
+// preemption and then shrinks when the client reports.
+func TestBuildStoppingAllocRanUntilTold(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	stub := &api.JobListStub{ID: "pre", Namespace: "default", Type: "batch", Status: "running", SubmitTime: now.Add(-time.Minute).UnixNano()}
+	a := alloc("pre", "running", "stop", now.Add(-60*time.Second), time.Time{}, "g0")
+	a.ModifyTime = now.Add(-10 * time.Second).UnixNano()
+	s := Build(Inputs{Now: now, Jobs: []*api.JobListStub{stub}, Allocs: []*api.AllocationListStub{a}}, everyJob)
+	must.Eq(t, 50.0, s.Jobs[0].Executed)
+}
+
 func TestBuildLeavesParentsSystemAndServiceJobsAlone(t *testing.T) {
 	stubs := []*api.JobListStub{
 		{ID: "nightly", Type: "batch", Status: "running", Periodic: true},

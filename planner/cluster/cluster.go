@@ -132,6 +132,9 @@ type Alloc struct {
 	JobVersion uint64
 	Started    time.Time
 	Finished   time.Time
+	// Modified is the allocation's last change on the server: for one told
+	// to stop, when it was told.
+	Modified time.Time
 	// GPUShare is how many GPUs the allocation holds, a lane counting as its
 	// share.
 	GPUShare  float64

@@ -132,7 +132,9 @@ func (c *plannerRunCommand) Run(args []string) int {
 	if consul != nil {
 		consulClient = consul
 	}
-	p, err := service.New(settings, nomad, consulClient, log)
+	// Rounds read the mirror, which Nomad's event stream keeps current,
+	// rather than listing every job and allocation each time.
+	p, err := service.New(settings, nomadx.NewMirror(nomad, nomad, log.Named("mirror")), consulClient, log)
 	if err != nil {
 		return fail(c.ui, "planner run", usagef("%v", err))
 	}

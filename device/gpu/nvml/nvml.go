@@ -31,6 +31,9 @@ type Backend struct {
 	// way, and ckptWhy then says why not.
 	ckpt    gpu.Checkpointer
 	ckptWhy string
+	// accountingTried holds the devices on which turning accounting mode on
+	// was tried, so that a refusal is logged once.
+	accountingTried map[string]bool
 
 	stopEvents chan struct{}
 	eventsDone chan struct{}
@@ -62,14 +65,15 @@ func NewWithLibrary(lib nvml.Interface, logger log.Logger) (b *Backend, err erro
 		return nil, fmt.Errorf("nvml: initialising NVML failed: %s (is the NVIDIA driver loaded? try nvidia-smi)", errorString(ret))
 	}
 	b = &Backend{
-		lib:        lib,
-		logger:     logger.Named("nvml"),
-		handles:    map[string]nvml.Device{},
-		xids:       map[string]xidEvent{},
-		lost:       map[string]bool{},
-		parentOf:   map[string]string{},
-		stopEvents: make(chan struct{}),
-		eventsDone: make(chan struct{}),
+		lib:             lib,
+		logger:          logger.Named("nvml"),
+		handles:         map[string]nvml.Device{},
+		xids:            map[string]xidEvent{},
+		lost:            map[string]bool{},
+		parentOf:        map[string]string{},
+		accountingTried: map[string]bool{},
+		stopEvents:      make(chan struct{}),
+		eventsDone:      make(chan struct{}),
 	}
 	go b.watchXids()
 	return b, nil
@@ -370,7 +374,45 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 		b.noteLost(uuid, ret)
 		return nil, fmt.Errorf("nvml: %s MPS client processes: %s", uuid, errorString(ret))
 	}
-	return gpu.MergeProcesses(processes(compute), processes(mps)), nil
+	procs := gpu.MergeProcesses(processes(compute), processes(mps))
+	if len(procs) > 0 && b.accounting(uuid, h) {
+		for i := range procs {
+			// maxMemoryUsage is the process's peak since it started, which
+			// catches a spike that came and went between two samples.
+			st, ret := h.GetAccountingStats(uint32(procs[i].PID))
+			if ret == nvml.SUCCESS && st.MaxMemoryUsage != gpu.MemoryNotAvailable {
+				procs[i].PeakMemoryMiB = st.MaxMemoryUsage >> 20
+			}
+		}
+	}
+	return procs, nil
+}
+
+// accounting reports whether the device keeps per-process accounting,
+// turning it on the first time it finds it off (which needs root; a refusal
+// is logged once and peaks stay unknown on that device).
+func (b *Backend) accounting(uuid string, h nvml.Device) bool {
+	mode, ret := h.GetAccountingMode()
+	if ret == nvml.SUCCESS && mode == nvml.FEATURE_ENABLED {
+		return true
+	}
+	b.mu.Lock()
+	tried := b.accountingTried[uuid]
+	b.accountingTried[uuid] = true
+	b.mu.Unlock()
+	if tried {
+		return false
+	}
+	if ret != nvml.SUCCESS {
+		b.logger.Warn("GPU does not tell whether accounting mode is on; process memory peaks are not watched", "gpu", uuid, "error", errorString(ret))
+		return false
+	}
+	if ret := h.SetAccountingMode(nvml.FEATURE_ENABLED); ret != nvml.SUCCESS {
+		b.logger.Warn("cannot turn on accounting mode (nvidia-smi -am 1 as root does); process memory peaks are not watched, only the samples", "gpu", uuid, "error", errorString(ret))
+		return false
+	}
+	b.logger.Info("turned on accounting mode to watch process memory peaks", "gpu", uuid)
+	return true
 }
 
 func processes(infos []nvml.ProcessInfo) []gpu.Process {

@@ -239,3 +239,73 @@ func TestProcesses_MPSClientsAndUnknownMemory(t *testing.T) {
 		})
 	}
 }
+
+// Peaks come from the accounting stats: where the mode is on, where the
+// backend may turn it on, and not where it may not.
+func TestProcessPeaksFromAccounting(t *testing.T) {
+	cases := []struct {
+		name      string
+		mode      gonvml.EnableState
+		setErr    gonvml.Return
+		wantPeak  uint64
+		wantMode  gonvml.EnableState
+		wantCalls int
+	}{
+		{"accounting already on", gonvml.FEATURE_ENABLED, gonvml.SUCCESS, 2561, gonvml.FEATURE_ENABLED, 2},
+		{"accounting turned on", gonvml.FEATURE_DISABLED, gonvml.SUCCESS, 2561, gonvml.FEATURE_ENABLED, 2},
+		{"no permission to turn it on", gonvml.FEATURE_DISABLED, gonvml.ERROR_NO_PERMISSION, 0, gonvml.FEATURE_DISABLED, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+			b := open(t, fleet)
+			devs, err := b.Devices()
+			must.NoError(t, err)
+			uuid := devs[0].UUID
+			fleet.Update(uuid, func(s *nvmltest.GPUState) {
+				s.Accounting, s.AccountingSetErr = tc.mode, tc.setErr
+				s.Processes = []gonvml.ProcessInfo{{Pid: 42, UsedGpuMemory: 1536 << 20}}
+				s.PeakBytes = map[uint32]uint64{42: 2561 << 20}
+			})
+			for range 2 {
+				procs, err := b.Processes(uuid)
+				must.NoError(t, err)
+				must.Eq(t, []gpu.Process{{PID: 42, UsedMemoryMiB: 1536, PeakMemoryMiB: tc.wantPeak}}, procs)
+			}
+			st := fleet.State(uuid)
+			must.Eq(t, tc.wantMode, st.Accounting)
+			must.Eq(t, tc.wantCalls, st.AccountingCalls)
+		})
+	}
+}
+
+// BenchmarkProcesses is the backend's share of one watchdog sample on one
+// GPU with 8 processes, with and without accounting stats (go-nvml mocks:
+// the calls' overhead in the backend, not the driver's).
+func BenchmarkProcesses(b *testing.B) {
+	for _, mode := range []gonvml.EnableState{gonvml.FEATURE_DISABLED, gonvml.FEATURE_ENABLED} {
+		name := map[gonvml.EnableState]string{gonvml.FEATURE_DISABLED: "accounting=off", gonvml.FEATURE_ENABLED: "accounting=on"}[mode]
+		b.Run(name, func(b *testing.B) {
+			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+			be, err := nvml.NewWithLibrary(fleet, nil)
+			must.NoError(b, err)
+			defer be.Close()
+			devs, _ := be.Devices()
+			uuid := devs[0].UUID
+			fleet.Update(uuid, func(s *nvmltest.GPUState) {
+				s.Accounting, s.AccountingSetErr = mode, gonvml.ERROR_NO_PERMISSION
+				s.PeakBytes = map[uint32]uint64{}
+				for pid := uint32(100); pid < 108; pid++ {
+					s.Processes = append(s.Processes, gonvml.ProcessInfo{Pid: pid, UsedGpuMemory: 1 << 30})
+					s.PeakBytes[pid] = 2 << 30
+				}
+			})
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := be.Processes(uuid); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

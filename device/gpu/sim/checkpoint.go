@@ -179,8 +179,8 @@ func checkpointedMiB(stateDir, uuid string, pid int) uint64 {
 	if err != nil {
 		return 0
 	}
-	mib, _ := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-	return mib
+	h, _ := parseHeld(string(data))
+	return h.mib
 }
 
 // stoppedWhy says whether pid is stopped by a signal or in a frozen cgroup;

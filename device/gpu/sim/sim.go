@@ -192,10 +192,16 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 		if !p.known || listing.memoryNotAvailable {
 			bytes = gpu.MemoryNotAvailable
 		}
+		proc := gpu.ProcessUsing(p.pid, bytes)
+		if !proc.MemoryUnknown {
+			// A GPU that cannot tell a process's memory cannot tell its
+			// peak either.
+			proc.PeakMemoryMiB = p.peak
+		}
 		if listing.mpsClients {
-			mps = append(mps, gpu.ProcessUsing(p.pid, bytes))
+			mps = append(mps, proc)
 		} else {
-			compute = append(compute, gpu.ProcessUsing(p.pid, bytes))
+			compute = append(compute, proc)
 		}
 	}
 	return gpu.MergeProcesses(compute, mps), nil
@@ -206,6 +212,9 @@ type heldMemory struct {
 	pid   int
 	mib   uint64
 	known bool // false for an entry of notAvailable
+	// peak is the most the process has held since it started, kept as
+	// NVML's accounting mode keeps maxMemoryUsage.
+	peak uint64
 }
 
 // notAvailable in a process's state file stands for memory the GPU cannot
@@ -237,33 +246,85 @@ func (b *Backend) held(uuid string) ([]heldMemory, error) {
 		if err != nil {
 			continue
 		}
-		text := strings.TrimSpace(string(data))
-		if text == notAvailable {
-			out = append(out, heldMemory{pid: pid})
+		h, ok := parseHeld(string(data))
+		if !ok {
 			continue
 		}
-		mib, err := strconv.ParseUint(text, 10, 64)
-		if err != nil || mib >= 1<<40 {
-			continue
-		}
-		out = append(out, heldMemory{pid: pid, mib: mib, known: true})
+		h.pid = pid
+		out = append(out, h)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
 	return out, nil
 }
 
+// parseHeld reads a process's state file: its current memory in MiB (or
+// notAvailable) and, after a space, its peak; a file without a peak is one
+// written before peaks were kept, whose peak is its current memory.
+func parseHeld(text string) (heldMemory, bool) {
+	fields := strings.Fields(text)
+	if len(fields) == 0 || len(fields) > 2 {
+		return heldMemory{}, false
+	}
+	var h heldMemory
+	if fields[0] != notAvailable {
+		mib, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil || mib >= 1<<40 {
+			return heldMemory{}, false
+		}
+		h.mib, h.known, h.peak = mib, true, mib
+	}
+	if len(fields) == 2 {
+		peak, err := strconv.ParseUint(fields[1], 10, 64)
+		if err != nil || peak >= 1<<40 {
+			return heldMemory{}, false
+		}
+		h.peak = max(h.peak, peak)
+	}
+	return h, true
+}
+
 func (b *Backend) Close() error { return nil }
 
-// SetProcessMemory records that pid holds mib MiB on the simulated GPU uuid.
-// Simulated workloads call it as they allocate and free.
+// SetProcessMemory records that pid holds mib MiB on the simulated GPU uuid,
+// and raises its recorded peak when mib is above it. Simulated workloads call
+// it as they allocate and free; a spike that is freed again within
+// milliseconds stays in the peak, as it does in NVML's accounting.
 func SetProcessMemory(stateDir, uuid string, pid int, mib uint64) error {
-	return writeProcess(stateDir, uuid, pid, strconv.FormatUint(mib, 10))
+	peak := max(mib, recordedPeak(stateDir, uuid, pid))
+	return writeProcess(stateDir, uuid, pid, strconv.FormatUint(mib, 10)+" "+strconv.FormatUint(peak, 10))
+}
+
+// ErrOutOfMemory is what an allocation past a process's MPS pinned-memory
+// limit gets, as CUDA returns cudaErrorMemoryAllocation to an MPS client.
+var ErrOutOfMemory = errors.New("CUDA error: out of memory")
+
+// AllocateProcessMemory is SetProcessMemory through an MPS client limit of
+// limitMiB (0: none): past the limit the allocation fails with
+// ErrOutOfMemory and nothing is recorded, so pid keeps what it held before.
+func AllocateProcessMemory(stateDir, uuid string, pid int, mib, limitMiB uint64) error {
+	if limitMiB > 0 && mib > limitMiB {
+		return fmt.Errorf("%w: %d MiB is past the MPS pinned device memory limit of %d MiB on %s", ErrOutOfMemory, mib, limitMiB, uuid)
+	}
+	return SetProcessMemory(stateDir, uuid, pid, mib)
 }
 
 // SetProcessMemoryNotAvailable records that pid holds memory on uuid that the
 // GPU cannot tell, so that Processes reports it as NVML_VALUE_NOT_AVAILABLE.
 func SetProcessMemoryNotAvailable(stateDir, uuid string, pid int) error {
-	return writeProcess(stateDir, uuid, pid, notAvailable)
+	return writeProcess(stateDir, uuid, pid, notAvailable+" "+strconv.FormatUint(recordedPeak(stateDir, uuid, pid), 10))
+}
+
+// recordedPeak is pid's peak on uuid so far; 0 when it holds nothing there.
+func recordedPeak(stateDir, uuid string, pid int) uint64 {
+	data, err := os.ReadFile(filepath.Join(stateDir, "procs", uuid, strconv.Itoa(pid)))
+	if errors.Is(err, os.ErrNotExist) {
+		data, err = os.ReadFile(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid)))
+	}
+	if err != nil {
+		return 0
+	}
+	h, _ := parseHeld(string(data))
+	return h.peak
 }
 
 func writeProcess(stateDir, uuid string, pid int, content string) error {

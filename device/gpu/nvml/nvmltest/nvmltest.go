@@ -37,6 +37,14 @@ type GPUState struct {
 	MPSProcesses []nvml.ProcessInfo
 	// MPSListErr, when set, is what GetMPSComputeRunningProcesses returns.
 	MPSListErr nvml.Return
+	// Accounting is the GPU's accounting mode; AccountingSetErr, when set, is
+	// what SetAccountingMode returns (NO_PERMISSION for a non-root caller).
+	Accounting       nvml.EnableState
+	AccountingSetErr nvml.Return
+	// PeakBytes is each process's maxMemoryUsage in its accounting stats.
+	PeakBytes map[uint32]uint64
+	// AccountingCalls counts GetAccountingStats calls.
+	AccountingCalls int
 	// MIG holds the MIG device handles of the GPU, filled by EnableMIG.
 	MIG []*mock.Device
 }
@@ -187,6 +195,7 @@ func (f *Fleet) completeDevice(d *server.Device) {
 		}
 		return st.MPSProcesses, nvml.SUCCESS
 	}
+	f.completeAccounting(uuid, &d.Device)
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
@@ -195,6 +204,33 @@ func (f *Fleet) completeDevice(d *server.Device) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		return st.MIG[i], nvml.SUCCESS
+	}
+}
+
+// completeAccounting mocks NVML's accounting mode as the driver keeps it:
+// stats exist only while the mode is on, for processes it has seen.
+func (f *Fleet) completeAccounting(uuid string, d *mock.Device) {
+	d.GetAccountingModeFunc = func() (nvml.EnableState, nvml.Return) {
+		return f.read(uuid).Accounting, nvml.SUCCESS
+	}
+	d.SetAccountingModeFunc = func(mode nvml.EnableState) nvml.Return {
+		if err := f.read(uuid).AccountingSetErr; err != nvml.SUCCESS {
+			return err
+		}
+		f.Update(uuid, func(st *GPUState) { st.Accounting = mode })
+		return nvml.SUCCESS
+	}
+	d.GetAccountingStatsFunc = func(pid uint32) (nvml.AccountingStats, nvml.Return) {
+		var st GPUState
+		f.Update(uuid, func(s *GPUState) { s.AccountingCalls++; st = *s })
+		if st.Accounting != nvml.FEATURE_ENABLED {
+			return nvml.AccountingStats{}, nvml.ERROR_NOT_SUPPORTED
+		}
+		peak, ok := st.PeakBytes[pid]
+		if !ok {
+			return nvml.AccountingStats{}, nvml.ERROR_NOT_FOUND
+		}
+		return nvml.AccountingStats{MaxMemoryUsage: peak, IsRunning: 1}, nvml.SUCCESS
 	}
 }
 

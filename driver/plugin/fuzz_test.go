@@ -1,0 +1,41 @@
+package plugin
+
+import (
+	"testing"
+
+	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/hashicorp/nomad/plugins/drivers"
+)
+
+// A task's config block and the grants Reserve put in its environment are
+// outside input: planning a task from them errors or gives a budget no
+// larger than what was granted, never a crash.
+func FuzzPlanSpec(f *testing.F) {
+	grant := reservation.Grant{InstanceID: "GPU-x:lane0:slot0", GPUUUID: "GPU-x", Lane: 0, Slots: 1, MemoryMiB: 20389, SharePercent: 25}
+	f.Add("10GiB", "kill", "9GiB", "2GiB", grant.EnvName(), grant.EnvValue())
+	f.Add("", "warn", "", "", grant.EnvName(), "v1;id=GPU-x:lane0:slot0;gpu=GPU-x;lane=0;slot=0;slots=1;memory_mib=-1;share=25")
+	f.Add("1TB", "bogus", "x", "1e400", "CARAVAN_DEV_", "v9")
+	s, err := Config{}.parse()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, gpuMemory, policy, persistent, ephemeral, envName, envValue string) {
+		cfg := &drivers.TaskConfig{DeviceEnv: map[string]string{envName: envValue}}
+		tc := TaskConfig{Command: "/bin/true", GPUMemory: gpuMemory, GPUMemoryPolicy: policy,
+			MemoryProfile: MemoryProfile{Persistent: persistent, Ephemeral: ephemeral}}
+		spec, grants, err := planSpec(s, cfg, tc)
+		if err != nil {
+			return
+		}
+		granted := map[string]uint64{}
+		for _, g := range grants {
+			granted[g.GPUUUID] += g.MemoryMiB
+		}
+		for _, g := range spec.Budget.GPUs {
+			// "*" is the budget of a task given no grants: its own word.
+			if g.UUID != "*" && g.LimitMiB > granted[g.UUID] {
+				t.Fatalf("budget %d MiB on %s is more than the %d MiB granted", g.LimitMiB, g.UUID, granted[g.UUID])
+			}
+		}
+	})
+}
