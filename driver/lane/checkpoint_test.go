@@ -2,6 +2,7 @@ package lane
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -226,4 +227,60 @@ func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
 		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
 	must.Zero(t, rec.count("b", "failed"))
 	must.Positive(t, rec.count("a", "checkpointed PIDs"))
+}
+
+// A task on lanes of two GPUs is one set of processes: whichever lane
+// resumes it last restores what the first one to suspend it checkpointed.
+func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
+		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	pidsOn := func(pids ...int) func() []int {
+		return func() []int {
+			var out []int
+			for _, uuid := range []string{"GPU-a", "GPU-b"} {
+				procs, _ := b.Processes(uuid)
+				for _, p := range procs {
+					for _, pid := range pids {
+						if p.PID == pid && !contains(fmt.Sprint(out), fmt.Sprint(pid)) {
+							out = append(out, pid)
+						}
+					}
+				}
+			}
+			return out
+		}
+	}
+	rec := &recorder{}
+	c, _ := simCoordinator(t, b, 40*time.Millisecond, Hooks{Event: rec.add})
+	x, y, z := startProc(t), startProc(t), startProc(t)
+	idx, idy, idz := x.cmd.Process.Pid, y.cmd.Process.Pid, z.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idx, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idx, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idy, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idz, 6000))
+	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
+	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUPIDs: pidsOn(idx)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUPIDs: pidsOn(idx)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUPIDs: pidsOn(idy)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUPIDs: pidsOn(idz)}, MemberState{})
+
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "restored PIDs") >= 2 }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	for _, id := range []string{"x", "y", "z"} {
+		must.Zero(t, rec.count(id, "failed"), must.Sprint(id))
+	}
+	for _, id := range []string{"x", "y", "z"} {
+		c.Leave(id)
+	}
+	for _, pid := range []int{idx, idy, idz} {
+		must.False(t, sim.Checkpointed(state, pid))
+	}
+	procs, err := b.Processes("GPU-b")
+	must.NoError(t, err)
+	must.Len(t, 2, procs)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
@@ -386,22 +387,7 @@ func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.Lane
 		Name:      h.Config.Name,
 		Profile:   spec.Profile,
 		Processes: h.Procs,
-		GPUPIDs: func() []int {
-			// A fresh sample of the lane's GPU, at the moment of the suspend:
-			// the watchdog's may predate the task's first allocation.
-			if backend == nil {
-				return gpuPIDs(h)
-			}
-			usage, err := budget.Measure(backend, budget.Budget{GPUs: []budget.GPU{{UUID: gpuUUID}}}, taskProcs(h))
-			if err != nil || len(usage) == 0 {
-				return gpuPIDs(h)
-			}
-			var out []int
-			for _, p := range usage[0].Procs {
-				out = append(out, p.PID)
-			}
-			return out
-		},
+		GPUPIDs:   func() []int { return freshGPUPIDs(h, backend) },
 		GPUMemoryMiB: func() uint64 {
 			if backend == nil {
 				return 0
@@ -445,6 +431,36 @@ func recoveredLanes(spec task.Spec, states laneStates, frozen bool) (laneStates,
 		anySuspended = true
 	}
 	return out, anySuspended, checkpointed
+}
+
+// freshGPUPIDs lists the task's processes holding memory on any of its
+// lanes' GPUs, sampled now: a suspend stops the whole task, so it
+// checkpoints them all, and the watchdog's last sample may predate the
+// task's first allocation.
+func freshGPUPIDs(h *task.Handle, backend gpu.Backend) []int {
+	if backend == nil {
+		return gpuPIDs(h)
+	}
+	var b budget.Budget
+	for _, l := range h.Spec.AllLanes() {
+		b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
+	}
+	usage, err := budget.Measure(backend, b, taskProcs(h))
+	if err != nil {
+		return gpuPIDs(h)
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, u := range usage {
+		for _, p := range u.Procs {
+			if !seen[p.PID] {
+				seen[p.PID] = true
+				out = append(out, p.PID)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 // laneStatePath is where a lane task's lane states are kept: in its task
