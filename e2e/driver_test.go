@@ -186,7 +186,11 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 	}
 	for _, job := range []*api.Job{a, b} {
 		allocs := c.WaitAllocs(t, *job.ID, 1, 10*time.Second, harness.Terminal)
-		must.Eq(t, "complete", allocs[0].ClientStatus)
+		if allocs[0].ClientStatus != "complete" {
+			t.Log(c.NomadCLI(t, "alloc", "logs", "-stderr", allocs[0].ID, "train"))
+			t.Log(c.NomadCLI(t, "alloc", "logs", allocs[0].ID, "train"))
+		}
+		must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprint(strings.Join(seen[*job.ID], "\n")))
 	}
 	// The client may report the final status a beat before the last
 	// events, so keep reading a little longer until they are in.
@@ -196,8 +200,9 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 			break
 		}
 	}
-	// Each task is frozen the way the node says it reaches processes.
-	via := "suspended in GPU-lane/lane0 via freeze (" + processControl(t, c) + ")"
+	// Each task is checkpointed on the simulated GPU, as auto picks on a GPU
+	// that can, and frozen the way the node says it reaches processes.
+	via := "suspended in GPU-lane/lane0 via cuda-checkpoint (sim, " + processControl(t, c) + ")"
 	for _, job := range []*api.Job{a, b} {
 		events := strings.Join(seen[*job.ID], "\n")
 		must.StrContains(t, events, "take turns")
@@ -298,15 +303,22 @@ func TestDriverMetricsReachPrometheus(t *testing.T) {
 
 	url := "http://" + addr + "/metrics"
 	var samples []metricSample
+	// A task suspended with cuda-checkpoint holds no GPU memory, so each
+	// task's memory is seen while it runs, not both at once.
+	heldMemory := map[string]bool{}
 	ready := func() bool {
 		body, err := httpGet(url)
 		if err != nil {
 			return false
 		}
 		samples = parseMetrics(string(body))
+		for _, alloc := range []string{allocA, allocB} {
+			if sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+alloc+`"`) > 0 {
+				heldMemory[alloc] = true
+			}
+		}
 		return sampleValue(samples, "caravan_driver_lane_tasks", `lane="GPU-lane/lane0"`) == 2 &&
-			sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+allocA+`"`) > 0 &&
-			sampleValue(samples, "caravan_driver_task_gpu_memory_mib", `alloc_id="`+allocB+`"`) > 0 &&
+			heldMemory[allocA] && heldMemory[allocB] &&
 			sampleValue(samples, "caravan_driver_task_switches_total", `alloc_id="`+allocA+`"`) > 0 &&
 			sampleValue(samples, "caravan_driver_task_switches_total", `alloc_id="`+allocB+`"`) > 0
 	}
@@ -356,4 +368,91 @@ func sampleValue(samples []metricSample, name, label string) float64 {
 		}
 	}
 	return -1
+}
+
+// A task suspended in its lane (checkpointed on the simulated GPU, frozen)
+// stays so across a client restart, which restarts the driver: the new
+// driver reads back what is checkpointed and whose turn it is, and resumes
+// the task on schedule.
+func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
+	c := harness.StartT(t, harness.Options{
+		Fleet: laneFleet,
+		DeviceConfig: `
+    partition {
+      model = "Tesla T4"
+      lanes = 1
+      slots = 2
+    }`,
+		DriverConfig: `
+    time_slice_quantum = "5s"
+    iteration_grace    = "500ms"`,
+	})
+	vars := workloadVars(c)
+	vars["iterations"] = "25"
+	jobs := []*api.Job{c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars), c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)}
+	// events joins the job's task events, oldest first.
+	events := func(job *api.Job) string {
+		t.Helper()
+		stubs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
+		must.NoError(t, err)
+		for _, stub := range stubs {
+			alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
+			must.NoError(t, err)
+			var msgs []string
+			for _, state := range alloc.TaskStates {
+				for _, ev := range state.Events {
+					msgs = append(msgs, ev.DisplayMessage)
+				}
+			}
+			return strings.Join(msgs, "\n")
+		}
+		return ""
+	}
+	// Wait for one task to be suspended with its GPU process checkpointed.
+	var frozen *api.Job
+	for end := time.Now().Add(2 * time.Minute); frozen == nil && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		for _, job := range jobs {
+			text := events(job)
+			lines := strings.Split(text, "\n")
+			last := lines[len(lines)-1]
+			if strings.HasPrefix(last, "suspended in GPU-lane/lane0 via cuda-checkpoint") && strings.Contains(last, "checkpointed PIDs") {
+				frozen = job
+			}
+		}
+	}
+	must.NotNil(t, frozen, must.Sprint("no task was ever suspended with a checkpoint"))
+
+	c.RestartClientT(t)
+
+	var text string
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if text = events(frozen); strings.Contains(text, "recovered by a new driver process") {
+			break
+		}
+	}
+	// Recovered as suspended with its checkpoint, not thawed into a lane of
+	// one and not back to time-slicing from scratch.
+	must.StrContains(t, text, "recovered by a new driver process; budget re-attached (suspended: true, checkpointed PIDs")
+	must.StrContains(t, text, `mode "time-sliced"`)
+	// Its turn comes and it is restored, then both jobs complete. (Nomad
+	// keeps a task's last 10 events; the recovery is among them until then.)
+	sinceRecovery := func(text string) string {
+		if i := strings.Index(text, "recovered by a new driver process"); i >= 0 {
+			return text[i:]
+		}
+		return ""
+	}
+	var after string
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if after = sinceRecovery(events(frozen)); strings.Contains(after, "resumed in GPU-lane/lane0") {
+			break
+		}
+	}
+	must.StrContains(t, after, "resumed in GPU-lane/lane0 via cuda-checkpoint (sim")
+	must.StrContains(t, after, "restored PIDs")
+	must.StrNotContains(t, after, "failed")
+	for _, job := range jobs {
+		allocs := c.WaitAllocs(t, *job.ID, 1, 3*time.Minute, harness.Terminal)
+		must.Eq(t, "complete", allocs[0].ClientStatus)
+	}
 }

@@ -4,6 +4,7 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sort"
@@ -130,4 +131,18 @@ type Backend interface {
 	Processes(uuid string) ([]Process, error)
 	// Close releases the backend.
 	Close() error
+}
+
+// Checkpointer is implemented by a backend that can move a process's GPU
+// state to host memory and back (CUDA checkpointing). A checkpointed process
+// leaves the device's process list and its GPU memory is freed; Restore
+// brings both back. The process must not be frozen during either call.
+type Checkpointer interface {
+	// CheckpointMechanism names how the backend checkpoints ("cuda-driver-api",
+	// "cuda-checkpoint-cli", "sim"); empty when it cannot here, and
+	// CheckpointUnavailable then says why.
+	CheckpointMechanism() string
+	CheckpointUnavailable() string
+	Checkpoint(ctx context.Context, pid int) error
+	Restore(ctx context.Context, pid int) error
 }

@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"sync"
@@ -49,6 +50,28 @@ type Hooks struct {
 	// Members reports a lane's task count whenever a task joins or leaves
 	// it; 0 means the lane is gone. Calls come in the order of the changes.
 	Members func(key Key, tasks int)
+	// Persist stores a member's state in one of its lanes whenever it
+	// changes, so that a new driver process can rejoin the task as it was
+	// (Join's restored).
+	Persist func(taskID string, key Key, st MemberState)
+}
+
+// MemberState is what a lane keeps of a member across a driver restart.
+type MemberState struct {
+	// Profile is the declared or measured profile.
+	Profile   Profile `json:"profile"`
+	Suspended bool    `json:"suspended"`
+	// Checkpointed lists the processes whose GPU state is in host memory;
+	// a resume restores exactly these.
+	Checkpointed []int `json:"checkpointed,omitempty"`
+	// Turn is set on the member whose turn it is while time-sliced.
+	Turn       bool      `json:"turn"`
+	SliceStart time.Time `json:"slice_start"`
+	Mode       string    `json:"mode"`
+	Switches   int       `json:"switches"`
+	// Peers are the lane's other members, awaited after a restart before
+	// the lane changes anything.
+	Peers []string `json:"peers,omitempty"`
 }
 
 // Options tune a coordinator.
@@ -61,8 +84,16 @@ type Options struct {
 	// MeasureIterations is how many iterations (or quanta, for a task that
 	// does not mark iterations) a profile is measured over.
 	MeasureIterations int
-	Hooks             Hooks
-	Logger            hclog.Logger
+	// ResumeAttempts is how often a failed resume is tried before the task
+	// is handed to ResumeFailed; ResumeBackoff is the wait after the first
+	// failure, doubled after each further one.
+	ResumeAttempts int
+	ResumeBackoff  time.Duration
+	// RejoinGrace is how long a lane restored after a restart waits for its
+	// other members to rejoin before it schedules without them.
+	RejoinGrace time.Duration
+	Hooks       Hooks
+	Logger      hclog.Logger
 }
 
 // Status is a member's view for stats and inspection.
@@ -100,6 +131,24 @@ type Coordinator struct {
 type hold struct {
 	mu    sync.Mutex
 	lanes int
+	// checkpointed are the processes the task's suspend checkpointed; the
+	// resume restores exactly these, never a fresh list from the GPU, from
+	// which checkpointed processes are gone. ckMu guards it alone, so that
+	// its lanes' states can be persisted while a switch holds mu.
+	ckMu         sync.Mutex
+	checkpointed []int
+}
+
+func (h *hold) setCheckpointed(pids []int) {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	h.checkpointed = pids
+}
+
+func (h *hold) checkpointedPIDs() []int {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	return append([]int(nil), h.checkpointed...)
 }
 
 type laneState struct {
@@ -110,8 +159,12 @@ type laneState struct {
 	members []*member
 	running int // index of the member that runs while time-sliced
 	mode    string
-	wake    chan struct{}
-	done    chan struct{}
+	// awaiting are members that a restored member shared the lane with and
+	// that have not rejoined yet; the lane holds still until awaitUntil.
+	awaiting   map[string]bool
+	awaitUntil time.Time
+	wake       chan struct{}
+	done       chan struct{}
 }
 
 type member struct {
@@ -128,6 +181,7 @@ type member struct {
 	lastResume   time.Duration
 	pendingSince time.Time // quantum over, waiting for an iteration boundary
 	pendingMark  int64
+	persisted    *MemberState
 }
 
 // New returns a coordinator whose lanes stop when ctx ends.
@@ -138,17 +192,31 @@ func New(ctx context.Context, opts Options) *Coordinator {
 	if opts.MeasureIterations <= 0 {
 		opts.MeasureIterations = 3
 	}
+	if opts.ResumeAttempts <= 0 {
+		opts.ResumeAttempts = 3
+	}
+	if opts.ResumeBackoff <= 0 {
+		opts.ResumeBackoff = 100 * time.Millisecond
+	}
+	if opts.RejoinGrace <= 0 {
+		opts.RejoinGrace = 30 * time.Second
+	}
 	return &Coordinator{opts: opts, ctx: ctx, logger: opts.Logger, lanes: map[Key]*laneState{}, members: map[string][]Key{}, holds: map[string]*hold{}}
 }
 
 // Mechanism is the switching mechanism in use.
 func (c *Coordinator) Mechanism() string { return c.opts.Mechanism.Name() }
 
-// Join adds a task to lane key of laneMiB. suspended says the task's
-// processes are frozen now, as after a driver restart in mid-slice. A task
-// on several GPUs joins a lane of each; it runs only while none of them has
-// it suspended.
-func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
+// CheckpointVia says how GPU state is checkpointed; empty for freeze.
+func (c *Coordinator) CheckpointVia() string { return c.opts.Mechanism.Via() }
+
+// Join adds a task to lane key of laneMiB. restored is the member's state
+// in this lane as last persisted, the zero value for a new task; after a
+// driver restart it carries the measured profile, whether the lane has the
+// task suspended and what is checkpointed, and whose turn it is. A task on
+// several GPUs joins a lane of each; it runs only while none of them has it
+// suspended.
+func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberState) {
 	c.mu.Lock()
 	l, ok := c.lanes[key]
 	if !ok {
@@ -162,14 +230,40 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, suspended bool) {
 		h = &hold{}
 		c.holds[m.TaskID] = h
 	}
-	if suspended {
+	if restored.Suspended {
 		h.mu.Lock()
 		h.lanes++
 		h.mu.Unlock()
 	}
+	if len(restored.Checkpointed) > 0 && len(h.checkpointedPIDs()) == 0 {
+		h.setCheckpointed(restored.Checkpointed)
+	}
 	l.mu.Lock()
 	now := time.Now()
-	l.members = append(l.members, &member{Member: m, hold: h, suspended: suspended, sliceStart: now, lastTick: now})
+	if !m.Profile.Known && restored.Profile.Known {
+		m.Profile = restored.Profile
+	}
+	mem := &member{Member: m, hold: h, suspended: restored.Suspended, switches: restored.Switches, sliceStart: now, lastTick: now}
+	if !restored.SliceStart.IsZero() {
+		mem.sliceStart = restored.SliceStart
+	}
+	delete(l.awaiting, m.TaskID)
+	for _, peer := range restored.Peers {
+		if !l.has(peer) {
+			if l.awaiting == nil {
+				l.awaiting = map[string]bool{}
+			}
+			l.awaiting[peer] = true
+			l.awaitUntil = now.Add(c.opts.RejoinGrace)
+		}
+	}
+	l.members = append(l.members, mem)
+	if restored.Turn {
+		l.running = len(l.members) - 1
+	}
+	if l.mode == "" {
+		l.mode = restored.Mode
+	}
 	n := len(l.members)
 	l.mu.Unlock()
 	c.membersChanged(key, n) // under c.mu, so that counts arrive in order
@@ -209,7 +303,8 @@ func (c *Coordinator) leave(key Key, taskID string) {
 			h.mu.Lock()
 			h.lanes = max(0, h.lanes-1)
 			if h.lanes == 0 {
-				_ = c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs())
+				left, _ := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+				h.setCheckpointed(left)
 			}
 			h.mu.Unlock()
 			m.suspended = false
@@ -266,6 +361,15 @@ func (c *Coordinator) Status(taskID string) (Status, bool) {
 		}
 	}
 	return Status{}, false
+}
+
+func (l *laneState) has(taskID string) bool {
+	for _, m := range l.members {
+		if m.TaskID == taskID {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *laneState) poke() {
@@ -327,6 +431,15 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 	now := time.Now()
 	if len(l.members) == 0 {
 		return time.Hour
+	}
+	defer c.persist(l)
+	if len(l.awaiting) > 0 {
+		// Restored after a restart: change nothing until the lane's other
+		// members are back, or have had their chance.
+		if now.Before(l.awaitUntil) {
+			return c.tick()
+		}
+		l.awaiting = nil
 	}
 	c.measure(l, now)
 
@@ -449,9 +562,13 @@ func (m *member) gpuPIDs() []int {
 	return m.GPUPIDs()
 }
 
-// via says how a member is switched: the mechanism and how its processes
-// are frozen, "freeze (cgroup-v2)".
+// via says how a member is switched: the mechanism, how the GPU state
+// moves and how its processes are frozen, "freeze (cgroup-v2)",
+// "cuda-checkpoint (cuda-driver-api, cgroup-v2)".
 func (c *Coordinator) via(m *member) string {
+	if v := c.opts.Mechanism.Via(); v != "" {
+		return c.Mechanism() + " (" + v + ", " + m.Processes.Method() + ")"
+	}
 	return c.Mechanism() + " (" + m.Processes.Method() + ")"
 }
 
@@ -469,25 +586,54 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		return true
 	}
 	gpuPIDs := m.gpuPIDs()
-	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs) })
+	var checkpointed []int
+	d, err := switcher.Timed(func() (err error) {
+		checkpointed, err = c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs)
+		return err
+	})
 	c.switched("suspend", d, err)
 	if err != nil {
-		// The task keeps running; better to share badly than to lose it.
-		_ = c.opts.Mechanism.Resume(c.ctx, m.Processes, gpuPIDs)
+		// The mechanism undid what it did, so the task keeps running; better
+		// to share badly than to lose it.
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("suspend in %s failed, task keeps running: %v", l.key, err),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return false
 	}
 	h.lanes = 1
+	h.setCheckpointed(checkpointed)
 	m.suspended = true
 	m.switches++
 	m.lastSuspend = d
-	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s via %s in %s (%s)", l.key, c.via(m), round(d), why),
-		Annotations: map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
-			"suspend_latency": d.String()}})
+	// At once, not at the end of the step: a restart between two switches
+	// must not forget what this one checkpointed.
+	c.persist(l)
+	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s via %s in %s (%s)%s", l.key, c.via(m), round(d), why, checkpointNote(checkpointed)),
+		Annotations: c.annotate(l, m, "suspend_latency", d)})
 	return true
 }
 
+func checkpointNote(pids []int) string {
+	if len(pids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; checkpointed PIDs %v", pids)
+}
+
+func (c *Coordinator) annotate(l *laneState, m *member, latencyKey string, d time.Duration) map[string]string {
+	a := map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
+		latencyKey: d.String()}
+	if via := c.opts.Mechanism.Via(); via != "" {
+		a["checkpoint_via"] = via
+	}
+	if pids := m.hold.checkpointedPIDs(); len(pids) > 0 {
+		a["checkpointed_pids"] = fmt.Sprint(pids)
+	}
+	return a
+}
+
+// resume restores what the task's suspend checkpointed and thaws it,
+// retrying a failure a few times before the task is handed to ResumeFailed,
+// which ends it rather than leaving it frozen.
 func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	h := m.hold
 	h.mu.Lock()
@@ -500,11 +646,32 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return true
 	}
-	d, err := switcher.Timed(func() error { return c.opts.Mechanism.Resume(c.ctx, m.Processes, m.gpuPIDs()) })
-	c.switched("resume", d, err)
+	restoring := h.checkpointedPIDs()
+	var err error
+	var d time.Duration
+	backoff := c.opts.ResumeBackoff
+	attempt := 1
+	for ; ; attempt++ {
+		d, err = switcher.Timed(func() error {
+			left, err := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+			h.setCheckpointed(left)
+			return err
+		})
+		c.switched("resume", d, err)
+		if err == nil || attempt >= c.opts.ResumeAttempts || c.ctx.Err() != nil {
+			break
+		}
+		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed (attempt %d of %d), retrying in %s: %v",
+			l.key, attempt, c.opts.ResumeAttempts, backoff, err), Annotations: map[string]string{"lane": l.key.String()}})
+		select {
+		case <-time.After(backoff):
+		case <-c.ctx.Done():
+		}
+		backoff *= 2
+	}
 	if err != nil {
-		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed; the task is ended so that its restart policy takes over: %v", l.key, err),
-			Annotations: map[string]string{"lane": l.key.String()}})
+		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed after %d attempt(s); the task is ended so that its restart policy takes over: %v", l.key, attempt, err),
+			Annotations: map[string]string{"lane": l.key.String(), "resume_attempts": strconv.Itoa(attempt)}})
 		if c.opts.Hooks.ResumeFailed != nil {
 			go c.opts.Hooks.ResumeFailed(m.TaskID, err)
 		}
@@ -513,10 +680,40 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	h.lanes = 0
 	m.suspended = false
 	m.lastResume = d
-	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("resumed in %s via %s in %s (%s)", l.key, c.via(m), round(d), why),
-		Annotations: map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
-			"resume_latency": d.String()}})
+	c.persist(l)
+	msg := fmt.Sprintf("resumed in %s via %s in %s (%s)", l.key, c.via(m), round(d), why)
+	if len(restoring) > 0 {
+		msg += fmt.Sprintf("; restored PIDs %v", restoring)
+	}
+	c.emit(Event{TaskID: m.TaskID, Message: msg, Annotations: c.annotate(l, m, "resume_latency", d)})
 	return true
+}
+
+// persist hands every member's state that changed to the Persist hook.
+func (c *Coordinator) persist(l *laneState) {
+	if c.opts.Hooks.Persist == nil {
+		return
+	}
+	for i, m := range l.members {
+		st := MemberState{Profile: m.Profile, Suspended: m.suspended, Checkpointed: m.hold.checkpointedPIDs(),
+			Turn: l.mode == "time-sliced" && i == l.running, Mode: l.mode, Switches: m.switches}
+		if len(st.Checkpointed) == 0 {
+			st.Checkpointed = nil
+		}
+		if st.Turn {
+			st.SliceStart = m.sliceStart
+		}
+		for _, o := range l.members {
+			if o != m {
+				st.Peers = append(st.Peers, o.TaskID)
+			}
+		}
+		if m.persisted != nil && reflect.DeepEqual(*m.persisted, st) {
+			continue
+		}
+		m.persisted = &st
+		c.opts.Hooks.Persist(m.TaskID, l.key, st)
+	}
 }
 
 func (c *Coordinator) switched(op string, d time.Duration, err error) {

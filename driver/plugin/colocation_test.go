@@ -37,8 +37,9 @@ func TestCoLocatedTasksThatDoNotFitAlternateAndBothComplete(t *testing.T) {
 	must.Eq(t, 0, rb.ExitCode)
 	// 2 x 5000 persistent + 1000 ephemeral > 8192: they must have taken turns.
 	must.SliceNotEmpty(t, waitEvents(events, a.ID, "take turns", 5*time.Second))
-	// Each task is frozen the way the host allows, as the fingerprint says.
-	via := "suspended in GPU-test/lane0 via freeze (" + processControl() + ")"
+	// Each task is checkpointed on the simulated GPU and frozen the way the
+	// host allows, as the fingerprint says.
+	via := "suspended in GPU-test/lane0 via cuda-checkpoint (sim, " + processControl() + ")"
 	suspends := len(events(a.ID, via)) + len(events(b.ID, via))
 	must.Greater(t, 1, suspends)
 	must.SliceNotEmpty(t, waitEvents(events, b.ID, "resumed in GPU-test/lane0", 5*time.Second))

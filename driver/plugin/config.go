@@ -29,7 +29,9 @@ type Config struct {
 	MPSPipeDirectory string `codec:"mps_pipe_directory"`
 	// SwitchMechanism is "auto", "cuda-checkpoint" or "freeze" ("sigstop",
 	// its former name, is still accepted).
-	SwitchMechanism    string `codec:"switch_mechanism"`
+	SwitchMechanism string `codec:"switch_mechanism"`
+	// CUDACheckpointPath is the cuda-checkpoint utility the nvml backend
+	// falls back to where libcuda lacks the checkpoint API.
 	CUDACheckpointPath string `codec:"cuda_checkpoint_path"`
 	TimeSliceQuantum   string `codec:"time_slice_quantum"`
 	// IterationGrace is how long past its quantum a cooperating task may run

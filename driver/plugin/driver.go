@@ -61,6 +61,8 @@ type Driver struct {
 	// the task: while a client restores its allocations it has no handler for
 	// task events yet and drops them.
 	recoveryEvents sync.Map // task ID → message
+	// laneStateMu serialises the writes of tasks' lane state files.
+	laneStateMu sync.Mutex
 }
 
 var _ drivers.DriverPlugin = (*Driver)(nil)
@@ -132,8 +134,10 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	if d.backend != nil {
 		driverVersion, _, _ = d.backend.Versions()
 	}
-	realGPU := d.backend != nil && d.backend.Name() == "nvml"
-	choice, err := switcher.Select(s.SwitchMechanism, s.CUDACheckpointPath, realGPU, driverVersion)
+	if c, ok := d.backend.(interface{ EnableCheckpoint(cliPath string) }); ok && s.SwitchMechanism != "freeze" && s.SwitchMechanism != "sigstop" {
+		c.EnableCheckpoint(s.CUDACheckpointPath)
+	}
+	choice, err := switcher.Select(s.SwitchMechanism, d.backend, driverVersion)
 	if err != nil {
 		return fmt.Errorf("caravan-driver config: %w", err)
 	}
@@ -143,7 +147,7 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
 			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
 			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed,
-				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }},
+				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }, Persist: d.persistLane},
 		})
 	}
 	if s.MetricsAddress != "" && d.metricsSrv == nil {
@@ -210,9 +214,9 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	s, _, _ := d.config()
 	d.mu.RLock()
 	switchWhy := d.switchWhy
-	mechanism := ""
+	mechanism, checkpointVia := "", ""
 	if d.coord != nil {
-		mechanism = d.coord.Mechanism()
+		mechanism, checkpointVia = d.coord.Mechanism(), d.coord.CheckpointVia()
 	}
 	backendName := s.GPUBackend
 	if d.backend != nil {
@@ -233,6 +237,9 @@ func (d *Driver) buildFingerprint() *drivers.Fingerprint {
 	attrs["driver.caravan.budgets_enforced"] = pstructs.NewBoolAttribute(enforced)
 	if mechanism != "" {
 		attrs["driver.caravan.switch_mechanism"] = pstructs.NewStringAttribute(mechanism)
+	}
+	if checkpointVia != "" {
+		attrs["driver.caravan.checkpoint_via"] = pstructs.NewStringAttribute(checkpointVia)
 	}
 	fp := &drivers.Fingerprint{Attributes: attrs, Health: drivers.HealthStateHealthy, HealthDescription: drivers.DriverHealthy}
 	if switchWhy != "" {
@@ -434,7 +441,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	startedAt := time.Now().Round(time.Millisecond)
 	procs, fallbackWhy := taskProcesses(taskCgroup(cfg), ps.Pid)
 	h := task.NewHandle(exec, client, ps.Pid, procs, cfg, spec, startedAt, logger)
+	if len(spec.AllLanes()) > 0 {
+		h.LaneStateFile = laneStatePath(cfg)
+	}
 	state := task.State{
+		LaneStateFile:  h.LaneStateFile,
 		ReattachConfig: pstructs.ReattachConfigFromGoPlugin(client.ReattachConfig()),
 		TaskConfig:     cfg,
 		Pid:            ps.Pid,
@@ -451,7 +462,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
 	recordGrants(h, grants)
-	d.adopt(h, backend, s, false)
+	d.adopt(h, backend, s, nil)
 	if backend == nil {
 		d.warnUnenforced(h, s)
 	}
@@ -460,7 +471,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 
 // adopt starts tracking a task that runs now: its exit, its budget and its
 // lane.
-func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspended bool) {
+func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restored laneStates) {
 	describe(h, d.unenforced())
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
@@ -471,7 +482,7 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, suspend
 		}
 	}()
 	go d.watch(h, backend, s.watchdogInterval)
-	d.joinLane(h, backend, suspended)
+	d.joinLane(h, backend, restored)
 }
 
 // describe puts the task's GPU spec and how its processes are reached in
@@ -567,17 +578,35 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	procs, fallbackWhy := taskProcesses(dir, state.Pid)
 	// The budget comes from the stored state, never from the env again.
 	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
+	h.LaneStateFile = state.LaneStateFile
 	backend, _ := d.gpuBackend()
-	suspended, err := procs.Frozen()
+	restored, laneErr := readLaneStates(state.LaneStateFile)
+	if laneErr != nil {
+		logger.Warn("lane state not recovered; the task rejoins its lanes afresh", "error", laneErr)
+	}
+	// The processes themselves say whether they are frozen; the lane states
+	// say which lanes have the task suspended, what is checkpointed and
+	// whose turn it is.
+	frozen, err := procs.Frozen()
 	if err != nil {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
 	}
+	restored, suspended, checkpointed := recoveredLanes(h.Spec, restored, frozen)
 	if grants, err := reservation.FromEnv(cfg.DeviceEnv); err == nil {
 		recordGrants(h, grants)
 	}
-	d.adopt(h, backend, s, suspended)
+	d.adopt(h, backend, s, restored)
 	h.SetAttr("caravan.recovered", "true")
-	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v)", suspended)
+	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", suspended)
+	if len(checkpointed) > 0 {
+		msg += fmt.Sprintf(", checkpointed PIDs %v", checkpointed)
+	}
+	for _, spec := range h.Spec.AllLanes() {
+		if st, ok := restored[spec.Key.String()]; ok && st.Mode != "" {
+			msg += fmt.Sprintf(", lane %s mode %q, profile %s", spec.Key, st.Mode, st.Profile)
+		}
+	}
+	msg += ")"
 	if fallbackWhy != "" {
 		msg += "; " + fallbackMessage(fallbackWhy)
 	}

@@ -2,10 +2,12 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
@@ -80,9 +82,14 @@ func openSimState(b *sim.Backend, stateDir string) error {
 	if err != nil {
 		return err
 	}
-	dirs := []string{filepath.Join(stateDir, "procs")}
-	for _, d := range devs {
-		dirs = append(dirs, filepath.Join(stateDir, "procs", d.UUID))
+	// checkpointed/ holds a checkpointed process's entry, which the task
+	// keeps writing as it allocates.
+	var dirs []string
+	for _, top := range []string{"procs", "checkpointed"} {
+		dirs = append(dirs, filepath.Join(stateDir, top))
+		for _, d := range devs {
+			dirs = append(dirs, filepath.Join(stateDir, top, d.UUID))
+		}
 	}
 	for _, dir := range dirs {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -355,9 +362,12 @@ func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string,
 	h.Logger.Info(msg)
 }
 
-// joinLane places the task in each of its lanes; suspended says it is
-// stopped now.
-func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
+// laneStates are a task's states in its lanes, by lane ("GPU-a/lane0").
+type laneStates map[string]lane.MemberState
+
+// joinLane places the task in each of its lanes; restored holds its states
+// there from before a driver restart, none for a new task.
+func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored laneStates) {
 	if d.coord == nil {
 		return
 	}
@@ -366,18 +376,18 @@ func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, suspended bool) {
 		counter = lane.NewIterationCounter(h.Spec.IterationFile)
 	}
 	for _, spec := range h.Spec.AllLanes() {
-		d.joinOneLane(h, backend, spec, counter, suspended)
+		d.joinOneLane(h, backend, spec, counter, restored[spec.Key.String()])
 	}
 }
 
-func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.LaneSpec, counter *lane.IterationCounter, suspended bool) {
+func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.LaneSpec, counter *lane.IterationCounter, restored lane.MemberState) {
 	gpuUUID := spec.Key.GPU
 	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
 		TaskID:    h.Config.ID,
 		Name:      h.Config.Name,
 		Profile:   spec.Profile,
 		Processes: h.Procs,
-		GPUPIDs:   func() []int { return gpuPIDs(h) },
+		GPUPIDs:   func() []int { return freshGPUPIDs(h, backend) },
 		GPUMemoryMiB: func() uint64 {
 			if backend == nil {
 				return 0
@@ -389,7 +399,133 @@ func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.Lane
 			return usage[0].UsedMiB
 		},
 		Iterations: counter,
-	}, suspended)
+	}, restored)
+}
+
+// recoveredLanes reconciles a recovered task's lane states with whether its
+// processes are frozen. It returns the states to rejoin with, whether the
+// task is suspended, and what is checkpointed. A task with checkpointed
+// processes is suspended even if not frozen (a restart between the
+// checkpoint and the freeze): its resume restores them. A frozen task that
+// no lane state has suspended (a state from an older driver, or a restart
+// between the freeze and the write) is suspended in all its lanes, so that
+// they resume it.
+func recoveredLanes(spec task.Spec, states laneStates, frozen bool) (laneStates, bool, []int) {
+	out := laneStates{}
+	var checkpointed []int
+	anySuspended := false
+	for _, l := range spec.AllLanes() {
+		st := states[l.Key.String()]
+		if len(st.Checkpointed) > 0 {
+			checkpointed = st.Checkpointed
+		}
+		st.Suspended = st.Suspended && (frozen || len(st.Checkpointed) > 0)
+		anySuspended = anySuspended || st.Suspended
+		out[l.Key.String()] = st
+	}
+	if !anySuspended && (frozen || len(checkpointed) > 0) {
+		for key, st := range out {
+			st.Suspended = true
+			out[key] = st
+		}
+		anySuspended = true
+	}
+	return out, anySuspended, checkpointed
+}
+
+// freshGPUPIDs lists the task's processes holding memory on any of its
+// lanes' GPUs, sampled now: a suspend stops the whole task, so it
+// checkpoints them all, and the watchdog's last sample may predate the
+// task's first allocation.
+func freshGPUPIDs(h *task.Handle, backend gpu.Backend) []int {
+	if backend == nil {
+		return gpuPIDs(h)
+	}
+	var b budget.Budget
+	for _, l := range h.Spec.AllLanes() {
+		b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
+	}
+	usage, err := budget.Measure(backend, b, taskProcs(h))
+	if err != nil {
+		return gpuPIDs(h)
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, u := range usage {
+		for _, p := range u.Procs {
+			if !seen[p.PID] {
+				seen[p.PID] = true
+				out = append(out, p.PID)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// laneStatePath is where a lane task's lane states are kept: in its task
+// directory, which lives as long as the task and survives a restart.
+func laneStatePath(cfg *drivers.TaskConfig) string {
+	return filepath.Join(cfg.TaskDir().Dir, "caravan-lane-state.json")
+}
+
+// persistLane writes a member's state in one lane whenever the coordinator
+// changes it, atomically so that a restart in mid-write reads the old one.
+func (d *Driver) persistLane(taskID string, key lane.Key, st lane.MemberState) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok || h.LaneStateFile == "" {
+		return
+	}
+	// A task's lanes persist from their own goroutines into one file.
+	d.laneStateMu.Lock()
+	defer d.laneStateMu.Unlock()
+	states, err := readLaneStates(h.LaneStateFile)
+	if err != nil || states == nil {
+		states = laneStates{}
+	}
+	states[key.String()] = st
+	if err := writeLaneStates(h.LaneStateFile, states); err != nil {
+		h.Logger.Warn("lane state not saved; a driver restart would forget it", "error", err)
+	}
+}
+
+func writeLaneStates(path string, states laneStates) error {
+	data, err := json.Marshal(states)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readLaneStates reads what writeLaneStates wrote; a missing file (a task
+// that never switched, or a state from an older driver) is no state.
+func readLaneStates(path string) (laneStates, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var states laneStates
+	if err := json.Unmarshal(data, &states); err != nil {
+		return nil, fmt.Errorf("lane state %s: %w", path, err)
+	}
+	for key, st := range states {
+		for _, pid := range st.Checkpointed {
+			if pid <= 0 {
+				return nil, fmt.Errorf("lane state %s: %s: checkpointed: %d is no process ID", path, key, pid)
+			}
+		}
+	}
+	return states, nil
 }
 
 // laneEvent turns a coordinator event into a task event.

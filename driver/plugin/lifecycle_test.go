@@ -29,7 +29,9 @@ func TestPluginInfoCapabilitiesAndFingerprint(t *testing.T) {
 	fp := <-ch
 	must.Eq(t, drivers.HealthStateHealthy, fp.Health)
 	must.Eq(t, "sim", *fp.Attributes["driver.caravan.gpu_backend"].String)
-	must.Eq(t, "freeze", *fp.Attributes["driver.caravan.switch_mechanism"].String)
+	// The simulated GPU checkpoints, as a real one with driver 550 or later.
+	must.Eq(t, "cuda-checkpoint", *fp.Attributes["driver.caravan.switch_mechanism"].String)
+	must.Eq(t, "sim", *fp.Attributes["driver.caravan.checkpoint_via"].String)
 	must.Eq(t, processControl(), *fp.Attributes["driver.caravan.process_control"].String)
 	must.Eq(t, int64(1), *fp.Attributes["driver.caravan.gpus_healthy"].Int)
 

@@ -133,8 +133,8 @@ func TestRecoverTaskFoundFrozen(t *testing.T) {
 	// The recovery event goes out once Nomad waits on the task.
 	res := waitExit(t, h2, cfg.ID, 30*time.Second)
 	must.Eq(t, 0, res.ExitCode)
-	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: true)", 5*time.Second))
-	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "resumed in GPU-test/lane0 via freeze ("+g.Method()+")", 5*time.Second))
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: true", 5*time.Second))
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "resumed in GPU-test/lane0 via cuda-checkpoint (sim, "+g.Method()+")", 5*time.Second))
 }
 
 // TestLeftoversAreKilledWhenTheMainProcessExits: what escaped the task's

@@ -35,11 +35,11 @@ func BenchmarkSuspendResumeSIGSTOP(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := m.Suspend(ctx, procs, nil); err != nil {
+		if _, err := m.Suspend(ctx, procs, nil); err != nil {
 			b.Fatal(err)
 		}
 		until(true)
-		if err := m.Resume(ctx, procs, nil); err != nil {
+		if _, err := m.Resume(ctx, procs, nil); err != nil {
 			b.Fatal(err)
 		}
 		until(false)

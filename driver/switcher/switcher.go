@@ -1,18 +1,19 @@
 // Package switcher suspends and resumes a task so that tasks sharing a lane
 // can take turns: its processes are frozen (through the task's cgroup, or
-// with SIGSTOP where it has none), and with cuda-checkpoint, where the NVIDIA
-// driver supports it, the GPU memory first moves to host memory so that the
-// GPU is freed.
+// with SIGSTOP where it has none), and with cuda-checkpoint, where the GPU
+// backend can checkpoint, the GPU memory first moves to host memory so that
+// the GPU is freed.
 package switcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
 )
 
 // Freezer stops and continues all of a task's processes at once.
@@ -27,11 +28,17 @@ type Freezer interface {
 type Mechanism interface {
 	// Name is "freeze" or "cuda-checkpoint".
 	Name() string
+	// Via says how the GPU state moves: the backend's checkpoint mechanism
+	// ("cuda-driver-api", "cuda-checkpoint-cli", "sim"); empty for freeze.
+	Via() string
 	// Suspend stops the task; gpuPIDs are its processes that hold GPU
-	// memory.
-	Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) error
-	// Resume undoes Suspend.
-	Resume(ctx context.Context, procs Freezer, gpuPIDs []int) error
+	// memory. It returns the processes whose GPU state it checkpointed. On
+	// error it has undone exactly what it did: nothing stays checkpointed
+	// or frozen.
+	Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) (checkpointed []int, err error)
+	// Resume undoes Suspend, restoring exactly checkpointed. On error it
+	// returns the processes still checkpointed, for a retry.
+	Resume(ctx context.Context, procs Freezer, checkpointed []int) (left []int, err error)
 }
 
 // Freeze only freezes the task's processes. Their GPU memory stays
@@ -40,54 +47,66 @@ type Freeze struct{}
 
 func (Freeze) Name() string { return "freeze" }
 
-func (Freeze) Suspend(ctx context.Context, procs Freezer, _ []int) error { return procs.Freeze(ctx) }
+func (Freeze) Via() string { return "" }
 
-func (Freeze) Resume(ctx context.Context, procs Freezer, _ []int) error { return procs.Thaw(ctx) }
+func (Freeze) Suspend(ctx context.Context, procs Freezer, _ []int) ([]int, error) {
+	return nil, procs.Freeze(ctx)
+}
 
-// CUDACheckpoint toggles the CUDA state of every GPU process with NVIDIA's
-// cuda-checkpoint utility (driver 550 or later) and then freezes the task,
-// so that a suspended task holds no GPU memory. The toggle needs the process
-// running, so it comes before the freeze and after the thaw.
+func (Freeze) Resume(ctx context.Context, procs Freezer, checkpointed []int) ([]int, error) {
+	return checkpointed, procs.Thaw(ctx)
+}
+
+// CUDACheckpoint moves the CUDA state of every GPU process to host memory
+// through the GPU backend and then freezes the task, so that a suspended
+// task holds no GPU memory. Checkpointing needs the process running, so it
+// comes before the freeze and the restore after the thaw.
 type CUDACheckpoint struct {
-	Path    string
-	Timeout time.Duration
+	GPU gpu.Checkpointer
 }
 
 func (CUDACheckpoint) Name() string { return "cuda-checkpoint" }
 
-func (c CUDACheckpoint) Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) error {
+func (c CUDACheckpoint) Via() string { return c.GPU.CheckpointMechanism() }
+
+func (c CUDACheckpoint) Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) ([]int, error) {
+	var done []int
 	for _, pid := range gpuPIDs {
-		if err := c.toggle(ctx, pid); err != nil {
-			return err
+		if err := c.GPU.Checkpoint(ctx, pid); err != nil {
+			return nil, errors.Join(fmt.Errorf("checkpoint pid %d: %w", pid, err), c.rollback(ctx, done))
 		}
+		done = append(done, pid)
 	}
-	return procs.Freeze(ctx)
+	if err := procs.Freeze(ctx); err != nil {
+		// A partial freeze is thawed before the restores, which need the
+		// processes running.
+		return nil, errors.Join(fmt.Errorf("freeze: %w", err), procs.Thaw(ctx), c.rollback(ctx, done))
+	}
+	return done, nil
 }
 
-func (c CUDACheckpoint) Resume(ctx context.Context, procs Freezer, gpuPIDs []int) error {
+// rollback restores the processes a failed suspend checkpointed, and only
+// those.
+func (c CUDACheckpoint) rollback(ctx context.Context, done []int) error {
+	var errs []error
+	for i := len(done) - 1; i >= 0; i-- {
+		if err := c.GPU.Restore(ctx, done[i]); err != nil {
+			errs = append(errs, fmt.Errorf("roll back: restore pid %d: %w", done[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c CUDACheckpoint) Resume(ctx context.Context, procs Freezer, checkpointed []int) ([]int, error) {
 	if err := procs.Thaw(ctx); err != nil {
-		return err
+		return checkpointed, fmt.Errorf("thaw: %w", err)
 	}
-	for _, pid := range gpuPIDs {
-		if err := c.toggle(ctx, pid); err != nil {
-			return err
+	for i, pid := range checkpointed {
+		if err := c.GPU.Restore(ctx, pid); err != nil {
+			return append([]int(nil), checkpointed[i:]...), fmt.Errorf("restore pid %d: %w", pid, err)
 		}
 	}
-	return nil
-}
-
-func (c CUDACheckpoint) toggle(ctx context.Context, pid int) error {
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, c.Path, "--toggle", "--pid", strconv.Itoa(pid)).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("cuda-checkpoint --toggle --pid %d: %v: %s", pid, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return nil, nil
 }
 
 // Choice is the mechanism chosen for a node and why.
@@ -97,48 +116,42 @@ type Choice struct {
 }
 
 // Select picks the mechanism. want is "auto", "freeze" ("sigstop" is its
-// former name) or "cuda-checkpoint"; path is the configured cuda-checkpoint binary (found on
-// PATH when empty); realGPU is false on the simulated backend, where there
-// is no CUDA state to move; driverVersion is the NVIDIA driver's version.
-func Select(want, path string, realGPU bool, driverVersion string) (Choice, error) {
+// former name) or "cuda-checkpoint"; backend is the GPU backend (nil when
+// there is none), which checkpoints when it implements gpu.Checkpointer and
+// can here; driverVersion is the NVIDIA driver's version (550 or later is
+// needed).
+func Select(want string, backend gpu.Backend, driverVersion string) (Choice, error) {
 	if want == "freeze" || want == "sigstop" {
 		return Choice{Freeze{}, "switch_mechanism = \"" + want + "\""}, nil
 	}
-	bin, lookErr := findCheckpoint(path)
-	usable := lookErr == nil && realGPU && driverAtLeast(driverVersion, 550)
+	ckpt, why := checkpointer(backend, driverVersion)
 	if want == "cuda-checkpoint" {
-		if !usable {
-			return Choice{}, fmt.Errorf("switch_mechanism: cuda-checkpoint requested but unusable here (%s)", whyNot(lookErr, realGPU, driverVersion))
+		if ckpt == nil {
+			return Choice{}, fmt.Errorf("switch_mechanism: cuda-checkpoint requested but unusable here (%s)", why)
 		}
-		return Choice{CUDACheckpoint{Path: bin}, "switch_mechanism = \"cuda-checkpoint\""}, nil
+		return Choice{CUDACheckpoint{GPU: ckpt}, "switch_mechanism = \"cuda-checkpoint\" via " + ckpt.CheckpointMechanism()}, nil
 	}
-	if usable {
-		return Choice{CUDACheckpoint{Path: bin}, "cuda-checkpoint found at " + bin + " with driver " + driverVersion}, nil
+	if ckpt != nil {
+		return Choice{CUDACheckpoint{GPU: ckpt}, "cuda-checkpoint via " + ckpt.CheckpointMechanism() + " with driver " + driverVersion}, nil
 	}
-	return Choice{Freeze{}, "cuda-checkpoint unusable (" + whyNot(lookErr, realGPU, driverVersion) + "); freezing tasks only"}, nil
+	return Choice{Freeze{}, "cuda-checkpoint unusable (" + why + "); freezing tasks only"}, nil
 }
 
-func findCheckpoint(path string) (string, error) {
-	if path != "" {
-		if st, err := os.Stat(path); err != nil {
-			return "", err
-		} else if st.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%s is not executable", path)
-		}
-		return path, nil
+func checkpointer(backend gpu.Backend, driverVersion string) (gpu.Checkpointer, string) {
+	if backend == nil {
+		return nil, "no GPU backend"
 	}
-	return exec.LookPath("cuda-checkpoint")
-}
-
-func whyNot(lookErr error, realGPU bool, driverVersion string) string {
-	switch {
-	case lookErr != nil:
-		return "binary not found: " + lookErr.Error()
-	case !realGPU:
-		return "the GPU backend is simulated"
-	default:
-		return "NVIDIA driver " + driverVersion + " is older than 550"
+	ckpt, ok := backend.(gpu.Checkpointer)
+	if !ok {
+		return nil, "the " + backend.Name() + " backend cannot checkpoint"
 	}
+	if ckpt.CheckpointMechanism() == "" {
+		return nil, ckpt.CheckpointUnavailable()
+	}
+	if !driverAtLeast(driverVersion, 550) {
+		return nil, "NVIDIA driver " + driverVersion + " is older than 550"
+	}
+	return ckpt, ""
 }
 
 // driverAtLeast compares the major version of an NVIDIA driver string such

@@ -2,12 +2,15 @@ package switcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/shoenig/test/must"
 )
@@ -33,9 +36,11 @@ func TestFreezeSuspendsAndResumes(t *testing.T) {
 	pid := cmd.Process.Pid
 	m := Freeze{}
 	procs := proctree.Signals{Root: pid}
-	must.NoError(t, m.Suspend(context.Background(), procs, nil))
+	_, err := m.Suspend(context.Background(), procs, nil)
+	must.NoError(t, err)
 	waitState(t, pid, 'T')
-	must.NoError(t, m.Resume(context.Background(), procs, nil))
+	_, err = m.Resume(context.Background(), procs, nil)
+	must.NoError(t, err)
 	waitState(t, pid, 'S')
 }
 
@@ -59,62 +64,102 @@ func (r recorder) note(what string) error {
 	return err
 }
 
-// TestCUDACheckpointTogglesWhileTheTaskRuns: cuda-checkpoint needs the
-// process running, so it comes before the freeze and after the thaw.
-func TestCUDACheckpointTogglesWhileTheTaskRuns(t *testing.T) {
-	dir := t.TempDir()
-	log := filepath.Join(dir, "log")
-	fake := filepath.Join(dir, "cuda-checkpoint")
-	must.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho \"toggle $3\" >> "+log+"\n"), 0o755))
-	m := CUDACheckpoint{Path: fake}
-	procs := recorder{log: log}
-	must.NoError(t, m.Suspend(context.Background(), procs, []int{41, 42}))
-	must.NoError(t, m.Resume(context.Background(), procs, []int{41, 42}))
-	data, err := os.ReadFile(log)
-	must.NoError(t, err)
-	must.Eq(t, "toggle 41\ntoggle 42\nfreeze\nthaw\ntoggle 41\ntoggle 42\n", string(data))
+// fakeGPU is a Checkpointer that notes each call in the recorder's log.
+type fakeGPU struct {
+	recorder
+	mechanism string
+	failOn    int
+}
+
+func (g fakeGPU) CheckpointMechanism() string   { return g.mechanism }
+func (g fakeGPU) CheckpointUnavailable() string { return "no way to checkpoint here" }
+func (g fakeGPU) Checkpoint(_ context.Context, pid int) error {
+	if pid == g.failOn {
+		return errors.New("checkpoint failed")
+	}
+	return g.note(fmt.Sprint("checkpoint ", pid))
+}
+func (g fakeGPU) Restore(_ context.Context, pid int) error {
+	return g.note(fmt.Sprint("restore ", pid))
+}
+
+// fakeBackend is a GPU backend that can checkpoint.
+type fakeBackend struct {
+	gpu.Backend
+	fakeGPU
+}
+
+func (fakeBackend) Name() string { return "fake" }
+
+// Checkpointing needs the process running, so it comes before the freeze
+// and the restore after the thaw; a suspend that fails partway restores
+// only what it checkpointed.
+func TestCUDACheckpointOrderAndRollback(t *testing.T) {
+	cases := []struct {
+		name   string
+		failOn int
+		want   string
+	}{
+		{"round trip", 0, "checkpoint 41\ncheckpoint 42\nfreeze\nthaw\nrestore 41\nrestore 42\n"},
+		{"second checkpoint fails", 42, "checkpoint 41\nrestore 41\n"},
+		{"first checkpoint fails", 41, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "log")
+			procs := recorder{log: log}
+			m := CUDACheckpoint{GPU: fakeGPU{recorder: procs, mechanism: "fake", failOn: tc.failOn}}
+			checkpointed, err := m.Suspend(context.Background(), procs, []int{41, 42})
+			if tc.failOn != 0 {
+				must.ErrorContains(t, err, "checkpoint failed")
+				must.SliceEmpty(t, checkpointed)
+			} else {
+				must.NoError(t, err)
+				must.Eq(t, []int{41, 42}, checkpointed)
+				left, err := m.Resume(context.Background(), procs, checkpointed)
+				must.NoError(t, err)
+				must.SliceEmpty(t, left)
+			}
+			data, _ := os.ReadFile(log)
+			must.Eq(t, tc.want, string(data))
+		})
+	}
 }
 
 func TestSelect(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "cuda-checkpoint")
-	must.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\nexit 0\n"), 0o755))
-
+	log := filepath.Join(t.TempDir(), "log")
+	can := fakeBackend{fakeGPU: fakeGPU{recorder: recorder{log: log}, mechanism: "cuda-driver-api"}}
+	cannot := fakeBackend{fakeGPU: fakeGPU{recorder: recorder{log: log}}}
 	cases := []struct {
-		name, want, path, driver string
-		real                     bool
-		mechanism                string
-		wantErr                  bool
+		name, want string
+		backend    gpu.Backend
+		driver     string
+		mechanism  string
+		wantErr    bool
 	}{
-		{"sim falls back", "auto", fake, "550.54.15", false, "freeze", false},
-		{"real gpu with tool", "auto", fake, "550.54.15", true, "cuda-checkpoint", false},
-		{"old driver", "auto", fake, "535.1", true, "freeze", false},
-		{"missing tool", "auto", filepath.Join(dir, "nope"), "560.1", true, "freeze", false},
-		{"forced freeze", "freeze", fake, "560.1", true, "freeze", false},
-		{"former name of freeze", "sigstop", fake, "560.1", true, "freeze", false},
-		{"forced checkpoint unusable", "cuda-checkpoint", fake, "550.1", false, "", true},
+		{"backend checkpoints", "auto", can, "570.86.15", "cuda-checkpoint", false},
+		{"old driver", "auto", can, "535.1", "freeze", false},
+		{"backend cannot here", "auto", cannot, "570.1", "freeze", false},
+		{"no backend", "auto", nil, "", "freeze", false},
+		{"forced freeze", "freeze", can, "570.1", "freeze", false},
+		{"former name of freeze", "sigstop", can, "570.1", "freeze", false},
+		{"forced checkpoint unusable", "cuda-checkpoint", cannot, "570.1", "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := Select(c.want, c.path, c.real, c.driver)
+			got, err := Select(c.want, c.backend, c.driver)
 			if c.wantErr {
 				must.ErrorContains(t, err, "switch_mechanism")
+				must.ErrorContains(t, err, "no way to checkpoint here")
 				return
 			}
 			must.NoError(t, err)
 			must.Eq(t, c.mechanism, got.Mechanism.Name())
 			must.NotEq(t, "", got.Reason)
+			if c.mechanism == "cuda-checkpoint" {
+				must.Eq(t, "cuda-driver-api", got.Mechanism.Via())
+				must.StrContains(t, got.Reason, "cuda-driver-api")
+			}
 		})
 	}
-}
-
-func TestCUDACheckpointReportsToolFailure(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "cuda-checkpoint")
-	must.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho restore failed >&2\nexit 1\n"), 0o755))
-	cmd := exec.Command("sleep", "30")
-	must.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	err := CUDACheckpoint{Path: fake}.Resume(context.Background(), proctree.Signals{Root: cmd.Process.Pid}, []int{cmd.Process.Pid})
-	must.ErrorContains(t, err, "restore failed")
 }

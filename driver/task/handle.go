@@ -42,6 +42,8 @@ type Handle struct {
 	Config *drivers.TaskConfig
 	Spec   Spec
 	Logger hclog.Logger
+	// LaneStateFile is State.LaneStateFile; empty outside a lane.
+	LaneStateFile string
 
 	// Done is closed when the process has exited and ExitResult is final.
 	Done chan struct{}

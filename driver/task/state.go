@@ -27,6 +27,10 @@ type State struct {
 	Cgroup    string
 	StartedAt time.Time
 	Spec      Spec
+	// LaneStateFile is where the driver keeps the task's lane state (its
+	// profile, whether it is suspended, what is checkpointed, whose turn it
+	// is) as it changes, since Nomad stores State only once, at the start.
+	LaneStateFile string
 }
 
 // Spec is the GPU side of a task: its budget and its lane. It is decided

@@ -27,6 +27,10 @@ type Backend struct {
 	lost    map[string]bool
 	// parentOf maps a MIG instance's UUID to its GPU's.
 	parentOf map[string]string
+	// ckpt checkpoints CUDA processes; nil until EnableCheckpoint finds a
+	// way, and ckptWhy then says why not.
+	ckpt    gpu.Checkpointer
+	ckptWhy string
 	// accountingTried holds the devices on which turning accounting mode on
 	// was tried, so that a refusal is logged once.
 	accountingTried map[string]bool

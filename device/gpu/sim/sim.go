@@ -317,6 +317,9 @@ func SetProcessMemoryNotAvailable(stateDir, uuid string, pid int) error {
 // recordedPeak is pid's peak on uuid so far; 0 when it holds nothing there.
 func recordedPeak(stateDir, uuid string, pid int) uint64 {
 	data, err := os.ReadFile(filepath.Join(stateDir, "procs", uuid, strconv.Itoa(pid)))
+	if errors.Is(err, os.ErrNotExist) {
+		data, err = os.ReadFile(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid)))
+	}
 	if err != nil {
 		return 0
 	}
@@ -326,6 +329,10 @@ func recordedPeak(stateDir, uuid string, pid int) uint64 {
 
 func writeProcess(stateDir, uuid string, pid int, content string) error {
 	dir := filepath.Join(stateDir, "procs", uuid)
+	// A checkpointed process's memory lives in host memory until restored.
+	if _, err := os.Stat(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid))); err == nil {
+		dir = filepath.Join(stateDir, "checkpointed", uuid)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -347,11 +354,13 @@ func writeProcess(stateDir, uuid string, pid int, content string) error {
 
 // ReleaseProcess forgets pid's memory on uuid.
 func ReleaseProcess(stateDir, uuid string, pid int) error {
-	err := os.Remove(filepath.Join(stateDir, "procs", uuid, strconv.Itoa(pid)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	for _, dir := range []string{"procs", "checkpointed"} {
+		err := os.Remove(filepath.Join(stateDir, dir, uuid, strconv.Itoa(pid)))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 // InjectFault marks uuid unhealthy with reason; an empty reason clears it.

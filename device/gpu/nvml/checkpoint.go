@@ -1,0 +1,122 @@
+package nvml
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+)
+
+var _ gpu.Checkpointer = (*Backend)(nil)
+
+// checkpointTimeout bounds one checkpoint or restore of one process.
+const checkpointTimeout = 30 * time.Second
+
+// EnableCheckpoint picks how the backend checkpoints: the CUDA driver API
+// (cuCheckpointProcess*, driver 570 or later) through libcuda when the
+// driver has it, as it needs no attach per call, else the cuda-checkpoint
+// utility at cliPath (found on PATH when empty).
+func (b *Backend) EnableCheckpoint(cliPath string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	api, apiErr := openCUDACheckpointAPI()
+	if apiErr == nil {
+		b.ckpt = api
+		return
+	}
+	bin, err := findCheckpointCLI(cliPath)
+	if err != nil {
+		b.ckpt, b.ckptWhy = nil, "CUDA driver API: "+apiErr.Error()+"; cuda-checkpoint: "+err.Error()
+		return
+	}
+	b.ckpt = CLI{Path: bin}
+}
+
+func (b *Backend) checkpointer() (gpu.Checkpointer, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ckpt == nil && b.ckptWhy == "" {
+		return nil, "checkpointing not enabled"
+	}
+	return b.ckpt, b.ckptWhy
+}
+
+func (b *Backend) CheckpointMechanism() string {
+	if c, _ := b.checkpointer(); c != nil {
+		return c.CheckpointMechanism()
+	}
+	return ""
+}
+
+func (b *Backend) CheckpointUnavailable() string {
+	_, why := b.checkpointer()
+	return why
+}
+
+func (b *Backend) Checkpoint(ctx context.Context, pid int) error {
+	c, why := b.checkpointer()
+	if c == nil {
+		return fmt.Errorf("checkpoint pid %d: %s", pid, why)
+	}
+	return c.Checkpoint(ctx, pid)
+}
+
+func (b *Backend) Restore(ctx context.Context, pid int) error {
+	c, why := b.checkpointer()
+	if c == nil {
+		return fmt.Errorf("restore pid %d: %s", pid, why)
+	}
+	return c.Restore(ctx, pid)
+}
+
+// CLI checkpoints with NVIDIA's cuda-checkpoint utility (driver 550 or
+// later). Each call attaches to the driver anew, which costs seconds.
+type CLI struct {
+	Path    string
+	Timeout time.Duration
+}
+
+var _ gpu.Checkpointer = CLI{}
+
+func (CLI) CheckpointMechanism() string { return "cuda-checkpoint-cli" }
+
+func (CLI) CheckpointUnavailable() string { return "" }
+
+// Checkpoint and Restore both toggle: the utility moves the state the way
+// it is not.
+func (c CLI) Checkpoint(ctx context.Context, pid int) error { return c.toggle(ctx, pid) }
+
+func (c CLI) Restore(ctx context.Context, pid int) error { return c.toggle(ctx, pid) }
+
+func (c CLI) toggle(ctx context.Context, pid int) error {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = checkpointTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.Path, "--toggle", "--pid", strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cuda-checkpoint --toggle --pid %d: %v: %s", pid, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func findCheckpointCLI(path string) (string, error) {
+	if path != "" {
+		st, err := os.Stat(path)
+		if err != nil {
+			return "", err
+		}
+		if st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%s is not executable", path)
+		}
+		return path, nil
+	}
+	return exec.LookPath("cuda-checkpoint")
+}

@@ -1,0 +1,120 @@
+//go:build linux && cgo
+
+package nvml
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+// The checkpoint entry points of libcuda (CUDA 12.8, driver 570). Their
+// argument structs are 64 bytes of which only the lock timeout is set.
+typedef int (*cu_init_fn)(unsigned int);
+typedef int (*cu_ckpt_fn)(int, void *);
+typedef int (*cu_state_fn)(int, int *);
+
+typedef struct {
+	cu_ckpt_fn lock, checkpoint, restore, unlock;
+	cu_state_fn state;
+} cu_ckpt_api;
+
+static const char *cu_ckpt_open(cu_ckpt_api *api) {
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) return "libcuda.so.1 not found";
+	cu_init_fn init = (cu_init_fn)dlsym(lib, "cuInit");
+	api->lock = (cu_ckpt_fn)dlsym(lib, "cuCheckpointProcessLock");
+	api->checkpoint = (cu_ckpt_fn)dlsym(lib, "cuCheckpointProcessCheckpoint");
+	api->restore = (cu_ckpt_fn)dlsym(lib, "cuCheckpointProcessRestore");
+	api->unlock = (cu_ckpt_fn)dlsym(lib, "cuCheckpointProcessUnlock");
+	api->state = (cu_state_fn)dlsym(lib, "cuCheckpointProcessGetState");
+	if (!init || !api->lock || !api->checkpoint || !api->restore || !api->unlock || !api->state) {
+		dlclose(lib);
+		return "libcuda has no cuCheckpointProcess* (driver older than 570)";
+	}
+	if (init(0) != 0) {
+		dlclose(lib);
+		return "cuInit failed";
+	}
+	return 0;
+}
+
+static int cu_ckpt_call(cu_ckpt_fn fn, int pid, unsigned int timeout_ms) {
+	unsigned char args[64];
+	memset(args, 0, sizeof args);
+	memcpy(args, &timeout_ms, sizeof timeout_ms);
+	return fn(pid, args);
+}
+
+static int cu_ckpt_state(cu_state_fn fn, int pid, int *state) { return fn(pid, state); }
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// cudaAPI checkpoints through the CUDA driver API, with no attach per call.
+type cudaAPI struct {
+	api C.cu_ckpt_api
+}
+
+func openCUDACheckpointAPI() (*cudaAPI, error) {
+	a := &cudaAPI{}
+	if why := C.cu_ckpt_open(&a.api); why != nil {
+		return nil, errors.New(C.GoString(why))
+	}
+	return a, nil
+}
+
+func (*cudaAPI) CheckpointMechanism() string { return "cuda-driver-api" }
+
+func (*cudaAPI) CheckpointUnavailable() string { return "" }
+
+// Checkpoint locks the process's CUDA calls, then moves its state to host
+// memory; a failed checkpoint unlocks it again.
+func (a *cudaAPI) Checkpoint(ctx context.Context, pid int) error {
+	if r := C.cu_ckpt_call(a.api.lock, C.int(pid), C.uint(timeoutMs(ctx))); r != 0 {
+		return fmt.Errorf("cuCheckpointProcessLock pid %d: CUresult %d", pid, int(r))
+	}
+	if r := C.cu_ckpt_call(a.api.checkpoint, C.int(pid), 0); r != 0 {
+		_ = C.cu_ckpt_call(a.api.unlock, C.int(pid), 0)
+		return fmt.Errorf("cuCheckpointProcessCheckpoint pid %d: CUresult %d", pid, int(r))
+	}
+	return nil
+}
+
+// Restore moves the state back to the GPU and unlocks the process. A
+// process that already runs is left alone, so that a restore repeated after
+// a driver restart is harmless.
+func (a *cudaAPI) Restore(_ context.Context, pid int) error {
+	var state C.int
+	r := C.cu_ckpt_state(a.api.state, C.int(pid), &state)
+	if r != 0 {
+		return fmt.Errorf("cuCheckpointProcessGetState pid %d: CUresult %d", pid, int(r))
+	}
+	if state == 0 { // CU_PROCESS_STATE_RUNNING
+		return nil
+	}
+	if state == 2 { // CU_PROCESS_STATE_CHECKPOINTED
+		if r := C.cu_ckpt_call(a.api.restore, C.int(pid), 0); r != 0 {
+			return fmt.Errorf("cuCheckpointProcessRestore pid %d: CUresult %d", pid, int(r))
+		}
+	}
+	if r := C.cu_ckpt_call(a.api.unlock, C.int(pid), 0); r != 0 {
+		return fmt.Errorf("cuCheckpointProcessUnlock pid %d: CUresult %d", pid, int(r))
+	}
+	return nil
+}
+
+func timeoutMs(ctx context.Context) uint {
+	if dl, ok := ctx.Deadline(); ok {
+		if ms := int64(time.Until(dl) / 1e6); ms > 0 {
+			return uint(ms)
+		}
+	}
+	return uint(checkpointTimeout.Milliseconds())
+}

@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+func simBackend(t *testing.T, memMiB string) *Backend {
+	t.Helper()
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": `+memMiB+`}]}`), 0o644))
+	b, err := New(fleet, filepath.Join(dir, "state"))
+	must.NoError(t, err)
+	return b
+}
+
+func sleeper(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	must.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// A checkpointed process leaves the process list and frees its memory, as
+// with cuda-checkpoint; restore brings both back.
+func TestCheckpointFreesAndRestoreBringsBack(t *testing.T) {
+	b := simBackend(t, "15360")
+	ctx := context.Background()
+	pid := sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 3000))
+
+	must.NoError(t, b.Checkpoint(ctx, pid))
+	procs, err := b.Processes("GPU-a")
+	must.NoError(t, err)
+	must.SliceEmpty(t, procs)
+	st, err := b.Stats("GPU-a")
+	must.NoError(t, err)
+	must.Eq(t, 0, st.UsedMemoryMiB)
+	must.True(t, Checkpointed(b.stateDir, pid))
+
+	// The workload's allocations while checkpointed land in host memory.
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 3100))
+	procs, _ = b.Processes("GPU-a")
+	must.SliceEmpty(t, procs)
+
+	must.NoError(t, b.Restore(ctx, pid))
+	procs, err = b.Processes("GPU-a")
+	must.NoError(t, err)
+	must.Len(t, 1, procs)
+	must.Eq(t, 3100, procs[0].UsedMemoryMiB)
+	must.False(t, Checkpointed(b.stateDir, pid))
+}
+
+func TestCheckpointRefusesAsTheHardwareDoes(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		setup func(b *Backend, pid int)
+		op    func(b *Backend, pid int) error
+		want  string
+	}{
+		{"no CUDA state", func(*Backend, int) {}, (*Backend).checkpoint, "holds no CUDA state"},
+		{"checkpointed twice", func(b *Backend, pid int) { must.NoError(t, b.Checkpoint(ctx, pid)) }, (*Backend).checkpoint, "already checkpointed"},
+		{"restore of a running process", func(*Backend, int) {}, (*Backend).restore, "not checkpointed"},
+		{"stopped process", func(b *Backend, pid int) {
+			must.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			for i := 0; i < 200 && stoppedWhy(pid) == ""; i++ {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}, (*Backend).checkpoint, "stopped"},
+		{"injected fault", func(b *Backend, pid int) { must.NoError(t, InjectCheckpointFault(b.stateDir, pid, "checkpoint", 1)) }, (*Backend).checkpoint, "injected"},
+		{"restore that does not fit", func(b *Backend, pid int) {
+			must.NoError(t, b.Checkpoint(ctx, pid))
+			must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", os.Getpid(), 14000))
+		}, (*Backend).restore, "OUT_OF_MEMORY"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := simBackend(t, "15360")
+			pid := sleeper(t)
+			if tc.name != "no CUDA state" {
+				must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 3000))
+			}
+			tc.setup(b, pid)
+			err := tc.op(b, pid)
+			must.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// An injected fault fails as many calls as asked, then clears.
+func TestInjectedCheckpointFaultCounts(t *testing.T) {
+	b := simBackend(t, "15360")
+	ctx := context.Background()
+	pid := sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 3000))
+	must.NoError(t, b.Checkpoint(ctx, pid))
+	must.NoError(t, InjectCheckpointFault(b.stateDir, pid, "restore", 2))
+	must.Error(t, b.Restore(ctx, pid))
+	must.Error(t, b.Restore(ctx, pid))
+	must.NoError(t, b.Restore(ctx, pid))
+}
+
+func (b *Backend) checkpoint(pid int) error { return b.Checkpoint(context.Background(), pid) }
+
+func (b *Backend) restore(pid int) error { return b.Restore(context.Background(), pid) }

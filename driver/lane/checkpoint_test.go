@@ -1,0 +1,286 @@
+package lane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/driver/switcher"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+)
+
+const simGPU = "GPU-sim-0"
+
+// simGPUBackend is a simulated 16 GiB GPU that checkpoints as the hardware
+// does: a checkpointed process leaves the process list and frees its memory.
+func simGPUBackend(t testing.TB) (*sim.Backend, string) {
+	t.Helper()
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "`+simGPU+`", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	return b, state
+}
+
+// gpuPIDsOf lists pids as the driver does: those the GPU lists now, as
+// the watchdog's sample does. A checkpointed process is not among them.
+func gpuPIDsOf(b *sim.Backend, pids ...int) func() []int {
+	return func() []int {
+		procs, _ := b.Processes(simGPU)
+		var out []int
+		for _, p := range procs {
+			for _, pid := range pids {
+				if p.PID == pid {
+					out = append(out, pid)
+				}
+			}
+		}
+		return out
+	}
+}
+
+func simCoordinator(t *testing.T, b *sim.Backend, quantum time.Duration, hooks Hooks) (*Coordinator, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: quantum, MeasureIterations: 2,
+		ResumeBackoff: 10 * time.Millisecond, RejoinGrace: time.Second, Hooks: hooks}), cancel
+}
+
+var big = Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+
+// Two tasks take turns with cuda-checkpoint on the simulated GPU: the one
+// suspended holds no GPU memory, and each resume restores exactly what its
+// suspend checkpointed, although the GPU no longer lists those processes.
+func TestCheckpointRoundTripThroughTheLane(t *testing.T) {
+	b, state := simGPUBackend(t)
+	rec := &recorder{}
+	var mu sync.Mutex
+	resumes := map[string]int{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: func(e Event) {
+		rec.add(e)
+		if contains(e.Message, "restored PIDs") {
+			mu.Lock()
+			resumes[e.TaskID]++
+			mu.Unlock()
+		}
+	}})
+	pa, pb := startProc(t), startProc(t)
+	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	key := Key{GPU: simGPU, Lane: 0}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return resumes["a"] >= 2 && resumes["b"] >= 2
+	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Zero(t, rec.count("a", "failed"))
+	must.Zero(t, rec.count("b", "failed"))
+
+	// Whoever is suspended now is off the GPU; leaving restores it.
+	for _, id := range []string{"a", "b"} {
+		c.Leave(id)
+	}
+	procs, err := b.Processes(simGPU)
+	must.NoError(t, err)
+	must.Len(t, 2, procs)
+	must.False(t, sim.Checkpointed(state, ida))
+	must.False(t, sim.Checkpointed(state, idb))
+}
+
+// A suspend that fails partway restores only what it checkpointed: the
+// process that failed, never checkpointed, is left alone.
+func TestFailedSuspendRollsBackOnlyWhatItCheckpointed(t *testing.T) {
+	b, state := simGPUBackend(t)
+	p1, p2 := startProc(t), startProc(t)
+	pid1, pid2 := p1.cmd.Process.Pid, p2.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, pid1, 1000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, pid2, 1000))
+	must.NoError(t, sim.InjectCheckpointFault(state, pid2, "checkpoint", 1))
+	// A restore of pid2 would fail: nothing may try one.
+	must.NoError(t, sim.InjectCheckpointFault(state, pid2, "restore", -1))
+
+	m := switcher.CUDACheckpoint{GPU: b}
+	checkpointed, err := m.Suspend(context.Background(), p1.processes(), []int{pid1, pid2})
+	must.ErrorContains(t, err, "injected")
+	must.StrNotContains(t, err.Error(), "roll back")
+	must.SliceEmpty(t, checkpointed)
+	must.False(t, sim.Checkpointed(state, pid1))
+	must.False(t, sim.Checkpointed(state, pid2))
+	procs, err := b.Processes(simGPU)
+	must.NoError(t, err)
+	must.Len(t, 2, procs)
+	must.False(t, p1.stopped())
+}
+
+// A resume that fails is retried; one that keeps failing is reported and
+// handed back so that the task is ended rather than left frozen.
+func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
+	cases := []struct {
+		name       string
+		failures   int
+		handedBack bool
+	}{
+		{"recovers on retry", 1, false},
+		{"keeps failing", -1, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, state := simGPUBackend(t)
+			failed := make(chan string, 4)
+			rec := &recorder{}
+			c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
+				ResumeFailed: func(id string, err error) { failed <- id }})
+			pa, pb := startProc(t), startProc(t)
+			ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+			must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+			must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+			// b's first turn ends after a's; each restore of b fails as asked.
+			must.NoError(t, sim.InjectCheckpointFault(state, idb, "restore", tc.failures))
+			key := Key{GPU: simGPU, Lane: 1}
+			c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+			c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+			if tc.handedBack {
+				select {
+				case id := <-failed:
+					must.Eq(t, "b", id)
+					must.Positive(t, rec.count("b", "failed after 3 attempt(s)"))
+					must.Eq(t, 2, rec.count("b", "retrying"))
+				case <-time.After(5 * time.Second):
+					t.Fatal("a failed resume was never handed back")
+				}
+				return
+			}
+			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "restored PIDs") > 0 }),
+				wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+			must.Eq(t, 1, rec.count("b", "retrying"))
+			select {
+			case <-failed:
+				t.Fatal("a resume that succeeded on retry was handed back")
+			default:
+			}
+		})
+	}
+}
+
+// A coordinator that ends (the driver restarts) leaves a suspended task
+// frozen and checkpointed; a new one rebuilt from the persisted states keeps
+// it so while its peer rejoins, then carries on with the turns.
+func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
+	b, state := simGPUBackend(t)
+	var mu sync.Mutex
+	states := map[string]MemberState{}
+	persist := func(id string, _ Key, st MemberState) {
+		mu.Lock()
+		defer mu.Unlock()
+		states[id] = st
+	}
+	c1, stop := simCoordinator(t, b, 200*time.Millisecond, Hooks{Persist: persist})
+	pa, pb := startProc(t), startProc(t)
+	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	key := Key{GPU: simGPU, Lane: 2}
+	join := func(c *Coordinator, id string, p *proc, pid int, st MemberState) {
+		c.Join(key, 8000, Member{TaskID: id, Profile: big, Processes: p.processes(), GPUPIDs: gpuPIDsOf(b, pid)}, st)
+	}
+	join(c1, "a", pa, ida, MemberState{})
+	join(c1, "b", pb, idb, MemberState{})
+	// Wait for b to be suspended with its process checkpointed.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return states["b"].Suspended && len(states["b"].Checkpointed) == 1
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	stop()
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	saved := map[string]MemberState{"a": states["a"], "b": states["b"]}
+	mu.Unlock()
+	must.True(t, saved["a"].Turn)
+	must.Eq(t, "time-sliced", saved["b"].Mode)
+	must.Eq(t, []string{"a"}, saved["b"].Peers)
+
+	// A new coordinator; b comes back first, alone in its lane.
+	rec := &recorder{}
+	c2, _ := simCoordinator(t, b, 200*time.Millisecond, Hooks{Event: rec.add, Persist: persist})
+	join(c2, "b", pb, idb, saved["b"])
+	time.Sleep(300 * time.Millisecond)
+	must.True(t, pb.stopped())
+	must.True(t, sim.Checkpointed(state, idb))
+	st, _ := c2.Status("b")
+	must.True(t, st.Suspended)
+
+	join(c2, "a", pa, ida, saved["a"])
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "restored PIDs") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Zero(t, rec.count("b", "failed"))
+	must.Positive(t, rec.count("a", "checkpointed PIDs"))
+}
+
+// A task on lanes of two GPUs is one set of processes: whichever lane
+// resumes it last restores what the first one to suspend it checkpointed.
+func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
+		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	pidsOn := func(pids ...int) func() []int {
+		return func() []int {
+			var out []int
+			for _, uuid := range []string{"GPU-a", "GPU-b"} {
+				procs, _ := b.Processes(uuid)
+				for _, p := range procs {
+					for _, pid := range pids {
+						if p.PID == pid && !contains(fmt.Sprint(out), fmt.Sprint(pid)) {
+							out = append(out, pid)
+						}
+					}
+				}
+			}
+			return out
+		}
+	}
+	rec := &recorder{}
+	c, _ := simCoordinator(t, b, 40*time.Millisecond, Hooks{Event: rec.add})
+	x, y, z := startProc(t), startProc(t), startProc(t)
+	idx, idy, idz := x.cmd.Process.Pid, y.cmd.Process.Pid, z.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idx, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idx, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idy, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idz, 6000))
+	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
+	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUPIDs: pidsOn(idx)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUPIDs: pidsOn(idx)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUPIDs: pidsOn(idy)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUPIDs: pidsOn(idz)}, MemberState{})
+
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "restored PIDs") >= 2 }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	for _, id := range []string{"x", "y", "z"} {
+		must.Zero(t, rec.count(id, "failed"), must.Sprint(id))
+	}
+	for _, id := range []string{"x", "y", "z"} {
+		c.Leave(id)
+	}
+	for _, pid := range []int{idx, idy, idz} {
+		must.False(t, sim.Checkpointed(state, pid))
+	}
+	procs, err := b.Processes("GPU-b")
+	must.NoError(t, err)
+	must.Len(t, 2, procs)
+}

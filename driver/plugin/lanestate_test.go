@@ -1,0 +1,148 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/driver/lane"
+	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+)
+
+func TestLaneStateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name    string
+		content *string // nil: no file
+		want    laneStates
+		wantErr string
+	}{
+		{"no file is a fresh member", nil, nil, ""},
+		{"no path", nil, nil, ""},
+		{"damaged file names itself", ptr(`{"GPU-a/lane0": {"suspended": tru`), nil, "lane state"},
+		{"bad PID names the field", ptr(`{"GPU-a/lane0": {"checkpointed": [0]}}`), nil, "GPU-a/lane0: checkpointed"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name)
+			if tc.name == "no path" {
+				path = ""
+			}
+			if tc.content != nil {
+				must.NoError(t, os.WriteFile(path, []byte(*tc.content), 0o600))
+			}
+			got, err := readLaneStates(path)
+			if tc.wantErr != "" {
+				must.ErrorContains(t, err, tc.wantErr)
+				must.ErrorContains(t, err, path)
+				return
+			}
+			must.NoError(t, err, must.Sprint(i))
+			must.Eq(t, tc.want, got)
+		})
+	}
+	st := lane.MemberState{Profile: lane.Profile{PersistentMiB: 3000, EphemeralMiB: 500, Known: true, Measured: true},
+		Suspended: true, Checkpointed: []int{41, 42}, Mode: "time-sliced", Switches: 3, Peers: []string{"b"},
+		SliceStart: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	path := filepath.Join(dir, "state.json")
+	states := laneStates{"GPU-a/lane0": st, "GPU-b/lane1": {Mode: "alone"}}
+	must.NoError(t, writeLaneStates(path, states))
+	got, err := readLaneStates(path)
+	must.NoError(t, err)
+	must.Eq(t, states, got)
+}
+
+func ptr(s string) *string { return &s }
+
+// FuzzReadLaneState: whatever the lane state file holds, reading it
+// returns a state or an error, never a panic.
+func FuzzReadLaneState(f *testing.F) {
+	f.Add([]byte(`{"GPU-a/lane0":{"profile":{"PersistentMiB":1,"EphemeralMiB":2,"Known":true},"suspended":true,"checkpointed":[1,2],"turn":false,"mode":"time-sliced"}}`))
+	f.Add([]byte(`{"GPU-a/lane0":{"checkpointed":[-1]}}`))
+	f.Add([]byte(``))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "state.json")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Skip()
+		}
+		_, _ = readLaneStates(path)
+	})
+}
+
+// A driver that dies after checkpointing a task but before freezing it
+// leaves the task running with its GPU state in host memory. The new
+// driver reads the checkpointed PIDs from the lane state, counts the task
+// as suspended although it is not frozen, and restores exactly those.
+func TestRecoverTaskRestoresWhatWasCheckpointed(t *testing.T) {
+	conf, stateDir := simConfig(t)
+	h1, _, stopDriver := newStoppableHarness(t, conf)
+	cfg := workloadTask(t, h1, "ckpt", workload.Config{Iterations: 20, IterationTime: 100 * time.Millisecond,
+		PersistentMiB: 1024, EphemeralMiB: 256}, TaskConfig{}, grantEnv(laneGrant(0)))
+	handle, _, err := h1.StartTask(cfg)
+	must.NoError(t, err)
+	must.NoError(t, h1.WaitUntilStarted(cfg.ID, 5*time.Second))
+	b, err := sim.New(conf.Sim.FleetFile, stateDir)
+	must.NoError(t, err)
+	var pid int
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		procs, _ := b.Processes("GPU-test")
+		if len(procs) == 1 {
+			pid = procs[0].PID
+		}
+		return pid != 0
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	stopDriver()
+
+	must.NoError(t, b.Checkpoint(context.Background(), pid))
+	var state task.State
+	must.NoError(t, handle.GetDriverState(&state))
+	must.NotEq(t, "", state.LaneStateFile)
+	must.NoError(t, writeLaneStates(state.LaneStateFile, laneStates{"GPU-test/lane0": {Checkpointed: []int{pid}, Mode: "alone"}}))
+
+	h2, _ := newHarness(t, conf)
+	events := collectEvents(t, h2)
+	must.NoError(t, h2.RecoverTask(handle))
+	res := waitExit(t, h2, cfg.ID, 30*time.Second)
+	must.Eq(t, 0, res.ExitCode)
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second))
+	var all []string
+	for _, e := range events(cfg.ID, "") {
+		all = append(all, e.Message)
+	}
+	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
+}
+
+func TestRecoveredLanes(t *testing.T) {
+	a, b := lane.Key{GPU: "GPU-a", Lane: 0}, lane.Key{GPU: "GPU-b", Lane: 1}
+	spec := task.Spec{Lanes: []task.LaneSpec{{Key: a}, {Key: b}}}
+	cases := []struct {
+		name          string
+		states        laneStates
+		frozen        bool
+		wantSuspended map[string]bool
+		wantAny       bool
+	}{
+		{"running, no state", nil, false, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
+		{"frozen, no state: every lane resumes it", nil, true, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": true}, true},
+		{"frozen by one lane", laneStates{"GPU-a/lane0": {Suspended: true}}, true, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+		{"state says suspended but the task runs", laneStates{"GPU-a/lane0": {Suspended: true}}, false, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
+		{"checkpointed, not frozen", laneStates{"GPU-a/lane0": {Suspended: true, Checkpointed: []int{7}}}, false, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, any, _ := recoveredLanes(spec, tc.states, tc.frozen)
+			must.Eq(t, tc.wantAny, any)
+			for key, want := range tc.wantSuspended {
+				must.Eq(t, want, got[key].Suspended, must.Sprint(key))
+			}
+		})
+	}
+}
