@@ -32,6 +32,17 @@ type Result struct {
 	Restored int
 	Live     bool
 	Err      error
+	// Job is the job as written, with its new JobModifyIndex, when the
+	// write landed whole: the planner keeps it rather than read its own
+	// write back.
+	Job *api.Job
+}
+
+// landed records job, registered at index, as what the write left.
+func (r *Result) landed(job *api.Job, index uint64) {
+	r.Outcome = Written
+	job.JobModifyIndex = &index
+	r.Job = job
 }
 
 // Writer applies targets to jobs on Nomad.
@@ -82,7 +93,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			}
 			if registered && err == nil {
 				if lost == nil {
-					res.Outcome = Written
+					res.landed(job, written)
 					return res
 				}
 				restore, restoreOver = lost, written
@@ -172,7 +183,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 		}
 		if registered && err == nil {
 			if lost == nil {
-				res.Outcome = Written
+				res.landed(job, written)
 				return res
 			}
 			restore, restoreOver = lost, written

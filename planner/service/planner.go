@@ -361,6 +361,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	var results map[string]rewrite.Result
 	if wctx, leads := p.writeContext(ctx); leads && leader && !p.cfg.DryRun {
 		results = p.apply(wctx, changes, specs)
+		p.keepWritten(results)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
 	return nil
@@ -495,6 +496,18 @@ func (p *Planner) fetchSpecs(ctx context.Context, stubs []*api.JobListStub) (map
 	p.specs = specs
 	p.mu.Unlock()
 	return specs, nil
+}
+
+// keepWritten caches the specs this round wrote, at their new
+// JobModifyIndex, so that the next round does not read its own writes back.
+func (p *Planner) keepWritten(results map[string]rewrite.Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, r := range results {
+		if r.Job != nil && p.specs != nil {
+			p.specs[key] = r.Job
+		}
+	}
 }
 
 // noteArrivals keeps each managed job's earliest known submission time, and

@@ -486,3 +486,23 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// The planner keeps the specs it wrote: the round after one that held 50
+// jobs reads none of them back.
+func TestRoundDoesNotReadItsOwnWritesBack(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	for i := 0; i < 50; i++ {
+		fake.Submit(managedJob(fmt.Sprintf("j%02d", i), 1, nil))
+	}
+	p, err := New(settings(t, ``), fake, nil, nil)
+	must.NoError(t, err)
+	r, err := p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 50, r.Writes, must.Sprint("one started, the rest held"))
+	reads := fake.JobReads
+	r, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, 0, r.Writes)
+	must.Eq(t, reads, fake.JobReads, must.Sprint("no spec read back"))
+}

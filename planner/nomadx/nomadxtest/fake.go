@@ -35,8 +35,9 @@ type Fake struct {
 	// EnforceIndex before it applies the write through Raft, and an
 	// unchecked write can land in between. Tests slip one in here.
 	AfterIndexCheck func(job *api.Job)
-	// Registers counts successful RegisterJob calls; Conflicts the refused.
-	Registers, Conflicts int
+	// Registers counts successful RegisterJob calls; Conflicts the refused;
+	// JobReads the reads of one job's spec.
+	Registers, Conflicts, JobReads int
 	// Stopped lists the allocations StopAllocation stopped, in order.
 	Stopped []string
 	changes chan struct{}
@@ -159,6 +160,9 @@ func (f *Fake) Jobs(context.Context) ([]*api.JobListStub, error) {
 }
 
 func (f *Fake) Job(_ context.Context, namespace, id string) (*api.Job, error) {
+	f.mu.Lock()
+	f.JobReads++
+	f.mu.Unlock()
 	if j := f.Get(namespace, id); j != nil {
 		return j, nil
 	}
