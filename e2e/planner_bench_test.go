@@ -5,7 +5,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,4 +139,128 @@ func waitEvalsSettled(b *testing.B, c *harness.Cluster) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	b.Fatal("Nomad did not schedule the pending evaluations within 5 minutes")
+}
+
+// mirrorJobs is how many managed jobs BenchmarkPlannerRoundMirror10000Jobs
+// registers; CARAVAN_BENCH_JOBS changes it.
+func mirrorJobs() int {
+	if v, err := strconv.Atoi(os.Getenv("CARAVAN_BENCH_JOBS")); err == nil && v > 0 {
+		return v
+	}
+	return 10000
+}
+
+// countingTransport counts the requests a Nomad client sends.
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// BenchmarkPlannerRoundMirror10000Jobs times planning rounds over 10,000
+// managed jobs on a real local Nomad, with the planner reading the mirror
+// that Nomad's event stream keeps current (as caravan planner run does),
+// and counts the requests each round sends to Nomad: once nothing changed,
+// and after 100 jobs changed priority. The jobs never fit, so the client
+// runs nothing; every job is held in the first round.
+//
+//	go test -tags e2e -run '^$' -bench PlannerRoundMirror -benchtime 1x -timeout 30m ./e2e/
+func BenchmarkPlannerRoundMirror10000Jobs(b *testing.B) {
+	c := harness.StartT(b, harness.Options{Fleet: oneT4})
+	n := mirrorJobs()
+	start := time.Now()
+	registerJobs(b, c, n, 50)
+	waitEvalsSettled(b, c)
+	b.Logf("registered %d jobs in %s", n, time.Since(start).Round(time.Millisecond))
+
+	counter := &countingTransport{next: http.DefaultTransport}
+	cfg := api.DefaultConfig()
+	cfg.Address = c.NomadAddr
+	cfg.HttpClient = &http.Client{Transport: counter}
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nomad := nomadx.Wrap(client)
+	mirror := nomadx.NewMirror(nomad, nomad, nil)
+	settings, err := service.ParseConfig("planner.hcl", []byte("consul {\n enabled = false\n}\nplanning {\n max_writes_per_second = 0\n}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := service.New(settings, mirror, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	round := func(what string) {
+		before := counter.n.Load()
+		r, err := p.Round(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s: %d jobs, %d writes, %s, %d requests to Nomad", what, r.Jobs, r.Writes, r.Duration.Round(time.Millisecond), counter.n.Load()-before)
+	}
+	round("first round (lists everything, holds every job)")
+	waitEvalsSettled(b, c)
+	time.Sleep(2 * time.Second) // the stream catches up with the round's writes
+	b.ResetTimer()
+	var total time.Duration
+	var requests int64
+	for i := 0; i < b.N; i++ {
+		before := counter.n.Load()
+		r, err := p.Round(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += r.Duration
+		requests += counter.n.Load() - before
+	}
+	b.StopTimer()
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/round")
+	b.ReportMetric(float64(requests)/float64(b.N), "requests/round")
+
+	for i := 0; i < 100; i++ { // a user changes 100 jobs
+		job, _, err := c.Nomad.Jobs().Info(fmt.Sprintf("bench-%04d", i), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		job.Meta["user.note"] = "edited"
+		if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	round("a round after 100 jobs changed")
+}
+
+// registerJobs registers n managed jobs that can never fit, a few at a time.
+func registerJobs(b *testing.B, c *harness.Cluster, n, priority int) {
+	b.Helper()
+	work := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, _, err := c.Nomad.Jobs().Register(benchJob(i, priority), nil); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("register: %v", err)
+	}
 }
