@@ -15,8 +15,8 @@ import (
 )
 
 // make demo in -once mode: the output shows the GPUs and their lanes, the
-// allocations, the queue, the planner's decisions and a job matched to the
-// H100, and the demo leaves no process behind, its planner included.
+// allocations, the queue, the planner's decisions and a profiled job placed
+// on the H100, and the demo leaves no process behind, its planner included.
 func TestDemoShowsPlannerAtWork(t *testing.T) {
 	root, err := harness.RepoRoot()
 	must.NoError(t, err)
@@ -54,10 +54,10 @@ func TestDemoShowsPlannerAtWork(t *testing.T) {
 		{"the short job completing", `short\s+\w+\s+complete`},
 		{"a preemption", `long-\d was preempted by short`},
 		{"an orderly stop", `planner stopped[\s\S]*stopped; nothing left running`},
-		// Matching: resnet waits held with the H100 as its planned GPU, the
-		// planner releases it with the model constraint, and it runs on an
-		// H100.
-		{"resnet waiting for the H100 it is matched to", `(?m)^\d+\s+resnet\s+pending\s.*NVIDIA H100 80GB HBM3\s+.*matched to NVIDIA H100 80GB HBM3, waits for it`},
+		// Placement: resnet waits held while every GPU is busy (the
+		// matching has no free GPU to queue it on), the planner releases it
+		// with the model constraint, and it runs on an H100.
+		{"resnet waiting while every GPU is busy", `(?m)^\d+\s+resnet\s+pending\s.*waits: not enough free GPUs`},
 		{"the planner releasing resnet pinned to the H100", `planner decision: default/resnet\s+start\s+release: Nomad may place it, constraint \$\{device\.attr\.model\} = NVIDIA H100 80GB HBM3`},
 		{"the constraint in Nomad's copy of the job", `"LTarget": "\$\{device\.attr\.model\}",\s+"RTarget": "NVIDIA H100 80GB HBM3"`},
 		{"resnet running on an H100", `resnet\s+\w+\s+(running|complete)\s+nvidia/lane/NVIDIA H100`},
