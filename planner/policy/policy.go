@@ -18,6 +18,12 @@ type Orderer interface {
 	Preemptive() bool
 }
 
+// bounder is an Orderer that derives its order from a relaxation and
+// reports the relaxation's lower bound (Result.Bound) after sorting.
+type bounder interface {
+	bound(s *Snapshot, r *Result) float64
+}
+
 // Waker is an Orderer whose order changes with time for the jobs that run
 // (queue cuts, starvation); Wake is read after placement.
 type Waker interface {
@@ -104,6 +110,11 @@ type Result struct {
 	// Wake is the number of seconds until the policy wants to plan again
 	// even if no job arrives or completes; +Inf for never.
 	Wake float64
+	// Bound, for an order derived from a relaxation (hare), is the
+	// relaxation's lower bound on Σ weight × (completion − Now) over the
+	// snapshot's jobs of known run time: no schedule of them does better.
+	// 0 for other orders.
+	Bound float64
 
 	items    []sortItem // sort scratch, reused across rounds
 	keep     []sortItem
@@ -131,6 +142,10 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	}
 	r.Wake = p.Order.Order(s, r.Decisions)
 	sortOrder(s, r)
+	r.Bound = 0
+	if b, ok := p.Order.(bounder); ok {
+		r.Bound = b.bound(s, r)
+	}
 	p.Place.Place(s, r, p.Order.Preemptive(), p.Blocking)
 	if w, ok := p.Order.(Waker); ok {
 		r.Wake = min(r.Wake, w.Wake(s, r))
