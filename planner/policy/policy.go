@@ -25,7 +25,7 @@ type bounder interface {
 }
 
 // Waker is an Orderer whose order changes with time for the jobs that run
-// (queue cuts, starvation); Wake is read after placement.
+// (queue cuts, starvation); Wake is read after placement and sizing.
 type Waker interface {
 	Wake(s *Snapshot, r *Result) float64
 }
@@ -39,9 +39,13 @@ type Placer interface {
 }
 
 // Sizer sets CPUs, MemoryGB and Speedup for the decisions with Run true.
+// It may place them on concrete GPUs (Slots), start a job the placer left
+// waiting or leave one it started waiting, when host resources decide
+// where jobs fit; it preempts only under a preemptive order, and under a
+// blocking one starts no job behind one that waits.
 type Sizer interface {
 	Name() string
-	Size(s *Snapshot, r *Result)
+	Size(s *Snapshot, r *Result, preemptive, blocking bool)
 }
 
 // Policy is an Orderer, a Placer and an optional Sizer run in sequence.
@@ -147,11 +151,13 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 		r.Bound = b.bound(s, r)
 	}
 	p.Place.Place(s, r, p.Order.Preemptive(), p.Blocking)
+	if p.Size != nil {
+		p.Size.Size(s, r, p.Order.Preemptive(), p.Blocking)
+	}
+	// After sizing, which may start or stop jobs: the wake-up is for the
+	// jobs that run.
 	if w, ok := p.Order.(Waker); ok {
 		r.Wake = min(r.Wake, w.Wake(s, r))
-	}
-	if p.Size != nil {
-		p.Size.Size(s, r)
 	}
 	return r
 }

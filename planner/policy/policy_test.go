@@ -447,45 +447,6 @@ func TestPackJoinsLanes(t *testing.T) {
 	}
 }
 
-func TestSynergyGreedyVersusTune(t *testing.T) {
-	// One node: 4 GPUs, 12 CPUs (3 per GPU), ample memory. "cpu" triples
-	// its speed with 6 CPUs per GPU; "flat" does not care.
-	var rows []SensitivityRow
-	for _, c := range []float64{1, 3, 6} {
-		for _, m := range []float64{62.5, 125} {
-			rows = append(rows, SensitivityRow{"cpu", 1, c, m, c / 3 * 1.0},
-				SensitivityRow{"flat", 1, c, m, 1})
-		}
-	}
-	sens, err := NewSensitivity(rows)
-	must.NoError(t, err)
-	mk := func() *Snapshot {
-		s := &Snapshot{Nodes: nodes("V100", 1, 4)}
-		s.Nodes[0].CPUs, s.Nodes[0].MemoryGB = 12, 500
-		for i, m := range []string{"cpu", "cpu", "flat", "flat"} {
-			j := job(m+string(rune('0'+i)), float64(i), 1)
-			j.Model = m
-			s.Jobs = append(s.Jobs, j)
-		}
-		return s
-	}
-	// GREEDY in rank order: the two cpu jobs take 6 CPUs each, nothing is
-	// left for the flat jobs (they run starved, at the grid minimum).
-	s := mk()
-	r := plan(t, "fjf+count+synergy-greedy", Config{Sensitivity: sens}, s)
-	must.Eq(t, 6.0, r.Decisions[0].CPUs)
-	must.Eq(t, 0.0, r.Decisions[2].CPUs)
-	// TUNE: the flat jobs shrink to 1 CPU (no loss), freeing 4 CPUs that
-	// lift the first cpu job to 6; the second stays at its share (3).
-	s = mk()
-	r = plan(t, "fjf+count+synergy-tune", Config{Sensitivity: sens}, s)
-	must.Eq(t, 1.0, r.Decisions[2].CPUs)
-	must.Eq(t, 6.0, r.Decisions[0].CPUs)
-	must.Eq(t, 2.0, r.Decisions[0].Speedup)
-	must.True(t, r.Decisions[1].Speedup >= 1)
-	must.True(t, math.Abs(r.Decisions[3].Speedup-1) < 1e-9)
-}
-
 func TestNomadPriority(t *testing.T) {
 	must.Eq(t, 80, NomadPriority(0))
 	must.Eq(t, 60, NomadPriority(2))
