@@ -11,12 +11,14 @@ import "math"
 // which rows to leave out is never a question of cost.
 //
 // It adds the rows one at a time along a shortest augmenting path
-// (successive shortest paths with Johnson potentials and Dijkstra), so
-// it costs O(rows² × groups × log) however many slots a group has: AlloX's slots at one position on the free GPUs of one model
-// are all alike, and the matching stays cheap when many GPUs are free.
+// (successive shortest paths with Johnson potentials). A path enters a
+// group, moves one of its rows to another group, and so on until a group
+// with a free slot; the rows' own potentials cancel along it, so Dijkstra
+// runs over the groups alone. A round costs O(rows² × groups) however many
+// slots a group has: AlloX's slots at one position on the free GPUs of one
+// model are all alike, and the matching stays cheap when many are free.
 func assignToGroups(cost [][]float64, capacity []int) []int {
-	rows := len(cost)
-	groups := len(capacity)
+	rows, groups := len(cost), len(capacity)
 	out := make([]int, rows)
 	for r := range out {
 		out[r] = -1
@@ -24,71 +26,81 @@ func assignToGroups(cost [][]float64, capacity []int) []int {
 	if rows == 0 || groups == 0 {
 		return out
 	}
-	// Nodes: rows [0, rows), groups [rows, rows+groups), the sink last.
-	n := rows + groups + 1
-	sink := n - 1
-	pot := make([]float64, n)
-	dist := make([]float64, n)
-	prev := make([]int, n)
-	done := make([]bool, n)
+	pot := make([]float64, groups+1) // the sink last
+	dist := make([]float64, groups+1)
+	prev := make([]int, groups+1) // group a path enters this one from; -1: the new row
+	via := make([]int, groups)    // the row it moves
+	done := make([]bool, groups+1)
 	members := make([][]int, groups)
+	sink := groups
 	var q nodeHeap
 	for src := 0; src < rows; src++ {
-		for v := range dist {
-			dist[v], prev[v], done[v] = math.Inf(1), -1, false
+		q = q[:0]
+		for g := range dist {
+			dist[g], prev[g], done[g] = math.Inf(1), -1, false
 		}
-		dist[src] = 0
-		q = append(q[:0], nodeDist{src, 0})
+		var relax func(v, from, row int, d float64)
+		relax = func(v, from, row int, d float64) {
+			if done[v] || d >= dist[v] {
+				return
+			}
+			dist[v], prev[v] = d, from
+			if v == sink {
+				q.push(nodeDist{v, d, 0})
+				return
+			}
+			via[v] = row
+			q.push(nodeDist{v, d, 1})
+			// A group with a free slot reaches the sink at once: offering
+			// it now lets the sink win a tie against a full group, whose
+			// rows need not then be moved.
+			if len(members[v]) < capacity[v] {
+				relax(sink, v, -1, d+pot[v]-pot[sink])
+			}
+		}
+		for g, w := range cost[src] {
+			if !math.IsInf(w, 1) {
+				relax(g, -1, -1, w-pot[g])
+			}
+		}
 		for len(q) > 0 {
-			u := q.pop().node
-			if done[u] {
+			g := q.pop().node
+			if done[g] {
 				continue
 			}
-			if u == sink {
+			done[g] = true
+			if g == sink {
 				break
 			}
-			done[u] = true
-			relax := func(v int, w float64) {
-				if nd := dist[u] + w + pot[u] - pot[v]; !done[v] && nd < dist[v] {
-					dist[v], prev[v] = nd, u
-					q.push(nodeDist{v, nd})
-				}
-			}
-			switch {
-			case u < rows: // a row moves to any other group it may use
-				for g, w := range cost[u] {
-					if !math.IsInf(w, 1) && out[u] != g {
-						relax(rows+g, w)
+			// One of its rows moves to another group it may use.
+			for _, r := range members[g] {
+				for h, w := range cost[r] {
+					if h != g && !math.IsInf(w, 1) {
+						relax(h, g, r, dist[g]+w-cost[r][g]+pot[g]-pot[h])
 					}
-				}
-			default: // a group gives up one of its rows, or has a slot left
-				g := u - rows
-				for _, r := range members[g] {
-					relax(r, -cost[r][g])
-				}
-				if len(members[g]) < capacity[g] {
-					relax(sink, 0)
 				}
 			}
 		}
-		if math.IsInf(dist[sink], 1) {
+		if !done[sink] {
 			continue // no group takes this row; nothing changed
 		}
 		for v := range pot {
 			pot[v] += min(dist[v], dist[sink])
 		}
 		// Walk the path back: each row on it moves into the group after it.
-		for g := prev[sink] - rows; ; {
-			r := prev[rows+g]
-			if old := out[r]; old >= 0 {
-				members[old] = remove(members[old], r)
+		for g := prev[sink]; ; {
+			from := prev[g]
+			r := src
+			if from >= 0 {
+				r = via[g]
+				members[from] = remove(members[from], r)
 			}
 			out[r] = g
 			members[g] = append(members[g], r)
-			if r == src {
+			if from < 0 {
 				break
 			}
-			g = prev[r] - rows
+			g = from
 		}
 	}
 	return out
@@ -106,9 +118,14 @@ func remove(s []int, x int) []int {
 type nodeDist struct {
 	node int
 	dist float64
+	tie  int // lower first among equal dist
 }
 
-// nodeHeap is a binary min-heap on dist.
+func (a nodeDist) before(b nodeDist) bool {
+	return a.dist < b.dist || (a.dist == b.dist && a.tie < b.tie)
+}
+
+// nodeHeap is a binary min-heap on dist, then tie.
 type nodeHeap []nodeDist
 
 func (h *nodeHeap) push(x nodeDist) {
@@ -116,7 +133,7 @@ func (h *nodeHeap) push(x nodeDist) {
 	q := *h
 	for i := len(q) - 1; i > 0; {
 		p := (i - 1) / 2
-		if q[p].dist <= q[i].dist {
+		if !q[i].before(q[p]) {
 			break
 		}
 		q[p], q[i] = q[i], q[p]
@@ -132,10 +149,10 @@ func (h *nodeHeap) pop() nodeDist {
 	q = q[:last]
 	for i := 0; ; {
 		l, s := 2*i+1, i
-		if l < len(q) && q[l].dist < q[s].dist {
+		if l < len(q) && q[l].before(q[s]) {
 			s = l
 		}
-		if r := l + 1; r < len(q) && q[r].dist < q[s].dist {
+		if r := l + 1; r < len(q) && q[r].before(q[s]) {
 			s = r
 		}
 		if s == i {
