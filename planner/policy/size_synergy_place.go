@@ -159,7 +159,7 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 			case preemptive:
 				d.Run = false
 				rd.release(d.Slots)
-				d.Reason = rd.join(r, d.Reason, "; preempted: its CPU and memory demand no longer fits its servers")
+				d.Reason = r.join(d.Reason, "; preempted: its CPU and memory demand no longer fits its servers")
 				freed = true
 				continue
 			default:
@@ -168,7 +168,7 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 		case blocked:
 			if d.Run {
 				d.Run, d.GPUModel, d.Slots = false, "", nil
-				d.Reason = rd.join(r, d.Reason, "; waits behind the head of the queue")
+				d.Reason = r.join(d.Reason, "; waits behind the head of the queue")
 			}
 			continue
 		case d.Run:
@@ -176,10 +176,12 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 			if !rd.size(a, d, m) {
 				rd.release(d.Slots)
 				d.Run, d.GPUModel, d.Slots = false, "", nil
-				d.Reason = rd.join(r, d.Reason, "; skipped: its CPU and memory demand fits no server with free GPUs")
+				d.Reason = r.join(d.Reason, "; skipped: its CPU and memory demand fits no server with free GPUs")
 				freed, blocked = true, blocking
 				continue
 			}
+		case j.State == Running:
+			continue // preempted by the placer
 		default:
 			// Left waiting by the placer: GPUs a skipped job left may fit
 			// it now, as in the reference's single pass.
@@ -192,7 +194,7 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 				continue
 			}
 			d.Run, d.GPUModel = true, c.models[m]
-			d.Reason = rd.join(r, d.Reason, "; starts on the GPUs a skipped job left")
+			d.Reason = r.join(d.Reason, "; starts on the GPUs a skipped job left")
 		}
 		allocs = append(allocs, a)
 	}
@@ -208,8 +210,6 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 		}
 	}
 }
-
-func (rd *synRound) join(r *Result, reason, note string) string { return r.join(reason, note) }
 
 // takeGPU marks a slot's GPU taken (a lane's GPU once).
 func (rd *synRound) takeGPU(sl Slot) {
