@@ -200,8 +200,10 @@ func TestPlannerDemotesAndPreempts(t *testing.T) {
 	t.Logf("caravan explain long:\n%s", out)
 }
 
-// With speedup matching, a job whose profile runs 6× faster on an H100 is
-// pinned to the H100 by a constraint and lands there.
+// With speedup matching, a job whose profile runs 6× faster on an H100
+// than on a T4 is pinned to the H100 by a constraint and lands there: of
+// the GPUs free when it arrives, an H100 and a T4 (AlloX matches jobs to
+// free GPUs), the matching picks the H100.
 func TestPlannerPinsFasterModel(t *testing.T) {
 	c := harness.StartT(t, harness.Options{})
 	profile := filepath.Join(t.TempDir(), "profiles.json")
@@ -217,12 +219,15 @@ func TestPlannerPinsFasterModel(t *testing.T) {
   policy       = "las+match"
   interval     = "1s"
   min_interval = "200ms"`)
-	// Busy GPUs make the job wait; the planner pins only jobs that wait,
-	// since Nomad places a job that fits at once.
-	for i := 0; i < 8; i++ {
-		c.RunJobspec(t, c.Jobspec("planner-batch.nomad.hcl"), trainVars(c, fmt.Sprintf("filler-%d", i), 50, ""))
+	// Fillers take an H100, both A100s and three T4s (their users' own
+	// choice of model), leaving an H100 and a T4 free.
+	fillers := []string{"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "Tesla T4", "Tesla T4", "Tesla T4"}
+	for i, model := range fillers {
+		vars := trainVars(c, fmt.Sprintf("filler-%d", i), 50, "")
+		vars["model"] = model
+		c.RunJobspec(t, c.Jobspec("planner-batch.nomad.hcl"), vars)
 	}
-	for i := 0; i < 8; i++ {
+	for i := range fillers {
 		c.WaitAllocs(t, fmt.Sprintf("filler-%d", i), 1, 60*time.Second, harness.Running)
 	}
 	c.RunJobspec(t, c.Jobspec("planner-batch.nomad.hcl"), trainVars(c, "resnet-1", 50, "resnet"))

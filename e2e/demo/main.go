@@ -2,9 +2,9 @@
 // heterogeneous GPU fleet, runs caravan's planner beside them, and submits
 // jobs that show the planner at work: a long job demoted and preempted by a
 // short one, small jobs packed into H100 lanes, and a profiled job that
-// arrives when every GPU is busy, is held by the planner while it waits for
-// the H100 it is matched to, and is released onto it, pinned there, when an
-// H100 lane frees up. Ctrl-C stops everything.
+// arrives when every GPU is busy, is held by the planner while it waits, and
+// is released pinned to the GPU model that the matching chooses among the
+// free ones. Ctrl-C stops everything.
 // `make demo` runs it.
 package main
 
@@ -184,7 +184,7 @@ func run(once bool) error {
 		return err
 	}
 	if on := runsOn(c.Nomad, "resnet"); on != "" {
-		say("\nresnet was matched to the H100: it arrived with every GPU busy, the planner held it while it waited and\nreleased it with the constraint above when an H100 lane freed up (A100s and T4s would have been slower),\nand it runs on %s.", on)
+		say("\nresnet arrived with every GPU busy, so the matching had no free GPU to queue it on: the planner held it\nwhile it waited, then released it with the constraint above on the model the matching chose among the\nGPUs that were free (2D-LAS ranks it above the demoted jobs it may preempt), and it runs on %s.", on)
 	}
 	out, _ = caravan(c, "lanes")
 	say("\n$ caravan lanes   (the small jobs share H100s, a quarter each)\n%s", strings.TrimRight(out, "\n"))
@@ -258,8 +258,8 @@ func showPin(client *api.Client, id string) error {
 	return nil
 }
 
-// runsOn returns the device instance a job's live allocation holds on an
-// H100, or "".
+// runsOn returns the GPU model and device instance a job's live
+// allocation holds, or "".
 func runsOn(client *api.Client, id string) string {
 	allocs, _, err := client.Jobs().Allocations(id, false, nil)
 	if err != nil {
@@ -275,8 +275,8 @@ func runsOn(client *api.Client, id string) string {
 		}
 		for _, task := range alloc.AllocatedResources.Tasks {
 			for _, d := range task.Devices {
-				if strings.Contains(d.Name, "H100") && len(d.DeviceIDs) > 0 {
-					return d.DeviceIDs[0]
+				if len(d.DeviceIDs) > 0 {
+					return d.Name + " " + d.DeviceIDs[0]
 				}
 			}
 		}

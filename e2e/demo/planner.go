@@ -19,7 +19,8 @@ import (
 )
 
 // demoProfiles is the throughput profile `caravan profile import` loads:
-// resnet runs 6× faster on an H100 than on a T4, so matching picks the H100.
+// resnet runs 6× faster on an H100 than on a T4, so the matching prefers
+// the H100 when one is free.
 const demoProfiles = `{"profiles": [{"name": "resnet", "throughput":
   {"NVIDIA H100 80GB HBM3": 6, "NVIDIA A100-SXM4-40GB": 3, "Tesla T4": 1}}]}`
 

@@ -74,6 +74,13 @@ func Build(in Inputs, selectJob Selector) *State {
 				j.Warnings = append(j.Warnings, err.Error())
 			}
 		}
+		if v := stub.Meta[MetaWeight]; strings.TrimSpace(v) != "" {
+			if w, err := ParseWeight(v); err == nil {
+				j.Weight = w
+			} else {
+				j.Warnings = append(j.Warnings, err.Error())
+			}
+		}
 		if spec := in.Specs[j.Key()]; spec != nil {
 			j.Spec = spec
 			j.GPUs = RequestedGPUs(spec)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -143,11 +144,58 @@ func FuzzParseDuration(f *testing.F) {
 // Bad meta is named in the job's warnings, not dropped in silence.
 func TestBuildWarnsOfBadMeta(t *testing.T) {
 	stub := &api.JobListStub{ID: "j", Type: "batch", Status: "pending",
-		Meta: map[string]string{MetaDuration: "soon", MetaGPUMemory: "lots"}}
+		Meta: map[string]string{MetaDuration: "soon", MetaGPUMemory: "lots", MetaWeight: "-2"}}
 	s := Build(Inputs{Now: time.Now(), Jobs: []*api.JobListStub{stub}}, everyJob)
-	must.Len(t, 2, s.Jobs[0].Warnings)
+	must.Len(t, 3, s.Jobs[0].Warnings)
 	must.StrContains(t, s.Jobs[0].Warnings[0], MetaGPUMemory)
 	must.StrContains(t, s.Jobs[0].Warnings[1], MetaDuration)
+	must.StrContains(t, s.Jobs[0].Warnings[2], MetaWeight)
+	must.Eq(t, 0.0, s.Jobs[0].Weight)
+}
+
+func TestBuildReadsWeight(t *testing.T) {
+	stub := &api.JobListStub{ID: "j", Type: "batch", Status: "pending", Meta: map[string]string{MetaWeight: " 2.5 "}}
+	s := Build(Inputs{Now: time.Now(), Jobs: []*api.JobListStub{stub}}, everyJob)
+	must.Len(t, 0, s.Jobs[0].Warnings)
+	must.Eq(t, 2.5, s.Jobs[0].Weight)
+}
+
+func TestParseWeight(t *testing.T) {
+	cases := []struct {
+		in   string
+		want float64
+		err  bool
+	}{
+		{"1", 1, false}, {" 2.5 ", 2.5, false}, {"1e3", 1000, false},
+		{"", 0, true}, {"0", 0, true}, {"-1", 0, true}, {"heavy", 0, true},
+		{"NaN", 0, true}, {"Inf", 0, true}, {"1e400", 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseWeight(tc.in)
+			if tc.err {
+				must.ErrorContains(t, err, MetaWeight)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+		})
+	}
+}
+
+func FuzzParseWeight(f *testing.F) {
+	for _, s := range []string{"1", "0.5", "-1", "NaN", "1e309", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := ParseWeight(s)
+		if err == nil && (!(w > 0) || math.IsInf(w, 0)) {
+			t.Fatalf("%q gave %v", s, w)
+		}
+		if err != nil && w != 0 {
+			t.Fatalf("%q gave %v with an error", s, w)
+		}
+	})
 }
 
 // A job whose allocations of its current version completed is done, even

@@ -26,6 +26,10 @@ const (
 	MetaDuration = "caravan.duration"
 	// MetaGPUMemory is the GPU memory the job needs, in MiB.
 	MetaGPUMemory = "caravan.gpu_memory"
+	// MetaWeight is the job's weight in total weighted JCT, a positive
+	// number (default 1): Hare ranks a job of twice the weight as if it
+	// were half as long.
+	MetaWeight = "caravan.weight"
 	// MetaManageService opts a service job in: "true" lets the planner
 	// rewrite it, which starts a new deployment on every write.
 	MetaManageService = "caravan.manage_service"
@@ -171,6 +175,8 @@ type Job struct {
 	// Duration is the expected run time in seconds from MetaDuration; 0
 	// when unknown.
 	Duration float64
+	// Weight is the job's weight from MetaWeight; 0 when unset (weight 1).
+	Weight float64
 	// Warnings name the job's meta the planner could not read.
 	Warnings []string
 	Allocs   []*Alloc
@@ -203,6 +209,16 @@ func ParseDuration(v string) (float64, error) {
 		return 0, fmt.Errorf("meta %s = %q: must be a duration like \"90s\" or \"2h\", or seconds", MetaDuration, v)
 	}
 	return d.Seconds(), nil
+}
+
+// ParseWeight reads MetaWeight: a positive, finite number.
+func ParseWeight(v string) (float64, error) {
+	v = strings.TrimSpace(v)
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("meta %s = %q: must be a positive number", MetaWeight, v)
+	}
+	return f, nil
 }
 
 // ServiceOptIn reports whether a service job's meta lets the planner manage

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -16,7 +18,7 @@ import (
 // trace, the cluster, the policies and the tables the policies read.
 type traceFlags struct {
 	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
-	queueCuts                                                                    string
+	queueCuts, weights                                                           string
 	promoteKnob, fairness, offeredLoad                                           float64
 	jobs                                                                         int
 	seed                                                                         uint64
@@ -64,6 +66,9 @@ func (f *traceFlags) check() string {
 	}
 	if _, err := parseCuts(f.queueCuts); err != nil {
 		return "flag -queue-cuts: " + err.Error()
+	}
+	if _, err := parseWeights(f.weights); err != nil {
+		return "flag -weights: " + err.Error()
 	}
 	return ""
 }
@@ -125,6 +130,8 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 	if in.cfg.Sensitivity != nil {
 		trace.AssignModels(in.jobs, in.cfg.Sensitivity.Models(), f.seed)
 	}
+	ws, _ := parseWeights(f.weights)
+	trace.AssignWeights(in.jobs, ws, f.seed)
 	return in, 0, nil
 }
 
@@ -132,4 +139,20 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 func (in *traceInputs) simConfig(p *policy.Policy) sim.Config {
 	return sim.Config{Cluster: in.cluster, Policy: p, Throughputs: in.tputs, Colocation: in.cfg.Colocation,
 		Compat: in.cfg.Compat}
+}
+
+// parseWeights reads -weights: positive numbers separated by commas.
+func parseWeights(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var ws []float64
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("want positive numbers separated by commas, got %q", s)
+		}
+		ws = append(ws, v)
+	}
+	return ws, nil
 }

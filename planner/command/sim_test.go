@@ -31,6 +31,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-run-overhead", "+Inf"}, "flag -run-overhead"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-queue-cuts", "9,3"}, "flag -queue-cuts"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-format", "csv"}, "flag -format"},
+		{[]string{"-cluster", "n1g4", "-policy", "hare", "-weights", "1,0"}, "flag -weights"},
+		{[]string{"-cluster", "n1g4", "-policy", "hare", "-weights", "1,heavy"}, "flag -weights"},
 		{[]string{"-cluster", "n1g4", "-policy", "teleport"}, "flag -policy"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
 		{[]string{"-cluster", "n0g4", "-policy", "las"}, "flag -cluster"},

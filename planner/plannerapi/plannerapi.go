@@ -45,11 +45,16 @@ type Round struct {
 	// Planned says the round ran the policy; otherwise it carried out the
 	// last plan (no job arrived or completed, and the policy's wake-up
 	// time had not come).
-	Planned   bool   `json:"planned"`
-	Writes    int    `json:"writes"`
-	Conflicts int    `json:"conflicts"`
-	Failures  int    `json:"failures"`
-	Error     string `json:"error,omitempty"`
+	Planned bool `json:"planned"`
+	// Bound, for a round that ran a policy ordering by a relaxation
+	// (hare), is the relaxation's lower bound on the total weighted
+	// completion time, in seconds from the round, of the jobs whose run
+	// time it knows.
+	Bound     float64 `json:"weighted_completion_bound,omitempty"`
+	Writes    int     `json:"writes"`
+	Conflicts int     `json:"conflicts"`
+	Failures  int     `json:"failures"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // QueueEntry is one managed job in GET /v1/queue, in rank order.

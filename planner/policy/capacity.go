@@ -69,6 +69,15 @@ func (c *capacity) modelIndex(model string) int {
 	return len(c.models) - 1
 }
 
+// healthy is the number of healthy whole GPUs of every model.
+func (c *capacity) healthy() int {
+	n := 0
+	for _, t := range c.total {
+		n += t
+	}
+	return n
+}
+
 // find returns the index of model, or -1.
 func (c *capacity) find(model string) int {
 	for i, m := range c.models {

@@ -6,18 +6,22 @@ import (
 )
 
 // DefaultMatchWindow bounds how many pending jobs one AlloX matching
-// considers; the assignment costs O(window³ × models).
+// considers when fewer GPUs than that are free (see matchWindow).
 const DefaultMatchWindow = 48
 
-// matchPlacer is AlloX: a min-cost bipartite matching of pending jobs to
-// (GPU model, position) pairs. A job in position k from the end of a
-// model's schedule delays k jobs, so it costs k × its run time on that
-// model (scaled by its GPUs over the model's GPUs, so that multi-GPU jobs
-// and pools of different sizes compare). Each model then starts its jobs
-// from the highest position down while they fit. The fairness knob in
-// [0,1] narrows the window to the longest-waiting share of pending jobs:
-// 0 matches the whole window for efficiency, 1 only the oldest job.
-// GPUs the matching leaves idle go to the remaining jobs in rank order.
+// matchPlacer is AlloX (Le et al., EuroSys '20, as in Gavel's allox.py): a
+// min-cost bipartite matching of pending jobs to (free GPU, position) slots.
+// A job in position k from the end of a GPU's queue delays the k-1 jobs
+// behind it and itself, so it costs k × its run time on that GPU's model.
+// Each free GPU then starts the job at the head of its queue; the jobs
+// behind wait for the next round. The fairness knob f in [0,1] keeps only
+// the ⌈(1−f)·n⌉ longest-waiting of the n pending jobs (by time since
+// arrival), but never fewer than there are free GPUs, as AlloX does.
+//
+// Beyond AlloX, which takes one-GPU jobs only, a g-GPU job enters the
+// matching as g one-GPU pieces, goes where most of them go, and starts at
+// the head of its queue when g GPUs of the model are free; and GPUs the
+// matching leaves idle go to the remaining jobs in rank order.
 type matchPlacer struct {
 	fairness float64
 	window   int
@@ -48,69 +52,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	if len(pending) == 0 {
 		return
 	}
-	window := p.window
-	if window <= 0 {
-		window = DefaultMatchWindow
-	}
-	n := len(pending)
-	if p.fairness > 0 {
-		n = max(1, int(math.Ceil((1-p.fairness)*float64(n))))
-	}
-	// The longest-waiting jobs form the window.
-	byWait := slices.Clone(pending)
-	slices.SortStableFunc(byWait, func(a, b int) int {
-		wa, wb := s.Jobs[a].Wait, s.Jobs[b].Wait
-		switch {
-		case wa > wb:
-			return -1
-		case wa < wb:
-			return 1
-		}
-		return 0
-	})
-	win := byWait[:min(n, window)]
-	models := len(c.models)
-	cols := models * len(win)
-	cost := make([][]float64, len(win))
-	for a, i := range win {
-		j := &s.Jobs[i]
-		g := float64(max(j.GPUs, 1))
-		cost[a] = make([]float64, cols)
-		for m := 0; m < models; m++ {
-			t := j.timeOn(c.models[m])
-			for k := 0; k < len(win); k++ {
-				v := float64(k+1) * t * g / float64(max(c.total[m], 1))
-				if j.GPUs > c.total[m] || math.IsInf(t, 1) || !j.allows(c.models[m]) {
-					v = 1e18
-				}
-				cost[a][m*len(win)+k] = v
-			}
-		}
-	}
-	assign := hungarian(cost)
-	type pick struct{ job, model, pos int }
-	var picks []pick
-	for a, col := range assign {
-		if col < 0 || cost[a][col] >= 1e18 {
-			continue
-		}
-		picks = append(picks, pick{win[a], col / len(win), col % len(win)})
-	}
-	// Highest position first: those are the jobs the matching runs first.
-	slices.SortStableFunc(picks, func(a, b pick) int { return b.pos - a.pos })
-	matched := make(map[int]bool, len(picks))
-	for _, pk := range picks {
-		matched[pk.job] = true
-		j, d := &s.Jobs[pk.job], &r.Decisions[pk.job]
-		g := max(j.GPUs, 1)
-		if k.room(j, pk.model, g) >= g {
-			k.take(j, d, pk.model, g)
-			d.Reason = r.join(d.Reason, "; matched to "+d.GPUModel)
-		} else {
-			d.GPUModel = c.models[pk.model]
-			d.Reason = r.join(d.Reason, "; matched to "+c.models[pk.model]+", waits for it")
-		}
-	}
+	matched := p.match(s, r, k, pending)
 	// Keep the GPUs busy: the rest start in rank order on their fastest
 	// free model. That includes window jobs the matching could not cost,
 	// such as live jobs whose run time is unknown. In the same walk, a
@@ -148,6 +90,177 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	}
 }
 
+// slotGroup is the matching's column for position pos (1 = last) on the
+// free GPUs of one model: every free GPU of a model offers a slot at each
+// position, all alike, so the group has one slot per free GPU.
+type slotGroup struct{ model, pos int }
+
+// match runs the AlloX matching over the window of pending jobs, starts
+// the job at the head of each free GPU's queue, and returns the jobs it
+// matched.
+func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map[int]bool {
+	c := s.capacity()
+	workers := 0
+	for m := range c.models {
+		workers += k.free[m]
+	}
+	if workers == 0 {
+		return nil // no free GPU: no slot to match to
+	}
+	win := matchWindow(s, pending, p.fairness, p.window, workers)
+	// A g-GPU job enters as g one-GPU pieces (at most one per free GPU),
+	// each costing what a one-GPU job of its run time would.
+	var pieceOf []int // window index of each piece
+	pieces := make([]int, len(win))
+	for a, i := range win {
+		pieces[a] = min(max(s.Jobs[i].GPUs, 1), workers)
+		for range pieces[a] {
+			pieceOf = append(pieceOf, a)
+		}
+	}
+	// A model with w free GPUs needs positions up to ⌈n/w⌉ for n pieces:
+	// the matching fills a position on every GPU before the next (a later
+	// position costs more), so no GPU of it holds more.
+	var groups []slotGroup
+	var capacity []int
+	for m := range c.models {
+		if w := k.free[m]; w > 0 {
+			for pos := 1; pos <= (len(pieceOf)+w-1)/w; pos++ {
+				groups = append(groups, slotGroup{m, pos})
+				capacity = append(capacity, w)
+			}
+		}
+	}
+	jobCost := make([][]float64, len(win))
+	for a, i := range win {
+		j := &s.Jobs[i]
+		jobCost[a] = make([]float64, len(groups))
+		for b, grp := range groups {
+			t := j.timeOn(c.models[grp.model])
+			if max(j.GPUs, 1) > c.total[grp.model] || math.IsInf(t, 1) || !j.allows(c.models[grp.model]) {
+				jobCost[a][b] = inf // no such slot for it
+				continue
+			}
+			// Among equals, the longer-waiting job takes the higher
+			// position and runs first: a nudge far below any real difference.
+			jobCost[a][b] = float64(grp.pos) * t * (1 + 1e-9*float64(a)/float64(len(win)))
+		}
+	}
+	cost := make([][]float64, len(pieceOf))
+	for x, a := range pieceOf {
+		cost[x] = jobCost[a]
+	}
+	assign := assignToGroups(cost, capacity)
+
+	// A job goes where most of its pieces went (the cheaper group on a
+	// tie); a one-GPU job, where its one piece went.
+	group := make([]int, len(win))
+	votes := make([]int, len(groups))
+	for x := 0; x < len(pieceOf); {
+		a := pieceOf[x]
+		group[a] = -1
+		for y := x; y < x+pieces[a]; y++ {
+			if b := assign[y]; b >= 0 {
+				votes[b]++
+				if g := group[a]; g < 0 || votes[b] > votes[g] || (votes[b] == votes[g] && jobCost[a][b] < jobCost[a][g]) {
+					group[a] = b
+				}
+			}
+		}
+		for y := x; y < x+pieces[a]; y++ {
+			if b := assign[y]; b >= 0 {
+				votes[b] = 0
+			}
+		}
+		x += pieces[a]
+	}
+	// Lay each group's jobs on its model's GPUs, the longest waiting first;
+	// a GPU's queue head is its job in the highest position, so the jobs of
+	// a position that fit on GPUs with no job above them are heads. Heads
+	// start, highest position first; the jobs behind them wait.
+	members := make([][]int, len(groups)) // window indices, in window order
+	used := make([]int, len(groups))      // pieces
+	for a, b := range group {
+		if b >= 0 {
+			members[b] = append(members[b], a)
+			used[b] += pieces[a]
+		}
+	}
+	type head struct{ job, group int }
+	var heads []head
+	covered := make([]int, len(c.models)) // GPUs of the model with a job in a higher position
+	for b := len(groups) - 1; b >= 0; b-- {
+		m := groups[b].model
+		if b == len(groups)-1 || groups[b+1].model != m {
+			covered[m] = 0
+		}
+		uncovered := used[b] - covered[m]
+		for _, a := range members[b] {
+			if pieces[a] <= uncovered {
+				heads = append(heads, head{win[a], b})
+				uncovered -= pieces[a]
+			}
+		}
+		covered[m] = max(covered[m], used[b])
+	}
+	slices.SortStableFunc(heads, func(x, y head) int { return groups[y.group].pos - groups[x.group].pos })
+	isHead := make(map[int]bool, len(heads))
+	for _, h := range heads {
+		isHead[h.job] = true
+		j, d := &s.Jobs[h.job], &r.Decisions[h.job]
+		m, g := groups[h.group].model, max(j.GPUs, 1)
+		if k.room(j, m, g) >= g {
+			k.take(j, d, m, g)
+			d.Reason = r.join(d.Reason, "; matched to "+d.GPUModel)
+		} else {
+			d.GPUModel = c.models[m]
+			d.Reason = r.join(d.Reason, "; matched to "+c.models[m]+", waits for it")
+		}
+	}
+	matched := make(map[int]bool, len(win))
+	for a, b := range group {
+		if b < 0 {
+			continue
+		}
+		i := win[a]
+		matched[i] = true
+		if !isHead[i] {
+			d := &r.Decisions[i]
+			d.GPUModel = c.models[groups[b].model]
+			d.Reason = r.join(d.Reason, "; matched to "+d.GPUModel+", waits behind its queue")
+		}
+	}
+	return matched
+}
+
+// matchWindow is the pending jobs the matching considers, longest since
+// arrival first: the ⌈(1−f)·n⌉ oldest of n, never fewer than the free
+// GPUs, and at most the larger of window and the free GPUs, which bounds
+// the matching's cost.
+func matchWindow(s *Snapshot, pending []int, fairness float64, window, workers int) []int {
+	if window <= 0 {
+		window = DefaultMatchWindow
+	}
+	n := len(pending)
+	keep := n
+	if fairness > 0 {
+		keep = int(math.Ceil((1 - fairness) * float64(n)))
+	}
+	keep = min(max(keep, workers), max(window, workers), n)
+	byAge := slices.Clone(pending)
+	slices.SortStableFunc(byAge, func(a, b int) int {
+		aa, ab := s.Jobs[a].Arrival, s.Jobs[b].Arrival
+		switch {
+		case aa < ab:
+			return -1
+		case aa > ab:
+			return 1
+		}
+		return 0
+	})
+	return byAge[:keep]
+}
+
 // preemption is a running job the preemptive walk displaced, with its
 // reason before the walk.
 type preemption struct {
@@ -182,72 +295,4 @@ func keepRunningBelowPending(s *Snapshot, r *Result, blocking bool) (*keeper, []
 		}
 	}
 	return k, displaced
-}
-
-// hungarian solves the rectangular assignment problem (rows <= columns)
-// and returns the column of each row. It is the O(rows² × columns)
-// potentials method.
-func hungarian(cost [][]float64) []int {
-	n := len(cost)
-	if n == 0 {
-		return nil
-	}
-	m := len(cost[0])
-	u := make([]float64, n+1)
-	v := make([]float64, m+1)
-	p := make([]int, m+1) // p[col] = row (1-based), 0 = free
-	way := make([]int, m+1)
-	minv := make([]float64, m+1)
-	used := make([]bool, m+1)
-	for i := 1; i <= n; i++ {
-		p[0] = i
-		j0 := 0
-		for k := range minv {
-			minv[k] = math.Inf(1)
-			used[k] = false
-		}
-		for {
-			used[j0] = true
-			i0, delta, j1 := p[j0], math.Inf(1), 0
-			for j := 1; j <= m; j++ {
-				if used[j] {
-					continue
-				}
-				cur := cost[i0-1][j-1] - u[i0] - v[j]
-				if cur < minv[j] {
-					minv[j], way[j] = cur, j0
-				}
-				if minv[j] < delta {
-					delta, j1 = minv[j], j
-				}
-			}
-			for j := 0; j <= m; j++ {
-				if used[j] {
-					u[p[j]] += delta
-					v[j] -= delta
-				} else {
-					minv[j] -= delta
-				}
-			}
-			j0 = j1
-			if p[j0] == 0 {
-				break
-			}
-		}
-		for j0 != 0 {
-			j1 := way[j0]
-			p[j0] = p[j1]
-			j0 = j1
-		}
-	}
-	out := make([]int, n)
-	for k := range out {
-		out[k] = -1
-	}
-	for j := 1; j <= m; j++ {
-		if p[j] > 0 {
-			out[p[j]-1] = j - 1
-		}
-	}
-	return out
 }

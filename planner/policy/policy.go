@@ -18,8 +18,14 @@ type Orderer interface {
 	Preemptive() bool
 }
 
+// bounder is an Orderer that derives its order from a relaxation and
+// reports the relaxation's lower bound (Result.Bound) after sorting.
+type bounder interface {
+	bound(s *Snapshot, r *Result) float64
+}
+
 // Waker is an Orderer whose order changes with time for the jobs that run
-// (queue cuts, starvation); Wake is read after placement.
+// (queue cuts, starvation); Wake is read after placement and sizing.
 type Waker interface {
 	Wake(s *Snapshot, r *Result) float64
 }
@@ -33,9 +39,13 @@ type Placer interface {
 }
 
 // Sizer sets CPUs, MemoryGB and Speedup for the decisions with Run true.
+// It may place them on concrete GPUs (Slots), start a job the placer left
+// waiting or leave one it started waiting, when host resources decide
+// where jobs fit; it preempts only under a preemptive order, and under a
+// blocking one starts no job behind one that waits.
 type Sizer interface {
 	Name() string
-	Size(s *Snapshot, r *Result)
+	Size(s *Snapshot, r *Result, preemptive, blocking bool)
 }
 
 // Policy is an Orderer, a Placer and an optional Sizer run in sequence.
@@ -104,6 +114,11 @@ type Result struct {
 	// Wake is the number of seconds until the policy wants to plan again
 	// even if no job arrives or completes; +Inf for never.
 	Wake float64
+	// Bound, for an order derived from a relaxation (hare), is the
+	// relaxation's lower bound on Σ weight × (completion − Now) over the
+	// snapshot's jobs of known run time: no schedule of them does better.
+	// 0 for other orders.
+	Bound float64
 
 	items    []sortItem // sort scratch, reused across rounds
 	keep     []sortItem
@@ -131,12 +146,18 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	}
 	r.Wake = p.Order.Order(s, r.Decisions)
 	sortOrder(s, r)
+	r.Bound = 0
+	if b, ok := p.Order.(bounder); ok {
+		r.Bound = b.bound(s, r)
+	}
 	p.Place.Place(s, r, p.Order.Preemptive(), p.Blocking)
+	if p.Size != nil {
+		p.Size.Size(s, r, p.Order.Preemptive(), p.Blocking)
+	}
+	// After sizing, which may start or stop jobs: the wake-up is for the
+	// jobs that run.
 	if w, ok := p.Order.(Waker); ok {
 		r.Wake = min(r.Wake, w.Wake(s, r))
-	}
-	if p.Size != nil {
-		p.Size.Size(s, r)
 	}
 	return r
 }

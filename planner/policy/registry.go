@@ -42,7 +42,7 @@ var Shorthands = map[string]string{
 	"las":     "las+count",
 	"gittins": "gittins+count",
 	"allox":   "fjf+match",
-	"hare":    "hare+fastest",
+	"hare":    "hare+earliest",
 	"synergy": "fjf+count+synergy",
 	"pack":    "las+pack",
 }
@@ -60,7 +60,7 @@ func Names() []string {
 // Steps lists the names each composition slot accepts.
 func Steps() (orders, placers, sizers []string) {
 	return []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare"},
-		[]string{"count", "consolidated", "fastest", "match", "pack"},
+		[]string{"count", "consolidated", "fastest", "earliest", "match", "pack"},
 		[]string{"synergy", "synergy-tune", "synergy-greedy"}
 }
 
@@ -103,6 +103,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			p.Place = consolidatedPlacer{}
 		case "fastest":
 			p.Place = fastestPlacer{}
+		case "earliest":
+			p.Place = earliestPlacer{}
 		case "match", "allox":
 			p.Place = matchPlacer{fairness: cfg.Fairness, window: cfg.MatchWindow}
 		case "pack":

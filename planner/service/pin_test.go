@@ -15,9 +15,10 @@ import (
 )
 
 // A profiled job that waits for busy GPUs is held, unpinned: while it is
-// held Nomad places nothing of it, so a pin would only be a write. When
-// its GPU frees up, one write releases it pinned to the model that the
-// matching gave it, with its band.
+// held Nomad places nothing of it, so a pin would only be a write. With
+// every GPU busy the matching has no free GPU to queue it on. When its GPU
+// frees up, one write releases it pinned to the model that the matching
+// gave it, with its band.
 func TestRoundHoldsMatchedJobThenReleasesItWithItsPin(t *testing.T) {
 	fake, p := busyGPUsAndAProfiledJob(t, func(j *api.Job) { j.SubmitTime = pointer.Of(time.Now().UnixNano()) })
 	_, err := p.Round(context.Background())
@@ -27,7 +28,7 @@ func TestRoundHoldsMatchedJobThenReleasesItWithItsPin(t *testing.T) {
 	must.Len(t, 0, job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints, must.Sprint("no pin while held"))
 	e, ok := p.Explain("resnet")
 	must.True(t, ok)
-	must.StrContains(t, e.Reason, "matched to H100, waits for it")
+	must.StrContains(t, e.Reason, "waits: not enough free GPUs")
 	must.StrContains(t, e.Placement, "held")
 
 	// A second round with nothing new writes nothing: no pin flips.

@@ -351,6 +351,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 		p.metrics.plans.Inc()
 	}
 	round.Planned = replanned
+	round.Bound = result.Bound
 
 	targets, changes := p.targets(state, index, result)
 	changes = append(changes, p.released(stubs)...)

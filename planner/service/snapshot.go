@@ -66,7 +66,7 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		pj := policy.Job{
 			ID: j.Key(), Arrival: unix(j.Submitted), GPUs: j.GPUs, GPUMemoryMB: int(j.GPUMemoryMiB),
 			Attained: j.Attained, Executed: j.Executed, Remaining: -1, PrevQueue: -1, PrevRank: -1,
-			Model: j.Profile,
+			Model: j.Profile, Weight: j.Weight,
 		}
 		if models, _ := rewrite.UserModels(j.Spec); len(models) > 0 {
 			// A device name ("nvidia/gpu/<group>") names a device group,

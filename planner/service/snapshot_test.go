@@ -28,3 +28,16 @@ func TestSnapshotRemainingFromDuration(t *testing.T) {
 	must.Eq(t, 90.0, snap.Jobs[1].Remaining)
 	must.Eq(t, -1.0, snap.Jobs[2].Remaining)
 }
+
+// A job's weight from its meta reaches the policy, which ranks by it
+// (hare); a job without one weighs 1.
+func TestSnapshotCarriesWeight(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	state := &cluster.State{Time: now, Jobs: []*cluster.Job{
+		{Namespace: "default", ID: "heavy", GPUs: 1, Weight: 3, Submitted: now.Add(-time.Minute)},
+		{Namespace: "default", ID: "plain", GPUs: 1, Submitted: now.Add(-time.Minute)},
+	}}
+	snap, _ := toSnapshot(snapshotInput{state: state, memory: map[string]*memory{}})
+	must.Eq(t, 3.0, snap.Jobs[0].Weight)
+	must.Eq(t, 0.0, snap.Jobs[1].Weight)
+}

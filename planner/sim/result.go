@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"slices"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
 )
 
 // Summary is a run's headline metrics; times are in seconds.
@@ -99,6 +101,28 @@ func Summarize(policyName string, gpus int, jobs []JobResult, busyArea float64) 
 		sum.FTFMean = ftfSum / float64(ftfN)
 	}
 	return sum
+}
+
+// WeightedJCTBound is a lower bound on the weighted average JCT
+// (Summary.WeightedJCT) that any policy can reach on these jobs and gpus
+// GPUs, from Hare's single-machine relaxation (policy.WeightedFlowBound),
+// each job needing its isolated run time on its GPUs. It holds for runs on
+// whole GPUs without sizing, which lanes and Synergy's sizing can beat.
+func WeightedJCTBound(jobs []JobResult, gpus int) float64 {
+	relaxed := make([]policy.RelaxedJob, 0, len(jobs))
+	wsum := 0.0
+	for _, j := range jobs {
+		w := j.Weight
+		if w <= 0 {
+			w = 1
+		}
+		wsum += w
+		relaxed = append(relaxed, policy.RelaxedJob{Release: j.Arrival, GPUs: j.GPUs, Time: j.Isolated, Weight: w})
+	}
+	if wsum == 0 {
+		return 0
+	}
+	return policy.WeightedFlowBound(relaxed, gpus) / wsum
 }
 
 // BusyArea integrates busy GPUs over time: util is a step function (Busy

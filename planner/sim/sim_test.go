@@ -225,3 +225,25 @@ func TestStartLatencyAndRunOverhead(t *testing.T) {
 	must.Eq(t, 817.5, latency.Jobs[1].Start)
 	must.Eq(t, 1, latency.Jobs[0].Preemptions)
 }
+
+// Synergy's sizing on nodes with 3 cores per GPU, Synergy's own server
+// (8 GPUs, 24 cores, 500 GB): every job finishes (a job left on no CPU
+// would make no progress), and TUNE beats the proportional share on
+// average JCT.
+func TestSynergySizingFinishesEveryJob(t *testing.T) {
+	sens, err := trace.LoadSensitivity(sharedData(t, "synergy/sensitivity.csv"))
+	must.NoError(t, err)
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 600, Seed: 9, Load: 28})
+	trace.AssignModels(jobs, sens.Models(), 9)
+	cl := trace.Cluster{Name: "4x8", Groups: []trace.NodeGroup{{Count: 4, GPUModel: "V100", GPUs: 8, CPUs: 24, MemoryGB: 500}}}
+	avg := map[string]float64{}
+	for _, name := range []string{"fjf", "fjf+count+synergy-greedy", "fjf+count+synergy-tune", "las+count+synergy-greedy", "las+count+synergy-tune"} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cl, Policy: mustPolicy(t, name, policy.Config{Sensitivity: sens})}, jobs)
+			must.NoError(t, err)
+			must.Eq(t, 0, res.Summary.Unfinished)
+			avg[name] = res.Summary.AvgJCT
+		})
+	}
+	must.Less(t, avg["fjf"], avg["fjf+count+synergy-tune"])
+}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/trace"
 	"github.com/shoenig/test/must"
 )
 
@@ -46,4 +48,23 @@ func TestSummarize(t *testing.T) {
 	must.Eq(t, (1+80/50.0)/2, s.FTFMean)
 	must.Eq(t, 80/50.0, s.FTFMax)
 	must.Eq(t, 2, s.Preemptions)
+}
+
+// No policy beats the relaxation's bound on weighted JCT, on a congested
+// trace with weights, on one GPU model and on two.
+func TestWeightedJCTBoundHolds(t *testing.T) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 400, Seed: 5, Load: 60})
+	trace.AssignWeights(jobs, []float64{1, 2, 4}, 5)
+	for _, spec := range []string{"n4g8", "16xV100,16xP100"} {
+		for _, name := range []string{"fifo", "fjf", "srtf", "las", "allox", "hare"} {
+			t.Run(spec+"/"+name, func(t *testing.T) {
+				res, err := Run(Config{Cluster: cluster(t, spec), Policy: mustPolicy(t, name, policy.Config{})}, jobs)
+				must.NoError(t, err)
+				must.Eq(t, 0, res.Summary.Unfinished)
+				bound := WeightedJCTBound(res.Jobs, res.GPUs)
+				must.Positive(t, bound)
+				must.GreaterEq(t, bound, res.Summary.WeightedJCT)
+			})
+		}
+	}
 }

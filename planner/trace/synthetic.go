@@ -81,3 +81,15 @@ func AssignModels(jobs []Job, models []string, seed uint64) {
 		}
 	}
 }
+
+// AssignWeights gives every job a weight drawn from weights by a seeded
+// generator, so that runs are repeatable.
+func AssignWeights(jobs []Job, weights []float64, seed uint64) {
+	if len(weights) == 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x3e1))
+	for i := range jobs {
+		jobs[i].Weight = weights[rng.IntN(len(weights))]
+	}
+}

@@ -1,0 +1,166 @@
+package policy
+
+import "math"
+
+// assignToGroups solves the assignment problem whose columns come in
+// groups of alike slots: row r costs cost[r][g] in any of group g's
+// capacity[g] slots (+Inf: not allowed). It returns each row's group, -1
+// for a row that may use no group, at least cost. The groups a row may use
+// must have room for all the rows together, as AlloX's do (⌈n/w⌉
+// positions of w slots each for n jobs): then every row is assigned, and
+// which rows to leave out is never a question of cost.
+//
+// It adds the rows one at a time along a shortest augmenting path
+// (successive shortest paths with Johnson potentials). A path enters a
+// group, moves one of its rows to another group, and so on until a group
+// with a free slot; the rows' own potentials cancel along it, so Dijkstra
+// runs over the groups alone. A round costs O(rows² × groups) however many
+// slots a group has: AlloX's slots at one position on the free GPUs of one
+// model are all alike, and the matching stays cheap when many are free.
+func assignToGroups(cost [][]float64, capacity []int) []int {
+	rows, groups := len(cost), len(capacity)
+	out := make([]int, rows)
+	for r := range out {
+		out[r] = -1
+	}
+	if rows == 0 || groups == 0 {
+		return out
+	}
+	pot := make([]float64, groups+1) // the sink last
+	dist := make([]float64, groups+1)
+	prev := make([]int, groups+1) // group a path enters this one from; -1: the new row
+	via := make([]int, groups)    // the row it moves
+	done := make([]bool, groups+1)
+	members := make([][]int, groups)
+	sink := groups
+	var q nodeHeap
+	for src := 0; src < rows; src++ {
+		q = q[:0]
+		for g := range dist {
+			dist[g], prev[g], done[g] = math.Inf(1), -1, false
+		}
+		var relax func(v, from, row int, d float64)
+		relax = func(v, from, row int, d float64) {
+			if done[v] || d >= dist[v] {
+				return
+			}
+			dist[v], prev[v] = d, from
+			if v == sink {
+				q.push(nodeDist{v, d, 0})
+				return
+			}
+			via[v] = row
+			q.push(nodeDist{v, d, 1})
+			// A group with a free slot reaches the sink at once: offering
+			// it now lets the sink win a tie against a full group, whose
+			// rows need not then be moved.
+			if len(members[v]) < capacity[v] {
+				relax(sink, v, -1, d+pot[v]-pot[sink])
+			}
+		}
+		for g, w := range cost[src] {
+			if !math.IsInf(w, 1) {
+				relax(g, -1, -1, w-pot[g])
+			}
+		}
+		for len(q) > 0 {
+			g := q.pop().node
+			if done[g] {
+				continue
+			}
+			done[g] = true
+			if g == sink {
+				break
+			}
+			// One of its rows moves to another group it may use.
+			for _, r := range members[g] {
+				for h, w := range cost[r] {
+					if h != g && !math.IsInf(w, 1) {
+						relax(h, g, r, dist[g]+w-cost[r][g]+pot[g]-pot[h])
+					}
+				}
+			}
+		}
+		if !done[sink] {
+			continue // no group takes this row; nothing changed
+		}
+		for v := range pot {
+			pot[v] += min(dist[v], dist[sink])
+		}
+		// Walk the path back: each row on it moves into the group after it.
+		for g := prev[sink]; ; {
+			from := prev[g]
+			r := src
+			if from >= 0 {
+				r = via[g]
+				members[from] = remove(members[from], r)
+			}
+			out[r] = g
+			members[g] = append(members[g], r)
+			if from < 0 {
+				break
+			}
+			g = from
+		}
+	}
+	return out
+}
+
+func remove(s []int, x int) []int {
+	for i, v := range s {
+		if v == x {
+			return append(s[:i], s[i+1:]...)
+		}
+	}
+	return s
+}
+
+type nodeDist struct {
+	node int
+	dist float64
+	tie  int // lower first among equal dist
+}
+
+func (a nodeDist) before(b nodeDist) bool {
+	return a.dist < b.dist || (a.dist == b.dist && a.tie < b.tie)
+}
+
+// nodeHeap is a binary min-heap on dist, then tie.
+type nodeHeap []nodeDist
+
+func (h *nodeHeap) push(x nodeDist) {
+	*h = append(*h, x)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].before(q[p]) {
+			break
+		}
+		q[p], q[i] = q[i], q[p]
+		i = p
+	}
+}
+
+func (h *nodeHeap) pop() nodeDist {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, s := 2*i+1, i
+		if l < len(q) && q[l].before(q[s]) {
+			s = l
+		}
+		if r := l + 1; r < len(q) && q[r].before(q[s]) {
+			s = r
+		}
+		if s == i {
+			break
+		}
+		q[s], q[i] = q[i], q[s]
+		i = s
+	}
+	*h = q
+	return top
+}

@@ -1,0 +1,276 @@
+package policy
+
+import "slices"
+
+// earliestPlacer is Hare's greedy step, list scheduling in rank order: each
+// job goes to the GPUs on which it would finish earliest, counting when
+// busy GPUs free up (from running jobs' remaining time, where known) and
+// the GPUs the jobs ranked above it were given. A job may so wait for a
+// faster model that frees soon rather than start on a slower one now;
+// the GPUs it waits for are planned for it, and a job ranked below it
+// uses them now only if it finishes before the planned start. Running
+// jobs keep their GPUs unless the order preempts.
+type earliestPlacer struct{}
+
+func (earliestPlacer) Name() string { return "earliest" }
+func (earliestPlacer) countsOnly()  {}
+
+func (earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
+	var k *keeper
+	var undo []preemption
+	if preemptive {
+		k, undo = keepRunningBelowPending(s, r, blocking)
+	} else {
+		k = walkByCountKeeper(s, r, false, blocking, nil, shareLanes)
+	}
+	tl := newTimeline(s, r, k)
+	displaced := make(map[int]string, len(undo))
+	for _, u := range undo {
+		displaced[u.job] = u.reason
+	}
+	blocked := false
+	for _, i := range r.Order {
+		j, d := &s.Jobs[i], &r.Decisions[i]
+		if reason, ok := displaced[i]; ok {
+			if k.fits(j) {
+				d.Reason = reason
+				k.keep(j, d)
+				tl.running(j, d)
+			}
+			continue
+		}
+		if j.State != Pending || d.Run {
+			continue
+		}
+		switch {
+		case blocked:
+			d.Reason = r.join(d.Reason, "; waits behind the head of the queue")
+			continue
+		case tl.full():
+			// Nothing can start now: the rest only wait, so their plan
+			// is not worked out.
+			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
+			blocked = blocking
+			continue
+		}
+		if !tl.place(j, d) {
+			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
+			blocked = blocking
+			continue
+		}
+		if d.Run {
+			d.Reason = r.join(d.Reason, "; starts on "+d.GPUModel+", where it finishes earliest")
+		} else {
+			d.Reason = r.join(d.Reason, "; waits for a "+d.GPUModel+" to free up: it finishes earlier there")
+			blocked = blocking
+		}
+	}
+}
+
+// timeline is when the GPUs of each model become free, as the walk plans
+// them. A GPU is free now, free now but planned for a waiting job from a
+// later time (a hole a shorter job may fill), or busy until a time.
+type timeline struct {
+	s     *Snapshot
+	c     *capacity
+	k     *keeper
+	now   float64
+	busy  []floatHeap // per model: when each busy or planned GPU frees
+	holes [][]float64 // per model: end of each free-now GPU's hole
+}
+
+func newTimeline(s *Snapshot, r *Result, k *keeper) *timeline {
+	c := s.capacity()
+	tl := &timeline{s: s, c: c, k: k, now: s.Now, busy: make([]floatHeap, len(c.models)), holes: make([][]float64, len(c.models))}
+	for i := range s.Jobs {
+		if j, d := &s.Jobs[i], &r.Decisions[i]; j.State == Running && d.Run {
+			tl.running(j, d)
+		}
+	}
+	// GPUs busy with lane jobs, or otherwise of unknown end, never free up
+	// as far as the plan knows.
+	for m := range c.models {
+		for len(tl.busy[m]) < c.total[m]-k.free[m] {
+			tl.busy[m].push(inf)
+		}
+	}
+	return tl
+}
+
+// running enters a running job that keeps its whole GPUs: they free up
+// when it ends.
+func (tl *timeline) running(j *Job, d *Decision) {
+	m := tl.c.runningModel(tl.s, j)
+	if m < 0 || d.Lane {
+		return
+	}
+	end := tl.now + j.timeOn(tl.c.models[m])
+	for range max(j.GPUs, 1) {
+		tl.busy[m].push(end)
+	}
+}
+
+// full says no job can start now: no free GPU, spare lane or hole.
+func (tl *timeline) full() bool {
+	for m := range tl.c.models {
+		if tl.k.free[m] > 0 || tl.k.spare[m] > 0 || len(tl.holes[m]) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// place plans j on the model where it finishes earliest, starting it now
+// (d.Run) or planning the GPUs it waits for (d.GPUModel set). It returns
+// false when j can finish nowhere in a known time and cannot start now.
+func (tl *timeline) place(j *Job, d *Decision) bool {
+	g := max(j.GPUs, 1)
+	best, bestNow, bestFinish, bestRoom := -1, false, inf, -1
+	for m, model := range tl.c.models {
+		if !j.allows(model) || g > tl.c.total[m] {
+			continue
+		}
+		t := j.timeOn(model)
+		room := tl.k.room(j, m, g) + tl.holesFitting(m, tl.now+t)
+		now, finish := room >= g, tl.now+t
+		if !now {
+			finish = max(tl.busy[m].kth(g-tl.k.free[m]), tl.now) + t
+		}
+		// Earliest finish; on a tie, starting now, then the most room.
+		better := finish < bestFinish || (finish == bestFinish && (now && !bestNow || now == bestNow && room > bestRoom))
+		if best < 0 || better {
+			best, bestNow, bestFinish, bestRoom = m, now, finish, room
+		}
+	}
+	switch {
+	case best < 0:
+		return false
+	case bestNow:
+		tl.startNow(j, d, best, g)
+		return true
+	case bestFinish >= inf:
+		return false // it would wait for GPUs of unknown end
+	}
+	t := j.timeOn(tl.c.models[best])
+	tl.reserve(best, g, bestFinish-t, bestFinish)
+	d.GPUModel = tl.c.models[best]
+	return true
+}
+
+// startNow starts j on model m, filling holes it ends before if the free
+// GPUs and spare lanes are not enough.
+func (tl *timeline) startNow(j *Job, d *Decision, m, g int) {
+	t := j.timeOn(tl.c.models[m])
+	fromHoles := max(0, g-tl.k.room(j, m, g))
+	if fromHoles > 0 {
+		// Use the holes that end first among those long enough, keeping
+		// the longer ones for longer jobs.
+		h := tl.holes[m]
+		slices.Sort(h)
+		at, _ := slices.BinarySearch(h, tl.now+t)
+		tl.holes[m] = append(h[:at], h[at+fromHoles:]...)
+		tl.k.free[m] += fromHoles
+	}
+	free := tl.k.free[m]
+	tl.k.take(j, d, m, g)
+	// The whole GPUs it took off the free ones are busy until it ends;
+	// holes keep the end planned for them.
+	for range free - tl.k.free[m] - fromHoles {
+		tl.busy[m].push(tl.now + t)
+	}
+}
+
+// reserve plans g GPUs of model m from start to finish for a waiting job:
+// the free ones become holes until start, and the g that free up first
+// are busy until finish.
+func (tl *timeline) reserve(m, g int, start, finish float64) {
+	f := tl.k.free[m]
+	for range f {
+		tl.holes[m] = append(tl.holes[m], start)
+	}
+	tl.k.free[m] = 0
+	for range g - f {
+		tl.busy[m].pop()
+	}
+	for range g {
+		tl.busy[m].push(finish)
+	}
+}
+
+// holesFitting counts the holes of model m that end no earlier than end.
+func (tl *timeline) holesFitting(m int, end float64) int {
+	n := 0
+	for _, h := range tl.holes[m] {
+		if h >= end {
+			n++
+		}
+	}
+	return n
+}
+
+// floatHeap is a binary min-heap.
+type floatHeap []float64
+
+func (h *floatHeap) push(x float64) {
+	*h = append(*h, x)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if q[p] <= q[i] {
+			break
+		}
+		q[p], q[i] = q[i], q[p]
+		i = p
+	}
+}
+
+func (h *floatHeap) pop() float64 {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, s := 2*i+1, i
+		if l < len(q) && q[l] < q[s] {
+			s = l
+		}
+		if r := l + 1; r < len(q) && q[r] < q[s] {
+			s = r
+		}
+		if s == i {
+			break
+		}
+		q[s], q[i] = q[i], q[s]
+		i = s
+	}
+	*h = q
+	return top
+}
+
+// kth is the k-th smallest value (1-based), +Inf when there are fewer. It
+// walks the heap from the root, O(k log k): k is a job's GPU count.
+func (h floatHeap) kth(k int) float64 {
+	if k <= 0 || k > len(h) {
+		return inf
+	}
+	front := []int{0} // heap indices whose parents were taken, smallest first
+	for {
+		i := front[0]
+		if k--; k == 0 {
+			return h[i]
+		}
+		front = front[1:]
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(h) {
+				at, _ := slices.BinarySearchFunc(front, h[c], func(x int, v float64) int {
+					if h[x] < v {
+						return -1
+					}
+					return 1
+				})
+				front = slices.Insert(front, at, c)
+			}
+		}
+	}
+}

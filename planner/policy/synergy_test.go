@@ -1,0 +1,168 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// synergyTable profiles two models on one GPU: "cpu" trains in proportion
+// to its CPUs up to 6 per GPU (best: 6 CPUs), "flat" does not care (best:
+// 1 CPU); memory does not matter to either (best: 62.5 GB).
+func synergyTable(t *testing.T) *Sensitivity {
+	t.Helper()
+	var rows []SensitivityRow
+	for _, c := range []float64{1, 3, 6} {
+		for _, m := range []float64{62.5, 125} {
+			rows = append(rows, SensitivityRow{"cpu", 1, c, m, c / 3}, SensitivityRow{"flat", 1, c, m, 1})
+		}
+	}
+	sens, err := NewSensitivity(rows)
+	must.NoError(t, err)
+	return sens
+}
+
+// synergyNode is a node of gpus V100s with cpus cores and 125 GB per GPU.
+func synergyNode(gpus int, cpus float64) Node {
+	n := Node{ID: "n", CPUs: cpus, MemoryGB: 125 * float64(gpus), Healthy: true}
+	for range gpus {
+		n.GPUs = append(n.GPUs, GPU{Model: "V100", Healthy: true})
+	}
+	return n
+}
+
+func synergyJob(id string, arrival float64, gpus int, model string) Job {
+	j := job(id, arrival, gpus)
+	j.Model = model
+	return j
+}
+
+type sized struct {
+	run     bool
+	cpus    float64
+	speedup float64
+}
+
+func sizes(s *Snapshot, r *Result) map[string]sized {
+	out := map[string]sized{}
+	for i, d := range r.Decisions {
+		out[s.Jobs[i].ID] = sized{d.Run, d.CPUs, math.Round(d.Speedup*1000) / 1000}
+	}
+	return out
+}
+
+// One node, 4 GPUs, 12 cores (3 per GPU): two cpu jobs and two flat ones
+// arrive in that order.
+//
+// GREEDY gives each its demand or skips it: the cpu jobs take 6 cores
+// each, and the flat jobs, whose 1 core no longer fits, wait. Before,
+// GREEDY ran them on 0 cores and the simulator credited them with the
+// throughput of the lowest profiled point.
+//
+// TUNE: the cpu jobs take 6 each; the first flat job's core does not fit,
+// so the job above its share with the most cores per GPU (the first cpu
+// job) drops to its share (3), and both flat jobs get their core.
+func TestSynergyGreedySkipsAndTuneShrinks(t *testing.T) {
+	cases := []struct {
+		policy string
+		want   map[string]sized
+	}{
+		{"fjf+count+synergy-greedy", map[string]sized{
+			"cpu0": {true, 6, 2}, "cpu1": {true, 6, 2}, "flat2": {false, 0, 1}, "flat3": {false, 0, 1}}},
+		{"fjf+count+synergy-tune", map[string]sized{
+			"cpu0": {true, 3, 1}, "cpu1": {true, 6, 2}, "flat2": {true, 1, 1}, "flat3": {true, 1, 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.policy, func(t *testing.T) {
+			s := &Snapshot{Nodes: []Node{synergyNode(4, 12)}}
+			for i, m := range []string{"cpu", "cpu", "flat", "flat"} {
+				s.Jobs = append(s.Jobs, synergyJob(fmt.Sprint(m, i), float64(i), 1, m))
+			}
+			r := plan(t, tc.policy, Config{Sensitivity: synergyTable(t)}, s)
+			must.Eq(t, tc.want, sizes(s, r))
+			if tc.policy == "fjf+count+synergy-greedy" {
+				must.StrContains(t, r.Decisions[2].Reason, "skipped")
+			}
+		})
+	}
+}
+
+// Host resources count per server, not pooled over a model's servers: two
+// nodes of 2 GPUs and 8 cores (4 per GPU), each with one GPU held by a
+// running cpu job that has its 6 cores (1.5× its share's throughput, 4
+// cores). A new cpu job wants 6 cores: the
+// pool has 4 free, but no server has more than 2. GREEDY skips it; TUNE
+// falls back to the share (4), shrinks the running job on the first server
+// to its share, and runs it there. Before, both ran it with 6 cores from
+// the pool.
+func TestSynergyFitsPerServer(t *testing.T) {
+	cases := []struct {
+		policy string
+		want   map[string]sized
+	}{
+		{"fjf+count+synergy-greedy", map[string]sized{
+			"old0": {true, 6, 1.5}, "old1": {true, 6, 1.5}, "new": {false, 0, 1}}},
+		{"fjf+count+synergy-tune", map[string]sized{
+			"old0": {true, 4, 1}, "old1": {true, 6, 1.5}, "new": {true, 4, 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.policy, func(t *testing.T) {
+			s := &Snapshot{Nodes: []Node{synergyNode(2, 8), synergyNode(2, 8)}}
+			for n := range 2 {
+				j := synergyJob(fmt.Sprint("old", n), float64(n), 1, "cpu")
+				j.State, j.GPUModel, j.Placement = Running, "V100", []Slot{{Node: n, GPU: 0, Lane: -1}}
+				s.Jobs = append(s.Jobs, j)
+			}
+			s.Jobs = append(s.Jobs, synergyJob("new", 5, 1, "cpu"))
+			r := plan(t, tc.policy, Config{Sensitivity: synergyTable(t)}, s)
+			must.Eq(t, tc.want, sizes(s, r))
+			if r.Decisions[2].Run {
+				must.Eq(t, []Slot{{Node: 0, GPU: 1, Lane: -1}}, r.Decisions[2].Slots)
+			}
+		})
+	}
+}
+
+// A job GREEDY skips leaves its GPUs to the jobs after it in the same
+// round, as the reference's single pass does: a 3-GPU cpu job that wants
+// 18 cores is skipped, and a flat job the placer had left waiting for GPUs
+// starts on one of them.
+func TestSynergyGreedyGivesSkippedGPUsOn(t *testing.T) {
+	s := &Snapshot{Nodes: []Node{synergyNode(4, 12)}}
+	run := synergyJob("run", 0, 1, "cpu")
+	run.State, run.GPUModel, run.Placement = Running, "V100", []Slot{{Node: 0, GPU: 0, Lane: -1}}
+	s.Jobs = []Job{run, synergyJob("big", 1, 3, "cpu"), synergyJob("flat", 2, 1, "flat")}
+	r := plan(t, "fjf+count+synergy-greedy", Config{Sensitivity: synergyTable(t)}, s)
+	must.Eq(t, map[string]sized{"run": {true, 6, 2}, "big": {false, 0, 1}, "flat": {true, 1, 1}}, sizes(s, r))
+	must.StrContains(t, r.Decisions[2].Reason, "GPUs a skipped job left")
+	must.Eq(t, []Slot{{Node: 0, GPU: 1, Lane: -1}}, r.Decisions[2].Slots)
+}
+
+// Under a preemptive order every job is sized in rank order, and a running
+// job whose demand no longer fits its server is preempted (GREEDY), as the
+// reference's leases end every round.
+func TestSynergyGreedyPreemptsUnderPreemptiveOrder(t *testing.T) {
+	s := &Snapshot{Nodes: []Node{synergyNode(2, 6)}}
+	old := synergyJob("old", 0, 1, "cpu")
+	old.State, old.GPUModel, old.Placement, old.Attained, old.Executed = Running, "V100", []Slot{{Node: 0, GPU: 0, Lane: -1}}, 5000, 5000
+	s.Jobs = []Job{old, synergyJob("new", 1, 1, "cpu")}
+	r := plan(t, "las+count+synergy-greedy", Config{Sensitivity: synergyTable(t)}, s)
+	must.Eq(t, map[string]sized{"old": {false, 0, 1}, "new": {true, 6, 2}}, sizes(s, r))
+	must.StrContains(t, r.Decisions[0].Reason, "preempted")
+}
+
+// A job cannot train on no CPU: its throughput there is 0, not the lowest
+// profiled point's.
+func TestSensitivityWithNoCPUIsZero(t *testing.T) {
+	sens := synergyTable(t)
+	cases := []struct {
+		cpu, mem, want float64
+	}{{0, 62.5, 0}, {1, 0, 0}, {0.5, 62.5, 1.0 / 3}, {3, 62.5, 1}, {6, 125, 2}}
+	for _, tc := range cases {
+		got, ok := sens.Throughput("cpu", 1, tc.cpu, tc.mem)
+		must.True(t, ok)
+		must.InDelta(t, tc.want, got, 1e-9, must.Sprintf("%v CPUs, %v GB", tc.cpu, tc.mem))
+	}
+}
