@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,24 +152,8 @@ func findPluginPID(path string) (int, bool) {
 // constraint agree) and every user edit is kept.
 func TestFaultLeaderKilledMidRound(t *testing.T) {
 	c := harness.StartT(t, harness.Options{Fleet: oneT4})
-	registerBenchJobs(t, c, 50)
-	a := startPlanner(t, c, "a", "")
-	b := startPlanner(t, c, "b", "")
-	var leader, follower *plannerProc
-	waitFor(t, 30*time.Second, "one replica leads", func() bool {
-		sa, sb := a.status(t), b.status(t)
-		switch {
-		case sa == nil || sb == nil:
-			return false
-		case sa.Leader && !sb.Leader:
-			leader, follower = a, b
-		case sb.Leader && !sa.Leader:
-			leader, follower = b, a
-		default:
-			return false
-		}
-		return true
-	})
+	registerJobs(t, c, benchJobs, 50)
+	leader, follower := oneLeader(t, startPlanner(t, c, "a", ""), startPlanner(t, c, "b", ""))
 	held := func() int {
 		stubs, _, err := c.Nomad.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, nil)
 		must.NoError(t, err)
@@ -234,27 +217,4 @@ func TestFaultLeaderKilledMidRound(t *testing.T) {
 		}
 	}
 	t.Logf("%d user edits, all kept", len(edits))
-}
-
-// registerBenchJobs registers benchJobs managed jobs that can never fit.
-func registerBenchJobs(t *testing.T, c *harness.Cluster, priority int) {
-	t.Helper()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if _, _, err := c.Nomad.Jobs().Register(benchJob(i, priority), nil); err != nil {
-					t.Errorf("register: %v", err)
-				}
-			}
-		}()
-	}
-	for i := 0; i < benchJobs; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
 }

@@ -79,33 +79,11 @@ func BenchmarkPlannerRound1000Jobs(b *testing.B) {
 }
 
 // setPriorities registers the benchmark's jobs, or re-registers them, with
-// the given priority, a few at a time, and waits until Nomad has evaluated
-// them so that the round is not timed against a backlog.
+// the given priority, and waits until Nomad has evaluated them so that the
+// round is not timed against a backlog.
 func setPriorities(b *testing.B, c *harness.Cluster, priority int) {
 	b.Helper()
-	work := make(chan int)
-	errs := make(chan error, benchJobs)
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if _, _, err := c.Nomad.Jobs().Register(benchJob(i, priority), nil); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := 0; i < benchJobs; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatalf("register: %v", err)
-	}
+	registerJobs(b, c, benchJobs, priority)
 	waitEvalsSettled(b, c)
 }
 
@@ -237,9 +215,10 @@ func BenchmarkPlannerRoundMirror10000Jobs(b *testing.B) {
 	round("a round after 100 jobs changed")
 }
 
-// registerJobs registers n managed jobs that can never fit, a few at a time.
-func registerJobs(b *testing.B, c *harness.Cluster, n, priority int) {
-	b.Helper()
+// registerJobs registers (or re-registers) n managed jobs that can never
+// fit, with the given priority, a few at a time.
+func registerJobs(tb testing.TB, c *harness.Cluster, n, priority int) {
+	tb.Helper()
 	work := make(chan int)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
@@ -261,6 +240,6 @@ func registerJobs(b *testing.B, c *harness.Cluster, n, priority int) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		b.Fatalf("register: %v", err)
+		tb.Fatalf("register: %v", err)
 	}
 }

@@ -84,6 +84,27 @@ func startPlanner(t *testing.T, c *harness.Cluster, id, planning string, env ...
 	return p
 }
 
+// oneLeader waits until exactly one of two replicas leads and returns it
+// and the other.
+func oneLeader(t *testing.T, a, b *plannerProc) (leader, follower *plannerProc) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "one replica leads", func() bool {
+		sa, sb := a.status(t), b.status(t)
+		switch {
+		case sa == nil || sb == nil:
+			return false
+		case sa.Leader && !sb.Leader:
+			leader, follower = a, b
+		case sb.Leader && !sa.Leader:
+			leader, follower = b, a
+		default:
+			return false
+		}
+		return true
+	})
+	return leader, follower
+}
+
 func (p *plannerProc) stop(sig syscall.Signal) {
 	harness.StopProcess(p.cmd, p.done, sig)
 }
@@ -262,21 +283,7 @@ func TestPlannerFailover(t *testing.T) {
   min_interval = "200ms"`
 	a := startPlanner(t, c, "a", planning)
 	b := startPlanner(t, c, "b", planning)
-	var leader, follower *plannerProc
-	waitFor(t, 30*time.Second, "one replica leads", func() bool {
-		sa, sb := a.status(t), b.status(t)
-		switch {
-		case sa == nil || sb == nil:
-			return false
-		case sa.Leader && !sb.Leader:
-			leader, follower = a, b
-		case sb.Leader && !sa.Leader:
-			leader, follower = b, a
-		default:
-			return false
-		}
-		return true
-	})
+	leader, follower := oneLeader(t, a, b)
 
 	// Watch both for double leadership through the failover.
 	stop := make(chan struct{})
