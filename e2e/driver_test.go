@@ -140,15 +140,19 @@ func TestDriverDynamicUsersCannotSignalEachOther(t *testing.T) {
 	must.NotEq(t, uids["victim"], uids["prober"])
 }
 
-func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
-	c := harness.StartT(t, harness.Options{
-		Fleet: laneFleet,
-		DeviceConfig: `
+// oneLaneTwoSlots makes laneFleet's T4 one lane of two slots, so that two
+// jobs share it.
+const oneLaneTwoSlots = `
     partition {
       model = "Tesla T4"
       lanes = 1
       slots = 2
-    }`,
+    }`
+
+func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
+	c := harness.StartT(t, harness.Options{
+		Fleet:        laneFleet,
+		DeviceConfig: oneLaneTwoSlots,
 		DriverConfig: `
     time_slice_quantum = "1s"
     iteration_grace    = "500ms"`,
@@ -215,13 +219,8 @@ func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 // the two slots of one GPU's lane is refused with an error naming them.
 func TestDriverRefusesTwoInstancesOnOneGPU(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
-		Fleet: laneFleet,
-		DeviceConfig: `
-    partition {
-      model = "Tesla T4"
-      lanes = 1
-      slots = 2
-    }`,
+		Fleet:        laneFleet,
+		DeviceConfig: oneLaneTwoSlots,
 	})
 	job := c.RunJobspec(t, c.Jobspec("driver-two-blocks-one-gpu.nomad.hcl"), workloadVars(c))
 	allocs := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)
@@ -282,13 +281,8 @@ func TestDriverMetricsReachPrometheus(t *testing.T) {
 	addr := ln.Addr().String()
 	must.NoError(t, ln.Close())
 	c := harness.StartT(t, harness.Options{
-		Fleet: laneFleet,
-		DeviceConfig: `
-    partition {
-      model = "Tesla T4"
-      lanes = 1
-      slots = 2
-    }`,
+		Fleet:        laneFleet,
+		DeviceConfig: oneLaneTwoSlots,
 		DriverConfig: `
     time_slice_quantum = "1s"
     iteration_grace    = "500ms"
@@ -376,13 +370,8 @@ func sampleValue(samples []metricSample, name, label string) float64 {
 // the task on schedule.
 func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
-		Fleet: laneFleet,
-		DeviceConfig: `
-    partition {
-      model = "Tesla T4"
-      lanes = 1
-      slots = 2
-    }`,
+		Fleet:        laneFleet,
+		DeviceConfig: oneLaneTwoSlots,
 		DriverConfig: `
     time_slice_quantum = "5s"
     iteration_grace    = "500ms"`,
