@@ -380,23 +380,7 @@ func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 	vars["iterations"] = "25"
 	jobs := []*api.Job{c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars), c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)}
 	// events joins the job's task events, oldest first.
-	events := func(job *api.Job) string {
-		t.Helper()
-		stubs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
-		must.NoError(t, err)
-		for _, stub := range stubs {
-			alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
-			must.NoError(t, err)
-			var msgs []string
-			for _, state := range alloc.TaskStates {
-				for _, ev := range state.Events {
-					msgs = append(msgs, ev.DisplayMessage)
-				}
-			}
-			return strings.Join(msgs, "\n")
-		}
-		return ""
-	}
+	events := func(job *api.Job) string { return strings.Join(taskEvents(t, c, *job.ID), "\n") }
 	// Wait for one task to be suspended with its GPU process checkpointed.
 	var frozen *api.Job
 	for end := time.Now().Add(2 * time.Minute); frozen == nil && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {

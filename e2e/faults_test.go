@@ -218,3 +218,147 @@ func TestFaultLeaderKilledMidRound(t *testing.T) {
 	}
 	t.Logf("%d user edits, all kept", len(edits))
 }
+
+// eightT4s is eight GPUs of one lane each, two slots per lane: sixteen
+// lane tasks, half of them suspended at any time.
+const eightT4s = `{"driver_version": "550.54.15", "cuda_version": "12.4", "gpus": [
+  {"uuid": "GPU-t0", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t1", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t2", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t3", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t4", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t5", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t6", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40},
+  {"uuid": "GPU-t7", "model": "Tesla T4", "memory_mib": 15360, "sm_count": 40}]}`
+
+// The Nomad client is restarted while sixteen lane tasks run, eight of them
+// suspended with their GPU processes checkpointed. Every task is recovered
+// by the new driver process; each suspended one comes back suspended and is
+// resumed when its lane's turn comes; two tasks that break their budget
+// only after the restart are still killed for it; the others complete.
+func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
+	c := harness.StartT(t, harness.Options{
+		Fleet:        eightT4s,
+		DeviceConfig: oneLaneTwoSlots,
+		DriverConfig: `
+    time_slice_quantum = "3s"
+    iteration_grace    = "500ms"`,
+	})
+	vars := workloadVars(c)
+	vars["iterations"] = "60"
+	exceeds := map[string]bool{"lane-00": true, "lane-08": true}
+	var ids []string
+	for i := 0; i < 16; i++ {
+		job, err := c.ParseJobspec(c.Jobspec("driver-lane-a.nomad.hcl"), vars)
+		must.NoError(t, err)
+		id := fmt.Sprintf("lane-%02d", i)
+		job.ID, job.Name = &id, &id
+		task := job.TaskGroups[0].Tasks[0]
+		if exceeds[id] {
+			// Its 11 GiB budget is broken at iteration 50 of 60: 10 s of
+			// its own running, 20 s or more after the start.
+			args := task.Config["args"].([]any)
+			task.Config["args"] = append(args, "-mode", "exceed", "-after", "50")
+			task.Config["gpu_memory_policy"] = "kill"
+		}
+		_, _, err = c.Nomad.Jobs().Register(job, nil)
+		must.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	// Restart once every lane has switched: eight tasks suspended with a
+	// checkpoint.
+	suspended := map[string]bool{}
+	waitFor(t, 2*time.Minute, "eight tasks suspended with a checkpoint", func() bool {
+		clear(suspended)
+		for _, id := range ids {
+			events := taskEvents(t, c, id)
+			if n := len(events); n > 0 && strings.HasPrefix(events[n-1], "suspended in GPU-") && strings.Contains(events[n-1], "checkpointed PIDs") {
+				suspended[id] = true
+			}
+		}
+		return len(suspended) == 8
+	})
+	restarted := time.Now()
+	c.RestartClientT(t)
+	t.Logf("client restarted in %s with %d tasks suspended: %v", time.Since(restarted).Round(time.Millisecond), len(suspended), suspended)
+
+	// Every task is recovered; a suspended one says so, with its checkpoint.
+	recovered := map[string]string{}
+	waitFor(t, time.Minute, "all sixteen tasks recovered", func() bool {
+		for _, id := range ids {
+			if _, ok := recovered[id]; ok {
+				continue
+			}
+			for _, ev := range taskEvents(t, c, id) {
+				if strings.HasPrefix(ev, "recovered by a new driver process") {
+					recovered[id] = ev
+				}
+			}
+		}
+		return len(recovered) == len(ids)
+	})
+	t.Logf("all %d tasks recovered %s after the restart began", len(recovered), time.Since(restarted).Round(time.Millisecond))
+	for id := range suspended {
+		must.StrContains(t, recovered[id], "suspended: true, checkpointed PIDs", must.Sprintf("%s was suspended at the restart", id))
+	}
+
+	// Each suspended task is resumed on schedule, restored from its
+	// checkpoint, and every task ends as it should.
+	resumed := map[string]time.Duration{}
+	waitFor(t, 2*time.Minute, "every suspended task resumed", func() bool {
+		for id := range suspended {
+			if _, ok := resumed[id]; ok {
+				continue
+			}
+			events := taskEvents(t, c, id)
+			for i, ev := range events {
+				if strings.HasPrefix(ev, "recovered by a new driver process") {
+					for _, later := range events[i+1:] {
+						if strings.HasPrefix(later, "resumed in GPU-") && strings.Contains(later, "restored PIDs") {
+							resumed[id] = time.Since(restarted)
+						}
+					}
+				}
+			}
+		}
+		return len(resumed) == len(suspended)
+	})
+	t.Logf("suspended tasks resumed after the restart: %v", resumed)
+	for _, id := range ids {
+		allocs := c.WaitAllocs(t, id, 1, 3*time.Minute, harness.Terminal)
+		if exceeds[id] {
+			must.Eq(t, "failed", allocs[0].ClientStatus, must.Sprintf("%s broke its budget after the restart", id))
+			events := strings.Join(taskEvents(t, c, id), "\n")
+			at := strings.Index(events, "GPU memory budget exceeded")
+			must.Positive(t, at, must.Sprintf("%s was not killed for its budget: %s", id, events))
+			// Nomad keeps ten events; the recovery may have scrolled out,
+			// but if it is there it comes before the kill.
+			if rec := strings.Index(events, "recovered by a new driver process"); rec >= 0 {
+				must.Less(t, at, rec, must.Sprintf("%s broke its budget before the restart", id))
+			}
+			continue
+		}
+		must.Eq(t, "complete", allocs[0].ClientStatus, must.Sprintf("%s", id))
+	}
+}
+
+// taskEvents lists the display messages of the job's first allocation's
+// task events, oldest first (Nomad keeps a task's last ten).
+func taskEvents(t *testing.T, c *harness.Cluster, jobID string) []string {
+	t.Helper()
+	stubs, _, err := c.Nomad.Jobs().Allocations(jobID, false, nil)
+	must.NoError(t, err)
+	for _, stub := range stubs {
+		alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
+		must.NoError(t, err)
+		var msgs []string
+		for _, state := range alloc.TaskStates {
+			for _, ev := range state.Events {
+				msgs = append(msgs, ev.DisplayMessage)
+			}
+		}
+		return msgs
+	}
+	return nil
+}
