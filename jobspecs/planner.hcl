@@ -42,6 +42,9 @@ planning {
 
   interval     = "10s"
   min_interval = "1s"
+  # Wait for Nomad to go quiet this long, so a burst of submissions is
+  # planned together.
+  settle       = "100ms"
 
   # Each write is a job register: one Raft entry and one evaluation.
   max_writes_per_second = 250

@@ -57,6 +57,7 @@ type PlanningBlock struct {
 	Namespaces  []string  `hcl:"namespaces,optional"`
 	Interval    string    `hcl:"interval,optional"`
 	MinInterval string    `hcl:"min_interval,optional"`
+	Settle      string    `hcl:"settle,optional"`
 	QueueCuts   []float64 `hcl:"queue_cuts,optional"`
 	PromoteKnob float64   `hcl:"promote_knob,optional"`
 	// JobSizes is 2D-Gittins' fixed job-size sample, the file that
@@ -87,8 +88,11 @@ type Settings struct {
 	Namespaces       []string
 	Interval         time.Duration
 	MinInterval      time.Duration
-	QueueCuts        []float64
-	PromoteKnob      float64
+	// Settle is how long Nomad must stay quiet after a change before a
+	// round reads it, so that a burst of submissions is planned together.
+	Settle      time.Duration
+	QueueCuts   []float64
+	PromoteKnob float64
 	// JobSizes, when set, is 2D-Gittins' fixed size distribution: the
 	// planner then does not learn from completed jobs, as caravan sim
 	// -job-sizes does not.
@@ -132,6 +136,7 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	}
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
+		Settle:    100 * time.Millisecond,
 		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
@@ -197,6 +202,14 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		}
 		if s.MinInterval > s.Interval {
 			return nil, bad("planning.min_interval", "%s is longer than planning.interval %s", s.MinInterval, s.Interval)
+		}
+		if s.Settle, err = duration(p.Settle, s.Settle); err != nil || s.Settle < 0 {
+			return nil, bad("planning.settle", "must be a duration like \"100ms\", got %q", p.Settle)
+		}
+		if p.Settle == "" {
+			s.Settle = min(s.Settle, s.MinInterval) // the default never outwaits a shorter min_interval
+		} else if s.Settle > s.Interval {
+			return nil, bad("planning.settle", "%s is longer than planning.interval %s", s.Settle, s.Interval)
 		}
 		for i, cut := range p.QueueCuts {
 			if cut <= 0 || i > 0 && cut <= p.QueueCuts[i-1] {

@@ -287,6 +287,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`planning { max_writes_per_second = -1 }`: "planning.max_writes_per_second",
 		`planning { job_sizes = "/nonexistent" }`: "planning.job_sizes",
 		`planning { job_sizes_scale = 0.5 }`:      "planning.job_sizes_scale",
+		`planning { settle = "-1s" }`:             "planning.settle",
+		`planning { settle = "1m" }`:              "planning.settle",
 	}
 	for src, want := range cases {
 		_, err := ParseConfig("planner.hcl", []byte(src))
@@ -296,6 +298,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "las", s.Policy)
 	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
+	must.Eq(t, 100*time.Millisecond, s.Settle)
+	// The default settle never outwaits a shorter min_interval.
+	s, err = ParseConfig("planner.hcl", []byte("planning {\n interval = \"50ms\"\n min_interval = \"10ms\"\n}"))
+	must.NoError(t, err)
+	must.Eq(t, 10*time.Millisecond, s.Settle)
 }
 
 // A fixed job-size sample, scaled, is 2D-Gittins' distribution, as

@@ -170,8 +170,8 @@ func (p *Planner) kick() {
 	}
 }
 
-// loop plans a round on every change Nomad reports, at most every
-// MinInterval, and at least every Interval.
+// loop plans a round on every change Nomad reports, once Nomad has been
+// quiet for Settle, at most every MinInterval, and at least every Interval.
 func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 	wake := make(chan struct{}, 1)
 	p.mu.Lock()
@@ -216,7 +216,42 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 		case _, ok := <-changes:
 			if !ok {
 				changes = nil
+				continue
 			}
+			// A burst may hold the round back by min_interval at most.
+			if changes, err = settle(ctx, changes, p.cfg.Settle, max(p.cfg.MinInterval, p.cfg.Settle)); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// settle waits until changes has been quiet for quiet, or until limit has
+// passed, so that a round reads a burst of changes (a script submitting
+// twenty jobs) whole rather than planning its first job alone. It returns
+// changes, or nil once the channel is closed, and ctx's error when ctx ends
+// first.
+func settle(ctx context.Context, changes <-chan struct{}, quiet, limit time.Duration) (<-chan struct{}, error) {
+	if quiet <= 0 {
+		return changes, nil
+	}
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	calm := time.NewTimer(quiet)
+	defer calm.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return changes, ctx.Err()
+		case <-deadline.C:
+			return changes, nil
+		case <-calm.C:
+			return changes, nil
+		case _, ok := <-changes:
+			if !ok {
+				return nil, nil
+			}
+			calm.Reset(quiet)
 		}
 	}
 }
