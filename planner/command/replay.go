@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -80,6 +81,9 @@ Replay:
   -start-latency S     trace seconds from the event that lets a job start
                        to its task running, in the simulator's run (caravan
                        sim -start-latency); default: the live run's median
+  -start-spread S      trace seconds each further job that one event lets
+                       start waits, in the simulator's run (caravan sim
+                       -start-spread); default: measured on the live run
   -run-overhead S      trace seconds a run takes longer live than simulated,
                        in the simulator's run (caravan sim -run-overhead);
                        default: the live run's median
@@ -110,6 +114,7 @@ type replayFlags struct {
 	nomad                        nomadFlags
 	timeScale                    float64
 	startLatency, runOverhead    float64 // -1: measure on the live run
+	startSpread                  float64 // -1: measure on the live run
 	workload, checkpointDir, run string
 	planner, out, logLevel       string
 	iteration, timeout           time.Duration
@@ -131,6 +136,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -time-scale is required and must be a positive number (trace seconds per real second)")
 	case f.startLatency != -1 && !seconds(f.startLatency):
 		return usagef("flag -start-latency must be a non-negative number of trace seconds")
+	case f.startSpread != -1 && !seconds(f.startSpread):
+		return usagef("flag -start-spread must be a non-negative number of trace seconds")
 	case f.runOverhead != -1 && !seconds(f.runOverhead):
 		return usagef("flag -run-overhead must be a non-negative number of trace seconds")
 	case f.workload == "" && !f.prepareOnly:
@@ -163,6 +170,7 @@ func (c *replayCommand) Run(args []string) int {
 	f.nomad.register(fs)
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
+	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", -1, "")
 	fs.StringVar(&f.workload, "workload", "", "")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
@@ -215,13 +223,16 @@ type replayInfo struct {
 	WallSeconds  float64 `json:"wall_s"`
 	MaxLag       float64 `json:"max_submit_lag_s"`
 	TimedOut     bool    `json:"timed_out,omitempty"`
-	// StartLatency and RunOverhead are the trace seconds the simulator's
-	// run charged every start and every run (caravan sim -start-latency,
-	// -run-overhead), measured on that many starts and runs of the live
-	// run unless a flag gave them; SimNoDelayAvgJCT is the simulator's
+	// StartLatency, StartSpread and RunOverhead are the trace seconds the
+	// simulator's run charged every start, each further start of one
+	// moment, and every run (caravan sim -start-latency, -start-spread,
+	// -run-overhead), measured on that many starts, events and runs of the
+	// live run unless a flag gave them; SimNoDelayAvgJCT is the simulator's
 	// average JCT without either.
 	StartLatency           float64 `json:"start_latency_s"`
 	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
+	StartSpread            float64 `json:"start_spread_s"`
+	StartSpreadMeasuredOn  int     `json:"start_spread_measured_on,omitempty"`
 	RunOverhead            float64 `json:"run_overhead_s"`
 	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
 	SimNoDelayAvgJCT       float64 `json:"sim_no_delay_avg_jct"`
@@ -253,18 +264,30 @@ func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
 	return max(d[len(d)/2], 0), len(d)
 }
 
-// measuredStartLatency is what a start costs on the live cluster, in trace
-// seconds: the median, over the live jobs, of the time from the event that
-// let the job start to its first task's start. For a job the simulator
-// starts the moment it arrives, that event is its arrival; for one it
-// queues, the latest completion of another job before its live start,
-// whose GPUs it took (or its arrival, if later). It also returns how many
-// jobs it saw.
-func measuredStartLatency(live, ideal *sim.Result) (float64, int) {
-	onArrival := map[string]bool{}
+// liveStart is one live job's start and the event that let it start: its
+// time on the live cluster, and a key shared by the jobs one event let
+// start (a burst of arrivals at one trace time is submitted over a moment,
+// so each has its own live arrival).
+type liveStart struct {
+	from, start float64
+	event       startEvent
+}
+
+// startEvent is an arrival at a trace time, or a completion at a live time.
+type startEvent struct {
+	arrival bool
+	at      float64
+}
+
+// liveStarts pairs each started live job with the event that let it start:
+// for a job the simulator starts the moment it arrives, its arrival; for
+// one it queues, the latest completion of another job before its live
+// start, whose GPUs it took (or its arrival, if later).
+func liveStarts(live, ideal *sim.Result) []liveStart {
+	onArrival := map[string]float64{}
 	for _, j := range ideal.Jobs {
 		if j.Start-j.Arrival < 1e-9 {
-			onArrival[j.ID] = true
+			onArrival[j.ID] = j.Arrival
 		}
 	}
 	finishes := make([]float64, 0, len(live.Jobs))
@@ -274,18 +297,62 @@ func measuredStartLatency(live, ideal *sim.Result) (float64, int) {
 		}
 	}
 	sort.Float64s(finishes)
-	var d []float64
+	var out []liveStart
 	for _, j := range live.Jobs {
 		if j.Start <= 0 || j.Start < j.Arrival {
 			continue
 		}
-		from := j.Arrival
-		if !onArrival[j.ID] {
-			if k := sort.SearchFloat64s(finishes, j.Start); k > 0 && finishes[k-1] > from {
-				from = finishes[k-1]
-			}
+		if arrival, ok := onArrival[j.ID]; ok {
+			out = append(out, liveStart{j.Arrival, j.Start, startEvent{true, arrival}})
+			continue
 		}
-		d = append(d, j.Start-from)
+		from := j.Arrival
+		if k := sort.SearchFloat64s(finishes, j.Start); k > 0 && finishes[k-1] > from {
+			from = finishes[k-1]
+		}
+		out = append(out, liveStart{from, j.Start, startEvent{false, from}})
+	}
+	return out
+}
+
+// measuredStartSpread is how much later, on the live cluster, each further
+// job that one event let start started, in trace seconds: over the events
+// that let two or more jobs start, the median of (last start − first
+// start) ÷ (jobs − 1). Nomad places and starts the jobs one round
+// releases one after another. It also returns how many events it saw.
+func measuredStartSpread(live, ideal *sim.Result) (float64, int) {
+	byEvent := map[startEvent][]float64{}
+	for _, s := range liveStarts(live, ideal) {
+		byEvent[s.event] = append(byEvent[s.event], s.start)
+	}
+	var d []float64
+	for _, starts := range byEvent {
+		if len(starts) < 2 {
+			continue
+		}
+		lo, hi := slices.Min(starts), slices.Max(starts)
+		d = append(d, (hi-lo)/float64(len(starts)-1))
+	}
+	if len(d) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(d)
+	return d[len(d)/2], len(d)
+}
+
+// measuredStartLatency is what a start costs on the live cluster, in trace
+// seconds: the median, over the live jobs, of the time from the event that
+// let the job start to its first task's start, less spread for each job
+// that the same event let start before it (see measuredStartSpread). It
+// also returns how many jobs it saw.
+func measuredStartLatency(live, ideal *sim.Result, spread float64) (float64, int) {
+	starts := liveStarts(live, ideal)
+	sort.Slice(starts, func(a, b int) bool { return starts[a].start < starts[b].start })
+	before := map[startEvent]int{}
+	var d []float64
+	for _, s := range starts {
+		d = append(d, max(s.start-s.from-float64(before[s.event])*spread, 0))
+		before[s.event]++
 	}
 	if len(d) == 0 {
 		return 0, 0
@@ -379,18 +446,23 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// The simulator again, with what a start costs on this cluster: a
 	// planner round, Nomad's evaluation and placement, the task's start.
 	ideal := simRes
+	spread, events := f.startSpread, 0
+	if spread < 0 {
+		spread, events = measuredStartSpread(res.Sim, ideal)
+	}
 	latency, starts := f.startLatency, 0
 	if latency < 0 {
-		latency, starts = measuredStartLatency(res.Sim, ideal)
+		latency, starts = measuredStartLatency(res.Sim, ideal, spread)
 	}
 	overhead, runs := f.runOverhead, 0
 	if overhead < 0 {
 		overhead, runs = measuredRunOverhead(res.Sim, ideal)
 	}
-	log.Info("start costs", "start_latency_s", latency, "measured_on_starts", starts, "run_overhead_s", overhead, "measured_on_runs", runs)
-	if latency > 0 || overhead > 0 {
+	log.Info("start costs", "start_latency_s", latency, "measured_on_starts", starts, "start_spread_s", spread,
+		"measured_on_events", events, "run_overhead_s", overhead, "measured_on_runs", runs)
+	if latency > 0 || spread > 0 || overhead > 0 {
 		scfg = in.simConfig(pol)
-		scfg.KeepUtil, scfg.StartLatency, scfg.RunOverhead = true, latency, overhead
+		scfg.KeepUtil, scfg.StartLatency, scfg.StartSpread, scfg.RunOverhead = true, latency, spread, overhead
 		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
 			return fmt.Errorf("simulator: %w", err)
 		}
@@ -403,7 +475,8 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	rep := replayReport{Live: live, Sim: simulated, Replay: replayInfo{Run: run, TimeScale: f.timeScale, Held: f.held,
 		PlannerPolicy: plannerPolicy, WritesPerJob: res.AvgWrites(), WallSeconds: res.Wall.Seconds(),
 		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
-		StartLatency: latency, StartLatencyMeasuredOn: starts, RunOverhead: overhead, RunOverheadMeasuredOn: runs,
+		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
+		RunOverhead: overhead, RunOverheadMeasuredOn: runs,
 		SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
 	if f.out != "" {
 		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
@@ -525,15 +598,15 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
 		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\trun overhead\tsim without them\t")
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\trun overhead\tsim without them\t")
 	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
 		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
 		ratio := math.NaN()
 		if s.AvgJCT > 0 {
 			ratio = l.AvgJCT / s.AvgJCT
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
-			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.RunOverhead,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.RunOverhead,
 			dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()

@@ -55,6 +55,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{append(base, "-log-level", "loud"), "flag -log-level"},
 		{append(base, "-start-latency", "-2"), "flag -start-latency"},
 		{append(base, "-run-overhead", "NaN"), "flag -run-overhead"},
+		{append(base, "-start-spread", "-3"), "flag -start-spread"},
 		{append(base, "-bogus"), "bogus"},
 		{append(base, "extra"), `unexpected argument "extra"`},
 	}
@@ -117,12 +118,42 @@ func TestMeasuredStartLatency(t *testing.T) {
 		// Queued behind a: starts 11 s after a completed, whatever its arrival.
 		{ID: "queued", Arrival: 30, Start: 161, Finish: 400},
 	}}
-	d, n := measuredStartLatency(live, ideal)
+	d, n := measuredStartLatency(live, ideal, 0)
 	must.Eq(t, 4, n)
 	must.Eq(t, 11.0, d, must.Sprint("median of 8, 12, 9 and 11"))
-	d, n = measuredStartLatency(&sim.Result{}, ideal)
+	d, n = measuredStartLatency(&sim.Result{}, ideal, 0)
 	must.Eq(t, 0, n)
 	must.Eq(t, 0.0, d)
+}
+
+// Jobs that one event let start, a burst of arrivals at one trace time or
+// a completion, start one after another live: the spread is the median
+// over such events of the time per further job, and the latency is
+// measured less the spread of the jobs before.
+func TestMeasuredStartSpread(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 0, Start: 0}, {ID: "c", Arrival: 0, Start: 0},
+		{ID: "d", Arrival: 50, Start: 50},
+		{ID: "q1", Arrival: 1, Start: 40}, {ID: "q2", Arrival: 1, Start: 40},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		// Submitted 0.1 s apart, started 1 s apart: 1 s per further job.
+		{ID: "a", Arrival: 0, Start: 2, Finish: 42}, {ID: "b", Arrival: 0.1, Start: 3, Finish: 80},
+		{ID: "c", Arrival: 0.2, Start: 4, Finish: 90},
+		{ID: "d", Arrival: 50, Start: 52, Finish: 60},
+		// a's completion lets both start, 3 s apart.
+		{ID: "q1", Arrival: 1, Start: 44, Finish: 100}, {ID: "q2", Arrival: 1, Start: 47, Finish: 100},
+	}}
+	spread, events := measuredStartSpread(live, ideal)
+	must.Eq(t, 2, events, must.Sprint("the burst at 0 and a's completion; d alone does not count"))
+	must.Eq(t, 3.0, spread, must.Sprint("median of 1 and 3"))
+	latency, n := measuredStartLatency(live, ideal, 1)
+	must.Eq(t, 6, n)
+	// a 2, b 2.9-1, c 3.8-2, d 2, q1 2, q2 5-1: sorted 1.8, 1.9, 2, 2, 2, 4.
+	must.Eq(t, 2.0, latency)
+	spread, events = measuredStartSpread(&sim.Result{}, ideal)
+	must.Eq(t, 0, events)
+	must.Eq(t, 0.0, spread)
 }
 
 // A run's overhead is measured on jobs that ran unpreempted on the same

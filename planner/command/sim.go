@@ -70,6 +70,9 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)
+  -start-spread S      seconds more for each further job started at the
+                       same moment, as a cluster starts them one after
+                       another (default 0)
   -run-overhead S      seconds every run spends without progress (process
                        start, setup); executed time (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
@@ -86,6 +89,7 @@ type simFlags struct {
 	preemptionCost    float64
 	startLatency      float64
 	runOverhead       float64
+	startSpread       float64
 	lanes, laneMemory int
 	json, progress    bool
 }
@@ -103,6 +107,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.preemptionCost, "preemption-cost", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", 0, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
+	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
 	fs.IntVar(&f.lanes, "lanes", 0, "")
 	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
 	fs.BoolVar(&f.json, "json", false, "")
@@ -146,6 +151,8 @@ func (f *simFlags) check() string {
 		return "flag -start-latency must be a non-negative number of seconds"
 	case !seconds(f.runOverhead):
 		return "flag -run-overhead must be a non-negative number of seconds"
+	case !seconds(f.startSpread):
+		return "flag -start-spread must be a non-negative number of seconds"
 	case f.lanes < 0 || f.laneMemory < 0:
 		return "flags -lanes and -lane-memory must not be negative"
 	}
@@ -209,7 +216,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 	for _, p := range in.policies {
 		scfg := in.simConfig(p)
 		scfg.Lanes, scfg.LaneMemoryMB, scfg.PreemptionCost = f.lanes, f.laneMemory, f.preemptionCost
-		scfg.StartLatency, scfg.RunOverhead = f.startLatency, f.runOverhead
+		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread = f.startLatency, f.runOverhead, f.startSpread
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

@@ -129,10 +129,18 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	} else if s.cfg.PreemptionCost > 0 {
 		js.work += s.cfg.PreemptionCost * s.baseRate(js)
 	}
-	if idle := s.cfg.StartLatency + s.cfg.RunOverhead; idle > 0 {
+	latency := s.cfg.StartLatency
+	if s.cfg.StartSpread > 0 {
+		if s.now != s.startsAt {
+			s.startsAt, s.startsThen = s.now, 0
+		}
+		latency += float64(s.startsThen) * s.cfg.StartSpread
+		s.startsThen++
+	}
+	if idle := latency + s.cfg.RunOverhead; idle > 0 {
 		js.work += idle * s.baseRate(js)
 	}
-	js.latency = s.cfg.StartLatency
+	js.latency = latency
 	js.laneShare = 0
 	if d.Lane && len(d.Slots) == 1 {
 		s.occupyLane(i, d.Slots[0])

@@ -33,6 +33,13 @@ type Config struct {
 	// service meanwhile, as the live planner counts executed time from
 	// the task's start. 0 by default; caravan replay measures it.
 	StartLatency float64
+	// StartSpread is how much later each further job started at the same
+	// moment starts: a real cluster places and starts the jobs one round
+	// releases one after another, so jobs that a round starts together
+	// (and that would finish together) are spread out. The k-th start
+	// (from 0) of one moment holds its GPUs StartLatency + k·StartSpread.
+	// 0 by default; caravan replay measures it.
+	StartSpread float64
 	// RunOverhead is the time in seconds every run, first or after a
 	// preemption, spends running without progress: the process starting
 	// and exiting, the framework's setup. It counts as executed time.
@@ -108,7 +115,7 @@ type jobState struct {
 	done        bool
 	finish      float64
 	isolated    float64
-	latency     float64 // StartLatency left before the task runs
+	latency     float64 // StartLatency (and spread) left before the task runs
 }
 
 // Run simulates jobs (sorted by arrival) under cfg.
@@ -187,6 +194,10 @@ type simulator struct {
 	laneOcc    map[gpuKey][]int
 	blocked    bool // the last round left a job waiting
 	head       int  // strict FIFO: the first job the last round left waiting
+	// startsAt and startsThen count the starts at one moment, for
+	// StartSpread.
+	startsAt   float64
+	startsThen int
 }
 
 type slot = policy.Slot

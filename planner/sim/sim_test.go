@@ -226,6 +226,21 @@ func TestStartLatencyAndRunOverhead(t *testing.T) {
 	must.Eq(t, 1, latency.Jobs[0].Preemptions)
 }
 
+// Jobs started at one moment are spread by StartSpread, in the order they
+// start, as a real cluster places and starts them one after another; a
+// later moment starts its own count from the base latency.
+func TestStartSpread(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "B", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "C", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "D", Arrival: 50, GPUs: 1, Duration: 10},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 0.5}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, []float64{12, 12.5, 13, 62}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish, res.Jobs[3].Finish})
+}
+
 // Synergy's sizing on nodes with 3 cores per GPU, Synergy's own server
 // (8 GPUs, 24 cores, 500 GB): every job finishes (a job left on no CPU
 // would make no progress), and TUNE beats the proportional share on
