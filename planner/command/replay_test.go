@@ -127,9 +127,9 @@ func TestMeasuredStartLatency(t *testing.T) {
 }
 
 // Jobs that one event let start, a burst of arrivals at one trace time or
-// a completion, start one after another live: the spread is the median
-// over such events of the time per further job, and the latency is
-// measured less the spread of the jobs before.
+// a completion, start one after another live: the spread is the time per
+// further job over all such events, and the latency is measured less the
+// spread of the jobs before.
 func TestMeasuredStartSpread(t *testing.T) {
 	ideal := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 0, Start: 0}, {ID: "c", Arrival: 0, Start: 0},
@@ -146,7 +146,7 @@ func TestMeasuredStartSpread(t *testing.T) {
 	}}
 	spread, events := measuredStartSpread(live, ideal)
 	must.Eq(t, 2, events, must.Sprint("the burst at 0 and a's completion; d alone does not count"))
-	must.Eq(t, 3.0, spread, must.Sprint("median of 1 and 3"))
+	must.Eq(t, 5.0/3, spread, must.Sprint("2 s over the burst's two further jobs, 3 s over the pair's one"))
 	latency, n := measuredStartLatency(live, ideal, 1)
 	must.Eq(t, 6, n)
 	// a 2, b 2.9-1, c 3.8-2, d 2, q1 2, q2 5-1: sorted 1.8, 1.9, 2, 2, 2, 4.
