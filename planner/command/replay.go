@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -316,29 +315,35 @@ func liveStarts(live, ideal *sim.Result) []liveStart {
 }
 
 // measuredStartSpread is how much later, on the live cluster, each further
-// job that one event let start started, in trace seconds: over the events
-// that let two or more jobs start, the sum of (last start − first start)
-// over the sum of (jobs − 1), so that a burst of many counts for more than
-// a pair. Nomad places and starts the jobs one round releases one after
-// another. It also returns how many events it saw.
-func measuredStartSpread(live, ideal *sim.Result) (float64, int) {
+// job that one event let start started, in trace seconds: the mean gap
+// between consecutive starts of the jobs one event let start. Nomad
+// places and starts the jobs one round releases one after another. A gap
+// longer than within (the start latency) is a later round's start, not
+// spread, and is left out. It also returns how many events it saw.
+func measuredStartSpread(live, ideal *sim.Result, within float64) (float64, int) {
 	byEvent := map[startEvent][]float64{}
 	for _, s := range liveStarts(live, ideal) {
 		byEvent[s.event] = append(byEvent[s.event], s.start)
 	}
-	span, gaps, events := 0.0, 0, 0
+	sum, gaps, events := 0.0, 0, 0
 	for _, starts := range byEvent {
-		if len(starts) < 2 {
-			continue
+		sort.Float64s(starts)
+		counted := false
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i] - starts[i-1]; gap <= within {
+				sum += gap
+				gaps++
+				counted = true
+			}
 		}
-		span += slices.Max(starts) - slices.Min(starts)
-		gaps += len(starts) - 1
-		events++
+		if counted {
+			events++
+		}
 	}
 	if gaps == 0 {
 		return 0, 0
 	}
-	return span / float64(gaps), events
+	return sum / float64(gaps), events
 }
 
 // measuredStartLatency is what a start costs on the live cluster, in trace
@@ -449,7 +454,8 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	ideal := simRes
 	spread, events := f.startSpread, 0
 	if spread < 0 {
-		spread, events = measuredStartSpread(res.Sim, ideal)
+		within, _ := measuredStartLatency(res.Sim, ideal, 0)
+		spread, events = measuredStartSpread(res.Sim, ideal, within)
 	}
 	latency, starts := f.startLatency, 0
 	if latency < 0 {

@@ -127,31 +127,36 @@ func TestMeasuredStartLatency(t *testing.T) {
 }
 
 // Jobs that one event let start, a burst of arrivals at one trace time or
-// a completion, start one after another live: the spread is the time per
-// further job over all such events, and the latency is measured less the
+// a completion, start one after another live: the spread is the mean gap
+// between their consecutive starts, leaving out gaps longer than a start's
+// latency (a later round's start), and the latency is measured less the
 // spread of the jobs before.
 func TestMeasuredStartSpread(t *testing.T) {
 	ideal := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 0, Start: 0}, {ID: "c", Arrival: 0, Start: 0},
+		{ID: "late", Arrival: 0, Start: 0},
 		{ID: "d", Arrival: 50, Start: 50},
 		{ID: "q1", Arrival: 1, Start: 40}, {ID: "q2", Arrival: 1, Start: 40},
 	}}
 	live := &sim.Result{Jobs: []sim.JobResult{
-		// Submitted 0.1 s apart, started 1 s apart: 1 s per further job.
+		// Submitted 0.1 s apart, started 1 s apart.
 		{ID: "a", Arrival: 0, Start: 2, Finish: 42}, {ID: "b", Arrival: 0.1, Start: 3, Finish: 80},
 		{ID: "c", Arrival: 0.2, Start: 4, Finish: 90},
+		// Started on arrival in the simulator, but by a later round live.
+		{ID: "late", Arrival: 0.3, Start: 30, Finish: 95},
 		{ID: "d", Arrival: 50, Start: 52, Finish: 60},
-		// a's completion lets both start, 3 s apart.
-		{ID: "q1", Arrival: 1, Start: 44, Finish: 100}, {ID: "q2", Arrival: 1, Start: 47, Finish: 100},
+		// a's completion lets both start, 2 s apart.
+		{ID: "q1", Arrival: 1, Start: 44, Finish: 100}, {ID: "q2", Arrival: 1, Start: 46, Finish: 100},
 	}}
-	spread, events := measuredStartSpread(live, ideal)
+	spread, events := measuredStartSpread(live, ideal, 5)
 	must.Eq(t, 2, events, must.Sprint("the burst at 0 and a's completion; d alone does not count"))
-	must.Eq(t, 5.0/3, spread, must.Sprint("2 s over the burst's two further jobs, 3 s over the pair's one"))
+	must.Eq(t, 4.0/3, spread, must.Sprint("gaps 1, 1 and 2; late's 26 s is a later round"))
 	latency, n := measuredStartLatency(live, ideal, 1)
-	must.Eq(t, 6, n)
-	// a 2, b 2.9-1, c 3.8-2, d 2, q1 2, q2 5-1: sorted 1.8, 1.9, 2, 2, 2, 4.
+	must.Eq(t, 7, n)
+	// a 2, b 2.9-1, c 3.8-2, late 29.7-3, d 2, q1 2, q2 4-1: sorted 1.8,
+	// 1.9, 2, 2, 2, 3, 26.7.
 	must.Eq(t, 2.0, latency)
-	spread, events = measuredStartSpread(&sim.Result{}, ideal)
+	spread, events = measuredStartSpread(&sim.Result{}, ideal, 5)
 	must.Eq(t, 0, events)
 	must.Eq(t, 0.0, spread)
 }
