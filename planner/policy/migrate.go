@@ -1,6 +1,9 @@
 package policy
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // DefaultMigrationCost is the run time in seconds a job loses when it moves
 // to another GPU model: saving a checkpoint, stopping, starting on the new
@@ -24,8 +27,9 @@ const DefaultMigrationGain = 0.1
 // job moved to another model is a Decision with Migrate set: the caller
 // stops it and starts it on the new model, and the job loses Cost seconds.
 //
-// It works on GPU counts per model: jobs on lanes, and jobs a placer put on
-// concrete GPUs, stay where they are. Jobs with no known run time per model
+// It works on GPU counts per model: jobs on lanes, and jobs a placer starts
+// on concrete GPUs, stay where they are; a running job that moves loses its
+// Slots, and the caller finds it GPUs of the new model. Jobs with no known run time per model
 // (Throughput and RemainingWork) have nothing to gain and stay too.
 type Migration struct {
 	// Cost is the run time in seconds a migrated job loses (0: the default).
@@ -45,7 +49,6 @@ func (m *Migration) minGain() float64 {
 	if m.MinGain > 0 {
 		return m.MinGain
 	}
-
 	return DefaultMigrationGain
 }
 
@@ -59,9 +62,8 @@ type mover struct {
 	value   []float64 // per model: throughput less cost and damping; -Inf where it may not run
 }
 
-// apply moves jobs while a move into free GPUs, or a swap of two jobs of
-// the same GPU count, raises the total value. Each step raises it, so the
-// walk ends; it is also bounded.
+// apply values every job that runs on every model, improves where they run
+// (improve), and writes the moves into the decisions.
 func (m *Migration) apply(s *Snapshot, r *Result) {
 	c := s.capacity()
 	if len(c.models) < 2 {
@@ -144,58 +146,7 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 	if len(movers) == 0 {
 		return
 	}
-	nm := len(c.models)
-	type swapEnd struct {
-		mover int
-		gain  float64
-	}
-	ends := map[[3]int]swapEnd{} // (from model, to model, GPUs) → best mover
-	var keys [][3]int            // ends' keys in the order found, for ties
-	for range 4 * len(movers) {
-		bestGain, bestMover, bestTo, bestOther := 1e-9, -1, -1, -1
-		clear(ends)
-		keys = keys[:0]
-		for a := range movers {
-			mv := &movers[a]
-			for k := 0; k < nm; k++ {
-				if k == mv.at || math.IsInf(mv.value[k], -1) {
-					continue
-				}
-				gain := mv.value[k] - mv.value[mv.at]
-				if free[k] >= mv.g && gain > bestGain {
-					bestGain, bestMover, bestTo, bestOther = gain, a, k, -1
-				}
-				key := [3]int{mv.at, k, mv.g}
-				if e, ok := ends[key]; !ok || gain > e.gain {
-					if !ok {
-						keys = append(keys, key)
-					}
-					ends[key] = swapEnd{a, gain}
-				}
-			}
-		}
-		for _, key := range keys {
-			e := ends[key]
-			if key[0] > key[1] {
-				continue
-			}
-			if o, ok := ends[[3]int{key[1], key[0], key[2]}]; ok && e.gain+o.gain > bestGain {
-				bestGain, bestMover, bestTo, bestOther = e.gain+o.gain, e.mover, key[1], o.mover
-			}
-		}
-		if bestMover < 0 {
-			break
-		}
-		mv := &movers[bestMover]
-		if bestOther >= 0 {
-			o := &movers[bestOther]
-			o.at = mv.at
-		} else {
-			free[mv.at] += mv.g
-			free[bestTo] -= mv.g
-		}
-		mv.at = bestTo
-	}
+	m.improve(movers, free, &r.migrationGains)
 	for _, mv := range movers {
 		if mv.at == mv.from {
 			continue
@@ -208,6 +159,110 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 			d.Reason = r.join(d.Reason, "; migrates to "+d.GPUModel+": more throughput there, worth the restart")
 		} else {
 			d.Reason = r.join(d.Reason, "; starts on "+d.GPUModel+" instead, where it adds more throughput")
+		}
+	}
+}
+
+// gainTo is one mover's gain from going to another model.
+type gainTo struct {
+	gain  float64
+	mover int
+	to    int
+}
+
+// improve moves movers while a move into free GPUs, or a swap of two
+// movers of the same GPU count between two models, raises the total value.
+// It works in passes: each pass takes the moves into free GPUs best first,
+// then, for each pair of models, pairs the movers that gain most from
+// going one way with those that gain most from going the other, while a
+// pair gains; a mover changes at most once a pass. Every change raises the
+// total, so the passes end; they are also bounded. A pass costs a sort of
+// the movers' gains, so a round that moves hundreds of jobs stays cheap.
+func (m *Migration) improve(movers []mover, free []int, scratch *[]gainTo) {
+	const eps = 1e-9
+	nm := len(free)
+	moved := make([]bool, len(movers))
+	gains := (*scratch)[:0]
+	defer func() { *scratch = gains }()
+	sortGains := func(g []gainTo) {
+		slices.SortFunc(g, func(x, y gainTo) int {
+			switch {
+			case x.gain > y.gain:
+				return -1
+			case x.gain < y.gain:
+				return 1
+			}
+			return x.mover - y.mover
+		})
+	}
+	for range 16 {
+		changed := false
+		clear(moved)
+		// Moves into free GPUs.
+		gains = gains[:0]
+		for a := range movers {
+			mv := &movers[a]
+			for k := 0; k < nm; k++ {
+				if k != mv.at && free[k] >= mv.g && !math.IsInf(mv.value[k], -1) {
+					if gain := mv.value[k] - mv.value[mv.at]; gain > eps {
+						gains = append(gains, gainTo{gain, a, k})
+					}
+				}
+			}
+		}
+		sortGains(gains)
+		for _, x := range gains {
+			mv := &movers[x.mover]
+			if moved[x.mover] || free[x.to] < mv.g {
+				continue
+			}
+			free[mv.at] += mv.g
+			free[x.to] -= mv.g
+			mv.at, moved[x.mover], changed = x.to, true, true
+		}
+		// Swaps between each pair of models a < b, one GPU count at a time.
+		for a := 0; a < nm; a++ {
+			for b := a + 1; b < nm; b++ {
+				gains = gains[:0]
+				for i := range movers {
+					mv := &movers[i]
+					if moved[i] || (mv.at != a && mv.at != b) {
+						continue
+					}
+					to := b + a - mv.at
+					if math.IsInf(mv.value[to], -1) {
+						continue
+					}
+					gains = append(gains, gainTo{mv.value[to] - mv.value[mv.at], i, to})
+				}
+				sortGains(gains)
+				// Best first within each (direction, GPU count): pair the
+				// k-th of one way with the k-th of the other.
+				next := map[[2]int]int{} // (to, GPUs) → next index into gains
+				for _, gx := range gains {
+					mv := &movers[gx.mover]
+					if moved[gx.mover] || gx.to != b {
+						continue
+					}
+					// Its partner: the best not yet moved going to a with
+					// the same GPU count.
+					key := [2]int{a, mv.g}
+					y := next[key]
+					for y < len(gains) && (moved[gains[y].mover] || gains[y].to != a || movers[gains[y].mover].g != mv.g) {
+						y++
+					}
+					next[key] = y
+					if y == len(gains) || gx.gain+gains[y].gain <= eps {
+						continue
+					}
+					o := &movers[gains[y].mover]
+					o.at, mv.at = mv.at, o.at
+					moved[gx.mover], moved[gains[y].mover], changed = true, true, true
+				}
+			}
+		}
+		if !changed {
+			break
 		}
 	}
 }

@@ -130,8 +130,9 @@ type Result struct {
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
 
-	movers      []mover   // migration scratch
-	moverValues []float64 // backs movers' values
+	movers         []mover   // migration scratch
+	moverValues    []float64 // backs movers' values
+	migrationGains []gainTo
 }
 
 // Plan runs the policy on s. Pass the previous round's Result (or a new
