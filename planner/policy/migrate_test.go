@@ -127,8 +127,10 @@ func TestMigration(t *testing.T) {
 }
 
 // TestMigrationSettles plays rounds in which the decisions are carried out
-// and the jobs progress: once the jobs are where they gain most, the next
-// rounds move nothing, and no job goes back where it came from.
+// and the jobs progress, and a job arrives every round that would gain a
+// little more on a V100 than a job already there: once the first round has
+// put the jobs where they gain most, no running job moves again for a gain
+// that small, and none goes back where it came from.
 func TestMigrationSettles(t *testing.T) {
 	var jobs []Job
 	rates := []map[string]float64{steep, flat, {"V100": 10, "K80": 4}, {"V100": 10, "K80": 6}, {"V100": 10, "K80": 5.5}}
@@ -138,13 +140,21 @@ func TestMigrationSettles(t *testing.T) {
 	for i := range jobs[:2] {
 		jobs[i].GPUModel = "V100"
 	}
-	s := &Snapshot{Nodes: migrationCluster(2, 3, 0), Jobs: jobs}
-	p, err := Parse("las+migrate", Config{})
+	s := &Snapshot{Nodes: migrationCluster(2, 8, 0), Jobs: jobs}
+	p, err := Parse("fjf+migrate", Config{})
 	must.NoError(t, err)
 	moves := map[string][]string{}
 	perRound := make([]int, 6)
 	for round := range perRound {
 		s.Now = float64(round) * 360
+		if round > 0 {
+			// 3.9, 3.8, ... steps/s on a K80: each gains 0.01 to 0.05 of a
+			// V100 more than c there.
+			newcomer := job(string(rune('A'+round)), s.Now, 1)
+			newcomer.RemainingWork, newcomer.Remaining = 1e6, 1e5
+			newcomer.Throughput = map[string]float64{"V100": 10, "K80": 4 - 0.1*float64(round)}
+			s.Jobs = append(s.Jobs, newcomer)
+		}
 		r := p.Plan(s, nil)
 		for i, d := range r.Decisions {
 			j := &s.Jobs[i]
@@ -152,12 +162,10 @@ func TestMigrationSettles(t *testing.T) {
 			if d.Migrate {
 				perRound[round]++
 				moves[j.ID] = append(moves[j.ID], d.GPUModel)
-				j.GPUModel = d.GPUModel
 			}
+			j.State, j.GPUModel = Running, d.GPUModel
 			j.PrevQueue, j.PrevRank = d.Queue, d.Rank
 			j.RemainingWork -= 360 * j.Throughput[j.GPUModel]
-			j.Attained += 360
-			j.Executed += 360
 		}
 	}
 	// The flat job gives its V100 to the steepest job on a K80, in the
