@@ -19,7 +19,7 @@ import (
 type traceFlags struct {
 	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
 	queueCuts, weights                                                           string
-	promoteKnob, fairness, offeredLoad                                           float64
+	promoteKnob, fairness, offeredLoad, migrationCost                            float64
 	jobs                                                                         int
 	seed                                                                         uint64
 }
@@ -35,6 +35,7 @@ func (f *traceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queueCuts, "queue-cuts", "", "")
 	fs.Float64Var(&f.promoteKnob, "promote-knob", 0, "")
 	fs.Float64Var(&f.fairness, "fairness", 0, "")
+	fs.Float64Var(&f.migrationCost, "migration-cost", policy.DefaultMigrationCost, "")
 	fs.Float64Var(&f.offeredLoad, "load", 374, "")
 	fs.IntVar(&f.jobs, "jobs", 10000, "")
 	fs.Uint64Var(&f.seed, "seed", 1, "")
@@ -51,6 +52,8 @@ func (f *traceFlags) check() string {
 		return "flag -promote-knob must not be negative"
 	case f.fairness < 0 || f.fairness > 1:
 		return "flag -fairness must be in [0,1]"
+	case !(f.migrationCost > 0) || math.IsInf(f.migrationCost, 0):
+		return "flag -migration-cost must be a positive number of seconds"
 	case f.jobs <= 0:
 		return "flag -jobs must be positive"
 	case f.offeredLoad <= 0:
@@ -95,7 +98,8 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 		}
 		return nil, 2, fmt.Errorf("flag -cluster: %w", err) // a malformed nNgG or mix
 	}
-	in.cfg = policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias"}
+	in.cfg = policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias",
+		MigrationCost: f.migrationCost}
 	in.cfg.QueueCuts, _ = parseCuts(f.queueCuts)
 	if f.jobSizes != "" {
 		if in.cfg.JobSizes, err = trace.LoadJobSizes(f.jobSizes); err != nil {
@@ -138,7 +142,7 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 // simConfig is the simulator's configuration for policy p on these inputs.
 func (in *traceInputs) simConfig(p *policy.Policy) sim.Config {
 	return sim.Config{Cluster: in.cluster, Policy: p, Throughputs: in.tputs, Colocation: in.cfg.Colocation,
-		Compat: in.cfg.Compat}
+		Compat: in.cfg.Compat, MigrationCost: in.cfg.MigrationCost}
 }
 
 // parseWeights reads -weights: positive numbers separated by commas.

@@ -53,7 +53,9 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
   -cluster SPEC        cluster spec file (Tiresias CSV or PAI machine spec),
                        nNgG (e.g. n32g4), or a mix like 32xV100,32xP100
   -policy P[,P2...]    shorthand (` + strings.Join(policy.Names(), ", ") + `)
-                       or ORDER[+PLACER][+SIZER], e.g. las+match+synergy
+                       or ORDER[+PLACER][+migrate][+SIZER], e.g.
+                       las+match+synergy; migrate moves running jobs to
+                       the GPU model where they add most throughput
   -compat tiresias     follow Tiresias' reference simulator
   -job-sizes FILE      2D-Gittins size sample (default: learn online)
   -promote-knob K      2D-LAS/Gittins starvation knob (0: off)
@@ -67,6 +69,9 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
   -lane-memory MB      memory per lane
   -fairness F          AlloX fairness knob in [0,1]
   -preemption-cost S   seconds a preempted job loses on resume (default 0)
+  -migration-cost S    seconds a job moved to another GPU model by the
+                       migrate step loses (checkpoint and restart; the
+                       step plans with it too; default 30)
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)
@@ -262,11 +267,11 @@ func renderTable(rep simReport) string {
 	}
 	b.WriteString("\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tjobs\tavg JCT\tmedian\tp95\tp99\tweighted\tmakespan\tqueueing\tutil\tpreempt\tavg ÷ first\t")
+	fmt.Fprintln(tw, "policy\tjobs\tavg JCT\tmedian\tp95\tp99\tweighted\tmakespan\tqueueing\tutil\tpreempt\tmigrate\tavg ÷ first\t")
 	for _, p := range rep.Policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%d\t%.3f\t\n", p.Policy, p.Jobs-p.Unfinished,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%d\t%d\t%.3f\t\n", p.Policy, p.Jobs-p.Unfinished,
 			dur(p.AvgJCT), dur(p.MedianJCT), dur(p.P95JCT), dur(p.P99JCT), dur(p.WeightedJCT), dur(p.Makespan),
-			dur(p.AvgQueueing), 100*p.Utilization, p.Preemptions, p.AvgJCTRatio)
+			dur(p.AvgQueueing), 100*p.Utilization, p.Preemptions, p.Migrations, p.AvgJCTRatio)
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "\nweighted JCT is at least %s under any policy on whole GPUs (Hare's relaxation)", dur(rep.WeightedJCTBound))
@@ -315,10 +320,10 @@ func fileSafe(name string) string {
 
 func writeJobsCSV(path string, r *sim.Result) error {
 	var b strings.Builder
-	b.WriteString("job_id,gpus,weight,arrival,start,finish,jct,queueing,isolated,preemptions,gpu_model\n")
+	b.WriteString("job_id,gpus,weight,arrival,start,finish,jct,queueing,isolated,preemptions,migrations,gpu_model\n")
 	for _, j := range r.Jobs {
-		fmt.Fprintf(&b, "%s,%d,%g,%g,%g,%g,%g,%g,%g,%d,%s\n", csvSafe(j.ID), j.GPUs, j.Weight, j.Arrival, j.Start,
-			j.Finish, j.JCT, j.Queueing, j.Isolated, j.Preemptions, csvSafe(j.GPUModel))
+		fmt.Fprintf(&b, "%s,%d,%g,%g,%g,%g,%g,%g,%g,%d,%d,%s\n", csvSafe(j.ID), j.GPUs, j.Weight, j.Arrival, j.Start,
+			j.Finish, j.JCT, j.Queueing, j.Isolated, j.Preemptions, j.Migrations, csvSafe(j.GPUModel))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -3,6 +3,7 @@ package command
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "hare", "-weights", "1,0"}, "flag -weights"},
 		{[]string{"-cluster", "n1g4", "-policy", "hare", "-weights", "1,heavy"}, "flag -weights"},
 		{[]string{"-cluster", "n1g4", "-policy", "teleport"}, "flag -policy"},
+		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "-1"}, "flag -migration-cost"},
+		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "NaN"}, "flag -migration-cost"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
 		{[]string{"-cluster", "n0g4", "-policy", "las"}, "flag -cluster"},
 	}
@@ -44,6 +47,28 @@ func TestSimUsageErrors(t *testing.T) {
 			must.Eq(t, 2, code)
 			must.StrContains(t, stderr, tc.want)
 		})
+	}
+}
+
+// -migration-cost reaches both the migrate step and the simulator's
+// charge. Two jobs of a type 10× faster on a V100 start at 0, A on the
+// V100 (1,000 s), B on the K80; when A ends, B moves with 2,000 steps left
+// and ends 200 s plus the migration cost later.
+func TestSimMigrationCost(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "gavel.trace")
+	row := "Steep\tcmd\t--steps\t1\t%d\t0.000000\t1\n"
+	must.NoError(t, os.WriteFile(tr, []byte(fmt.Sprintf(row, 10000)+fmt.Sprintf(row, 3000)), 0o644))
+	tp := filepath.Join(dir, "tputs.json")
+	must.NoError(t, os.WriteFile(tp, []byte(`{"v100": {"('Steep', 1)": {"null": 10}}, "k80": {"('Steep', 1)": {"null": 1}}}`), 0o644))
+	for _, cost := range []float64{30, 100} {
+		code, stdout, stderr := runSim(t, "-trace", tr, "-format", "gavel", "-throughputs", tp, "-cluster", "1xV100,1xK80",
+			"-policy", "fjf+migrate", "-migration-cost", fmt.Sprint(cost), "-json")
+		must.Eq(t, 0, code, must.Sprint(stderr))
+		var rep simReport
+		must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+		must.Eq(t, 1, rep.Policies[0].Migrations)
+		must.Eq(t, (1000+1000+cost+200)/2, rep.Policies[0].AvgJCT)
 	}
 }
 

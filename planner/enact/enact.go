@@ -10,7 +10,13 @@
 //	                  the policy chose, in one write
 //	pending, not Run  hold: Nomad places nothing of the job, even when it fits
 //	running, not Run  hold: Nomad stops every allocation of the job at once
-//	running, Run      leave it be
+//	running, Run      leave it be; a decision that migrates it to another
+//	                  GPU model (policy.Decision.Migrate) is not carried
+//	                  out: pinning a model on a running job would make Nomad
+//	                  replace its allocations, and Nomad backs out a
+//	                  replacement it cannot place at once, so a swap of two
+//	                  jobs' models would never happen. The live planner
+//	                  refuses policies with the migrate step.
 //
 // Every job also gets its band's priority, so that Nomad's eval broker
 // dequeues released jobs in band order.

@@ -40,6 +40,8 @@ func TestPlan(t *testing.T) {
 			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80}}},
 		{name: "running job that keeps running is left alone",
 			inv: one, job: Job{Priority: 80, Live: true}, d: policy.Decision{Run: true}},
+		{name: "running job the policy would migrate is left on its model",
+			inv: mixed, job: Job{Priority: 80, Live: true}, d: policy.Decision{Run: true, Migrate: true, GPUModel: "T4"}},
 		{name: "held job the policy runs is released, no pin on one model",
 			inv: one, job: Job{Priority: 50, Held: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
 			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{}}}},

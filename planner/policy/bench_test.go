@@ -71,6 +71,52 @@ func BenchmarkPlanRound(b *testing.B) {
 	}
 }
 
+// BenchmarkPlanRoundMigrate is a round of las+migrate on the snapshot of
+// BenchmarkPlanRound, its jobs gaining 1× to 2× on a V100 over a P100:
+// "unsettled" with the running jobs on models at random, so the round
+// moves hundreds of them (every round redoes that work, as nothing is
+// carried out); "settled" after those moves are carried out, as most live
+// rounds are. Target: ≤ 10 ms.
+func BenchmarkPlanRoundMigrate(b *testing.B) {
+	for _, settled := range []bool{false, true} {
+		name := "unsettled"
+		if settled {
+			name = "settled"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := Parse("las+migrate", Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := planningSnapshot()
+			for i := range s.Jobs {
+				j := &s.Jobs[i]
+				j.RemainingWork, j.Throughput = j.Remaining, map[string]float64{"V100": 1 + float64(i%5)/4, "P100": 1}
+			}
+			r := p.Plan(s, nil)
+			moved := 0
+			for i := range s.Jobs {
+				d := &r.Decisions[i]
+				s.Jobs[i].PrevQueue, s.Jobs[i].PrevRank = d.Queue, d.Rank
+				if d.Migrate {
+					moved++
+					if settled {
+						s.Jobs[i].GPUModel, s.Jobs[i].Placement = d.GPUModel, nil
+					}
+				}
+			}
+			if moved == 0 {
+				b.Fatal("no job migrates: the benchmark measures nothing")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Plan(s, r)
+			}
+			b.ReportMetric(float64(moved), "moves/first-round")
+		})
+	}
+}
+
 // BenchmarkMatchManyFreeGPUs is one AlloX round on the cluster of
 // BenchmarkPlanRound with its last 128 nodes idle: 1,024 GPUs free, so the
 // matching takes the 1,024 longest-waiting of the pending jobs (never fewer

@@ -50,11 +50,14 @@ type Sizer interface {
 
 // Policy is an Orderer, a Placer and an optional Sizer run in sequence.
 type Policy struct {
-	Name     string
-	Order    Orderer
-	Place    Placer
-	Size     Sizer // nil: no sizing
-	Blocking bool  // strict FIFO: stop at the first pending job that does not fit
+	Name  string
+	Order Orderer
+	Place Placer
+	Size  Sizer // nil: no sizing
+	// Migrate, when set, re-decides after placement which GPU model each
+	// job that runs is on, moving running jobs (see Migration).
+	Migrate  *Migration
+	Blocking bool // strict FIFO: stop at the first pending job that does not fit
 }
 
 // remembersRounds is implemented by orderers whose order depends on the
@@ -126,6 +129,10 @@ type Result struct {
 	slots    []int
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
+
+	movers         []mover   // migration scratch
+	moverValues    []float64 // backs movers' values
+	migrationGains []gainTo
 }
 
 // Plan runs the policy on s. Pass the previous round's Result (or a new
@@ -151,6 +158,9 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 		r.Bound = b.bound(s, r)
 	}
 	p.Place.Place(s, r, p.Order.Preemptive(), p.Blocking)
+	if p.Migrate != nil {
+		p.Migrate.apply(s, r)
+	}
 	if p.Size != nil {
 		p.Size.Size(s, r, p.Order.Preemptive(), p.Blocking)
 	}

@@ -57,6 +57,7 @@ func TestParse(t *testing.T) {
 		name              string
 		order, place, err string
 		sized, blocking   bool
+		migrate           bool
 	}{
 		{name: "fifo", order: "fifo", place: "count", blocking: true},
 		{name: "fjf", order: "fifo", place: "count"},
@@ -67,6 +68,9 @@ func TestParse(t *testing.T) {
 		{name: "pack", order: "las", place: "pack"},
 		{name: "gittins+consolidated", order: "gittins", place: "consolidated"},
 		{name: "LAS+match+synergy-greedy", order: "las", place: "match", sized: true},
+		{name: "las+migrate", order: "las", place: "count", migrate: true},
+		{name: "allox+migrate", order: "fifo", place: "match", migrate: true},
+		{name: "las+earliest+migrate+synergy", order: "las", place: "earliest", migrate: true, sized: true},
 		{name: "lifo", err: `unknown order "lifo"`},
 		{name: "las+teleport", err: `unknown step "teleport"`},
 	}
@@ -84,6 +88,7 @@ func TestParse(t *testing.T) {
 			must.Eq(t, tc.place, p.Place.Name())
 			must.Eq(t, tc.sized, p.Size != nil)
 			must.Eq(t, tc.blocking, p.Blocking)
+			must.Eq(t, tc.migrate, p.Migrate != nil)
 		})
 	}
 	_, err = Parse("las+synergy", Config{})

@@ -31,6 +31,10 @@ type Config struct {
 	Colocation *Colocation
 	// Compat follows the arithmetic of Tiresias' reference simulator.
 	Compat bool
+	// MigrationCost is the run time in seconds a job loses when the
+	// migrate step moves it to another GPU model (default
+	// DefaultMigrationCost).
+	MigrationCost float64
 }
 
 // Shorthands are the policy names the CLI takes, as compositions.
@@ -64,15 +68,21 @@ func Steps() (orders, placers, sizers []string) {
 		[]string{"synergy", "synergy-tune", "synergy-greedy"}
 }
 
+// migrateStep is the composition step that adds a Migration; it goes after
+// the placer, e.g. "las+migrate" or "fjf+match+migrate".
+const migrateStep = "migrate"
+
 // Parse builds a policy from a name: a shorthand (see Shorthands) or a
-// composition ORDER[+PLACER][+SIZER], for example "las+match+synergy" or
-// "gittins+pack". The placer defaults to count.
+// composition ORDER[+PLACER][+migrate][+SIZER], for example
+// "las+match+synergy", "gittins+pack" or "las+migrate". The placer defaults
+// to count.
 func Parse(name string, cfg Config) (*Policy, error) {
 	full := strings.ToLower(strings.TrimSpace(name))
-	if sh, ok := Shorthands[full]; ok {
-		full = sh
-	}
 	parts := strings.Split(full, "+")
+	// A shorthand may lead a composition too: "allox+migrate".
+	if sh, ok := Shorthands[parts[0]]; ok {
+		parts = append(strings.Split(sh, "+"), parts[1:]...)
+	}
 	p := &Policy{Name: strings.ToLower(strings.TrimSpace(name))}
 	q := newQueues(cfg.QueueCuts, cfg.PromoteKnob, cfg.Compat)
 	switch parts[0] {
@@ -109,6 +119,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			p.Place = matchPlacer{fairness: cfg.Fairness, window: cfg.MatchWindow}
 		case "pack":
 			p.Place = packPlacer{coloc: cfg.Colocation}
+		case migrateStep:
+			p.Migrate = &Migration{Cost: cfg.MigrationCost}
 		case "synergy", "synergy-tune", "synergy-greedy":
 			if cfg.Sensitivity == nil {
 				return nil, fmt.Errorf("policy %q: %s sizing needs a sensitivity table", name, part)
@@ -116,8 +128,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			p.Size = synergySizer{sens: cfg.Sensitivity, tune: part != "synergy-greedy"}
 		default:
 			_, placers, sizers := Steps()
-			return nil, fmt.Errorf("policy %q: unknown step %q (placers: %s; sizers: %s)",
-				name, part, strings.Join(placers, ", "), strings.Join(sizers, ", "))
+			return nil, fmt.Errorf("policy %q: unknown step %q (placers: %s; sizers: %s; or %s)",
+				name, part, strings.Join(placers, ", "), strings.Join(sizers, ", "), migrateStep)
 		}
 	}
 	return p, nil

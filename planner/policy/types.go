@@ -219,6 +219,9 @@ type Decision struct {
 	GPUModel string
 	Lane     bool   // runs on a lane (co-located) rather than whole GPUs
 	Slots    []Slot // concrete GPUs when the placer picks them
+	// Migrate says a running job moves to GPUModel: the caller stops it
+	// and starts it there (see Migration).
+	Migrate bool
 
 	// CPUs and MemoryGB are the host resources sized for the job (0 when
 	// no sizer ran: the caller's default share applies). Speedup is the

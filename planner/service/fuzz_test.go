@@ -8,6 +8,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(``))
 	f.Add([]byte(`planning { policy = "las+match" interval = "5s" min_interval = "100ms" queue_cuts = [100, 200] }`))
 	f.Add([]byte(`nomad { unreachable_after = "10s" } consul { check_interval = "2s" }`))
+	f.Add([]byte(`planning { policy = "allox+migrate+synergy" }`))
 	f.Add([]byte(`planning { max_writes_per_second = 0 write_workers = 64 job_sizes_scale = 1 }`))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		s, err := ParseConfig("planner.hcl", src)

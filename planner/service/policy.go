@@ -49,21 +49,35 @@ func newPolicy(s *Settings, profiles map[string]profile.Profile) (pol *policy.Po
 			if err != nil {
 				return nil, false, err
 			}
+			if pol.Migrate != nil {
+				return nil, false, errMigrateLive(name)
+			}
 			pol.Name = name
 			return pol, true, nil
 		}
 	}
 	pol, err = policy.Parse(name, cfg)
+	if err == nil && pol.Migrate != nil {
+		return nil, false, errMigrateLive(name)
+	}
 	return pol, false, err
+}
+
+// errMigrateLive refuses the migrate step: enact does not move running
+// jobs between GPU models (see package enact), so the live planner would
+// plan moves it never makes.
+func errMigrateLive(name string) error {
+	return fmt.Errorf("policy %q: the migrate step runs in caravan sim only; the live planner does not move running jobs between GPU models", name)
 }
 
 // withoutSizer drops a synergy step from a policy name, expanding a
 // shorthand first.
 func withoutSizer(name string) (string, bool) {
-	full := strings.ToLower(strings.TrimSpace(name))
-	if sh, ok := policy.Shorthands[full]; ok {
-		full = sh
+	parts := strings.Split(strings.ToLower(strings.TrimSpace(name)), "+")
+	if sh, ok := policy.Shorthands[parts[0]]; ok {
+		parts = append(strings.Split(sh, "+"), parts[1:]...)
 	}
+	full := strings.Join(parts, "+")
 	var kept []string
 	dropped := false
 	for _, part := range strings.Split(full, "+") {

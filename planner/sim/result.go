@@ -26,6 +26,7 @@ type Summary struct {
 	FTFMean     float64 `json:"ftf_mean"`
 	FTFMax      float64 `json:"ftf_max"`
 	Preemptions int     `json:"preemptions"`
+	Migrations  int     `json:"migrations"`
 }
 
 func (s *simulator) result() *Result {
@@ -33,7 +34,7 @@ func (s *simulator) result() *Result {
 	for i := range s.jobs {
 		js := &s.jobs[i]
 		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
-			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, GPUModel: js.GPUModel}
+			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, Migrations: js.migrations, GPUModel: js.GPUModel}
 		if !js.done {
 			jr.Finish, jr.JCT, jr.Start = math.NaN(), math.NaN(), math.NaN()
 		} else {
@@ -73,6 +74,7 @@ func Summarize(policyName string, gpus int, jobs []JobResult, busyArea float64) 
 		wjct += w * jr.JCT
 		sum.AvgQueueing += jr.Queueing
 		sum.Preemptions += jr.Preemptions
+		sum.Migrations += jr.Migrations
 		if jr.Isolated > 0 {
 			f := jr.JCT / jr.Isolated
 			ftfSum += f

@@ -50,6 +50,8 @@ func (s *simulator) planRound() {
 		switch {
 		case js.State == policy.Pending && d.Run:
 			s.start(i, d)
+		case js.State == policy.Running && d.Migrate:
+			s.migrate(i, d)
 		case js.State == policy.Running && d.Speedup != js.speedup:
 			js.speedup = d.Speedup
 			s.reschedule(i)
@@ -163,6 +165,24 @@ func (s *simulator) preempt(i int) {
 	js.version++
 	js.Placement = nil
 	s.pending++
+}
+
+// migrate moves a running job to d's GPU model: it stops and starts again
+// there, losing MigrationCost seconds of run time on the new model and
+// paying every start's latency and overhead.
+func (s *simulator) migrate(i int, d *policy.Decision) {
+	js := &s.jobs[i]
+	s.settle(js)
+	s.setBusy(-s.gpuUse(js))
+	js.GPUModel = d.GPUModel
+	js.Placement = d.Slots
+	js.speedup = d.Speedup
+	js.migrations++
+	idle := s.cfg.MigrationCost + s.cfg.StartLatency + s.cfg.RunOverhead
+	js.work += idle * s.baseRate(js)
+	js.latency = s.cfg.StartLatency
+	s.setBusy(s.gpuUse(js))
+	s.reschedule(i)
 }
 
 // baseRate is the job's solo speed on its current model.

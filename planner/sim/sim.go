@@ -25,6 +25,11 @@ type Config struct {
 	// PreemptionCost is the run time in seconds a preempted job loses
 	// when it resumes (checkpoint reload); 0 by default.
 	PreemptionCost float64
+	// MigrationCost is the run time in seconds a job loses when a policy's
+	// migrate step moves it to another GPU model (checkpoint, restart),
+	// charged in place of PreemptionCost; 0 by default. Set it to the cost
+	// the policy plans with (policy.Config.MigrationCost).
+	MigrationCost float64
 	// StartLatency is the time in seconds every start, first or after a
 	// preemption, holds its GPUs before the task runs: what a real
 	// cluster spends between the event that lets a job start and its task
@@ -75,6 +80,7 @@ type JobResult struct {
 	Queueing    float64 // time pending, in total
 	Isolated    float64 // run time alone on its fastest GPUs
 	Preemptions int
+	Migrations  int    // moves to another GPU model while running
 	GPUModel    string // model it finished on
 }
 
@@ -109,6 +115,7 @@ type jobState struct {
 	started     bool
 	start       float64
 	preempts    int
+	migrations  int
 	promoWait   float64 // compat: pending time since the last promotion
 	laneShare   float64 // GPU share counted per second when on a lane
 	speedup     float64
@@ -281,7 +288,7 @@ func (s *simulator) run() {
 			arrived = true
 		}
 		woke := t >= s.wakeAt
-		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() && !s.queuedBehind(changed, woke) {
+		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates())) && !s.frozen() && !s.queuedBehind(changed, woke) {
 			if !arrived || waited || !s.startArrivals(first, s.next) {
 				s.planRound()
 			}
@@ -303,6 +310,13 @@ func (s *simulator) run() {
 // when every GPU is busy. Skipping those rounds keeps congested runs fast.
 func (s *simulator) frozen() bool {
 	return s.maySkipRounds() && !s.cfg.Policy.Order.Preemptive() && s.busy >= float64(s.gpus)
+}
+
+// migrates says the policy may move running jobs between GPU models, so
+// that a completion calls for a round even when nothing waits: the GPUs it
+// frees may suit a running job better.
+func (s *simulator) migrates() bool {
+	return s.cfg.Policy.Migrate != nil && s.model == ""
 }
 
 // maySkipRounds says the simulator may skip rounds at all: not when it
