@@ -192,6 +192,50 @@ func TestPlannerAlloXPinsItsMatchedModel(t *testing.T) {
 	}
 }
 
+// Migration between GPU models (Gavel's effective throughput): a job that
+// runs 10 times faster on the H100 starts on the T4, the only GPU free;
+// when the H100 frees, the planner stops it and starts it again there,
+// pinned to the H100.
+func TestPlannerMigratesJobToFreedFasterModel(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: h100AndT4})
+	profiles := filepath.Join(t.TempDir(), "profiles.json")
+	must.NoError(t, os.WriteFile(profiles, []byte(`{"profiles": [
+	  {"name": "steep", "throughput": {"NVIDIA H100 80GB HBM3": 10, "Tesla T4": 1}}]}`), 0o644))
+	out, code := caravanCLI(c, "profile", "import", profiles)
+	must.Eq(t, 0, code, must.Sprint(out))
+	startPlanner(t, c, "p1", `policy = "fifo+migrate"
+  migration_cost = "1s"`+fastRounds)
+
+	// The user's own choice of model keeps blocker on the H100.
+	submit(t, c, "blocker", 25, 1, map[string]string{"profile": "steep", "duration": "5s", "model": "NVIDIA H100 80GB HBM3"})
+	waitFor(t, time.Minute, "blocker running", func() bool { return !firstStart(allocsOf(t, c, "blocker")).IsZero() })
+	submit(t, c, "long", 100, 1, map[string]string{"profile": "steep", "duration": "200s"})
+	model := func(a *api.AllocationListStub) string {
+		alloc, _, err := c.Nomad.Allocations().Info(a.ID, nil)
+		must.NoError(t, err)
+		return alloc.AllocatedResources.Tasks["train"].Devices[0].Name
+	}
+	waitFor(t, time.Minute, "long running on the T4", func() bool {
+		allocs := allocsOf(t, c, "long")
+		return len(allocs) == 1 && !firstStart(allocs).IsZero() && model(allocs[0]) == "Tesla T4"
+	})
+
+	allocs := c.WaitAllocs(t, "long", 2, 2*time.Minute, harness.Terminal)
+	sort.Slice(allocs, func(a, b int) bool { return allocs[a].CreateIndex < allocs[b].CreateIndex })
+	must.Eq(t, "Tesla T4", model(allocs[0]))
+	must.Eq(t, "NVIDIA H100 80GB HBM3", model(allocs[1]), must.Sprint("moved to the H100 once it freed"))
+	must.Eq(t, "complete", allocs[1].ClientStatus)
+	job, _, err := c.Nomad.Jobs().Info("long", nil)
+	must.NoError(t, err)
+	cons := job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints
+	must.Len(t, 1, cons)
+	must.Eq(t, "NVIDIA H100 80GB HBM3", cons[0].RTarget)
+	blocker := allocsOf(t, c, "blocker")
+	must.Len(t, 1, blocker, must.Sprint("the user's own model is never moved"))
+	t.Logf("long ran on the T4 from %s, moved to the H100 (started %s)", allocs[0].TaskStates["train"].StartedAt.Format(time.StampMilli),
+		allocs[1].TaskStates["train"].StartedAt.Format(time.StampMilli))
+}
+
 // A periodic parent is never managed; the children it launches are.
 func TestPlannerLeavesPeriodicParentAlone(t *testing.T) {
 	c := harness.StartT(t, harness.Options{Fleet: oneT4})

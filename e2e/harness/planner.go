@@ -26,6 +26,9 @@ type PlannerOptions struct {
 	// the planner's defaults when empty or 0.
 	QueueCuts   []float64
 	PromoteKnob float64
+	// MigrationCost is planning.migration_cost; the planner's default
+	// when 0.
+	MigrationCost time.Duration
 	// JobSizes and JobSizesScale are planning.job_sizes and
 	// job_sizes_scale: 2D-Gittins' fixed size sample.
 	JobSizes      string
@@ -76,6 +79,9 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	if o.PromoteKnob > 0 {
 		fmt.Fprintf(&b, "  promote_knob = %g\n", o.PromoteKnob)
+	}
+	if o.MigrationCost > 0 {
+		fmt.Fprintf(&b, "  migration_cost = %q\n", o.MigrationCost)
 	}
 	if o.JobSizes != "" {
 		fmt.Fprintf(&b, "  job_sizes    = %q\n", o.JobSizes)

@@ -26,9 +26,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/caravan-gpu/caravan/e2e/harness"
 	"github.com/caravan-gpu/caravan/planner/command"
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
 
@@ -68,8 +70,10 @@ type options struct {
 	timeScale   float64
 	queueCuts   []float64
 	promoteKnob float64
-	jobSizes    string
-	profiles    bool // the trace needs throughput profiles (-throughputs)
+	// migrationCost is -migration-cost, trace seconds.
+	migrationCost float64
+	jobSizes      string
+	profiles      bool // the trace needs throughput profiles (-throughputs)
 }
 
 // scan reads the flags it needs from caravan replay's arguments, leaving
@@ -128,6 +132,12 @@ func scan(args []string) (options, error) {
 			return o, fmt.Errorf("flag -promote-knob: want a number >= 0, got %q", v)
 		}
 	}
+	o.migrationCost = policy.DefaultMigrationCost
+	if v, ok := val("migration-cost"); ok {
+		if o.migrationCost, err = strconv.ParseFloat(v, 64); err != nil || !(o.migrationCost > 0) {
+			return o, fmt.Errorf("flag -migration-cost: want a positive number of seconds, got %q", v)
+		}
+	}
 	o.jobSizes, _ = val("job-sizes")
 	_, o.profiles = val("throughputs")
 	return o, nil
@@ -184,7 +194,9 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 		cuts[i] = v / o.timeScale
 	}
 	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g)", o.policy, cuts, o.timeScale)
-	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob}
+	// The planner's clock is real: a migration costs the trace's ÷ S.
+	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob,
+		MigrationCost: time.Duration(o.migrationCost / o.timeScale * float64(time.Second))}
 	if o.jobSizes != "" {
 		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
 		// -job-sizes gives it to the simulator: neither learns from

@@ -264,6 +264,22 @@ func (j *Job) Running() bool {
 	return false
 }
 
+// LiveModel is the GPU model the job's live allocations run on: "" when
+// none is live, or they run on several models.
+func (j *Job) LiveModel() string {
+	model := ""
+	for _, a := range j.Allocs {
+		if !a.Live() || a.Model == "" {
+			continue
+		}
+		if model != "" && a.Model != model {
+			return ""
+		}
+		model = a.Model
+	}
+	return model
+}
+
 // State is the cluster at one instant.
 type State struct {
 	Time  time.Time

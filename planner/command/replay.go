@@ -381,9 +381,6 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		return err
 	}
 	pol := in.policies[0]
-	if pol.Migrate != nil {
-		return usagef("flag -policy: %q has the migrate step, which runs in caravan sim only: the live planner does not move running jobs between GPU models", pol.Name)
-	}
 
 	// The simulator first: it is quick, and its makespan bounds the wait.
 	scfg := in.simConfig(pol)

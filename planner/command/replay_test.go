@@ -49,7 +49,6 @@ func TestReplayUsageErrors(t *testing.T) {
 		{without("-policy"), "flag -policy is required"},
 		{append(without("-policy"), "-policy", "las,fifo"), "flag -policy: the live planner runs one policy"},
 		{append(without("-policy"), "-policy", "teleport"), "flag -policy"},
-		{append(without("-policy"), "-policy", "las+migrate"), "flag -policy: \"las+migrate\" has the migrate step, which runs in caravan sim only"},
 		{append(base, "-migration-cost", "0"), "flag -migration-cost must be a positive number of seconds"},
 		{append(base, "-run", "Bad_ID"), "flag -run"},
 		{append(base, "-seed-history"), "flag -seed-history needs -job-sizes"},

@@ -10,13 +10,16 @@
 //	                  the policy chose, in one write
 //	pending, not Run  hold: Nomad places nothing of the job, even when it fits
 //	running, not Run  hold: Nomad stops every allocation of the job at once
-//	running, Run      leave it be; a decision that migrates it to another
-//	                  GPU model (policy.Decision.Migrate) is not carried
-//	                  out: pinning a model on a running job would make Nomad
-//	                  replace its allocations, and Nomad backs out a
-//	                  replacement it cannot place at once, so a swap of two
-//	                  jobs' models would never happen. The live planner
-//	                  refuses policies with the migrate step.
+//	running, Run      leave it be
+//	running, Migrate  to another GPU model: hold it, which stops its
+//	                  allocations (a Migrate change); once they have
+//	                  stopped, the same decision starts it, pinned to the
+//	                  new model. Pinning the model on the running job
+//	                  instead would have Nomad replace its allocations in
+//	                  place, and Nomad backs out a replacement it cannot
+//	                  place at once, so two jobs trading models would
+//	                  never move. Held, the two stop first, then start on
+//	                  the GPUs each other freed.
 //
 // Every job also gets its band's priority, so that Nomad's eval broker
 // dequeues released jobs in band order.
@@ -46,6 +49,10 @@ const (
 	Reprioritize Action = "priority"
 	// Restore gives a job the planner no longer manages back to its user.
 	Restore Action = "restore"
+	// Migrate holds a running job that the policy moves to another GPU
+	// model, which stops its allocations; it is started on the new model
+	// once they have stopped.
+	Migrate Action = "migrate"
 )
 
 // Offer says how a GPU model is offered in the cluster.
@@ -95,6 +102,9 @@ type Job struct {
 	// Tasks is how many GPU tasks run the job, over all its allocations:
 	// the sizer's CPU and memory for the job are split among them.
 	Tasks int
+	// Model is the GPU model the job's live allocations run on ("" when
+	// none runs, or they run on several).
+	Model string
 }
 
 // Change is one write to a job.
@@ -117,7 +127,13 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
 		}
 		want := rewrite.Target{Priority: policy.NomadPriority(d.Band), Hold: !d.Run}
 		c := Change{Job: i, Key: j.Key, Target: want}
+		moving := d.Run && d.Migrate && j.Live && j.Model != "" && d.GPUModel != "" && j.Model != d.GPUModel
 		switch {
+		case moving && !j.Held:
+			c.Action, c.Target.Hold = Migrate, true
+		case moving:
+			// Held to move: wait for its allocations to stop.
+			continue
 		case !d.Run && j.Live:
 			c.Action = Preempt
 		case !d.Run && !j.Held:
@@ -138,7 +154,7 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
 		}
 		switch c.Action {
 		case "":
-		case Preempt, Hold:
+		case Preempt, Hold, Migrate:
 			stops = append(stops, c)
 		default:
 			rest = append(rest, c)

@@ -53,13 +53,15 @@ type ConsulConfig struct {
 
 // PlanningBlock is how the planner plans.
 type PlanningBlock struct {
-	Policy      string    `hcl:"policy,optional"`
-	Namespaces  []string  `hcl:"namespaces,optional"`
-	Interval    string    `hcl:"interval,optional"`
-	MinInterval string    `hcl:"min_interval,optional"`
-	Settle      string    `hcl:"settle,optional"`
-	QueueCuts   []float64 `hcl:"queue_cuts,optional"`
-	PromoteKnob float64   `hcl:"promote_knob,optional"`
+	Policy      string   `hcl:"policy,optional"`
+	Namespaces  []string `hcl:"namespaces,optional"`
+	Interval    string   `hcl:"interval,optional"`
+	MinInterval string   `hcl:"min_interval,optional"`
+	Settle      string   `hcl:"settle,optional"`
+	// MigrationCost is what the migrate step charges a move, a duration.
+	MigrationCost string    `hcl:"migration_cost,optional"`
+	QueueCuts     []float64 `hcl:"queue_cuts,optional"`
+	PromoteKnob   float64   `hcl:"promote_knob,optional"`
 	// JobSizes is 2D-Gittins' fixed job-size sample, the file that
 	// caravan sim -job-sizes takes; JobSizesScale multiplies its values.
 	JobSizes      string   `hcl:"job_sizes,optional"`
@@ -90,9 +92,12 @@ type Settings struct {
 	MinInterval      time.Duration
 	// Settle is how long Nomad must stay quiet after a change before a
 	// round reads it, so that a burst of submissions is planned together.
-	Settle      time.Duration
-	QueueCuts   []float64
-	PromoteKnob float64
+	Settle time.Duration
+	// MigrationCost is the run time a job moved to another GPU model loses
+	// (the migrate step weighs it against the move's gain).
+	MigrationCost time.Duration
+	QueueCuts     []float64
+	PromoteKnob   float64
 	// JobSizes, when set, is 2D-Gittins' fixed size distribution: the
 	// planner then does not learn from completed jobs, as caravan sim
 	// -job-sizes does not.
@@ -136,7 +141,7 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	}
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
-		Settle:    100 * time.Millisecond,
+		Settle: 100 * time.Millisecond, MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
 		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
@@ -210,6 +215,9 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 			s.Settle = min(s.Settle, s.MinInterval) // the default never outwaits a shorter min_interval
 		} else if s.Settle > s.Interval {
 			return nil, bad("planning.settle", "%s is longer than planning.interval %s", s.Settle, s.Interval)
+		}
+		if s.MigrationCost, err = duration(p.MigrationCost, s.MigrationCost); err != nil || s.MigrationCost <= 0 {
+			return nil, bad("planning.migration_cost", "must be a positive duration like \"30s\", got %q", p.MigrationCost)
 		}
 		for i, cut := range p.QueueCuts {
 			if cut <= 0 || i > 0 && cut <= p.QueueCuts[i-1] {

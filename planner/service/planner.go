@@ -621,7 +621,7 @@ func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.
 		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
 		jobs[i] = enact.Job{Key: j.Key(), Namespace: j.Namespace, ID: j.ID, Priority: j.Priority,
 			Live: j.Running(), Held: j.Held, Settled: settled, Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
-			Tasks: cluster.GPUTasks(j.Spec)}
+			Tasks: cluster.GPUTasks(j.Spec), Model: j.LiveModel()}
 	}
 	changes := enact.Plan(inv, jobs, r.Decisions)
 	byJob := make(map[int]*enact.Change, len(changes))

@@ -276,7 +276,7 @@ func TestHTTPAPI(t *testing.T) {
 func TestConfigErrorsNameTheField(t *testing.T) {
 	cases := map[string]string{
 		`planning { policy = "bogus" }`:           "planning.policy",
-		`planning { policy = "las+migrate" }`:     "planning.policy: policy \"las+migrate\": the migrate step runs in caravan sim only",
+		`planning { migration_cost = "0s" }`:      "planning.migration_cost",
 		`planning { interval = "soon" }`:          "planning.interval",
 		`planning { queue_cuts = [10, 5] }`:       "planning.queue_cuts",
 		`http { address = "nope" }`:               "http.address",

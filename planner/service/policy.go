@@ -12,7 +12,8 @@ import (
 // policyConfig is the shared policy package's configuration from the
 // planner's settings and the profiles in Consul.
 func policyConfig(s *Settings, profiles map[string]profile.Profile) (policy.Config, error) {
-	cfg := policy.Config{QueueCuts: s.QueueCuts, PromoteKnob: s.PromoteKnob, JobSizes: s.JobSizes}
+	cfg := policy.Config{QueueCuts: s.QueueCuts, PromoteKnob: s.PromoteKnob, JobSizes: s.JobSizes,
+		MigrationCost: s.MigrationCost.Seconds()}
 	var rows []policy.SensitivityRow
 	names := make([]string, 0, len(profiles))
 	for n := range profiles {
@@ -49,25 +50,12 @@ func newPolicy(s *Settings, profiles map[string]profile.Profile) (pol *policy.Po
 			if err != nil {
 				return nil, false, err
 			}
-			if pol.Migrate != nil {
-				return nil, false, errMigrateLive(name)
-			}
 			pol.Name = name
 			return pol, true, nil
 		}
 	}
 	pol, err = policy.Parse(name, cfg)
-	if err == nil && pol.Migrate != nil {
-		return nil, false, errMigrateLive(name)
-	}
 	return pol, false, err
-}
-
-// errMigrateLive refuses the migrate step: enact does not move running
-// jobs between GPU models (see package enact), so the live planner would
-// plan moves it never makes.
-func errMigrateLive(name string) error {
-	return fmt.Errorf("policy %q: the migrate step runs in caravan sim only; the live planner does not move running jobs between GPU models", name)
 }
 
 // withoutSizer drops a synergy step from a policy name, expanding a
