@@ -59,7 +59,7 @@ func Names() []string {
 
 // Steps lists the names each composition slot accepts.
 func Steps() (orders, placers, sizers []string) {
-	return []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare"},
+	return []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare", "predict"},
 		[]string{"count", "consolidated", "fastest", "earliest", "match", "pack"},
 		[]string{"synergy", "synergy-tune", "synergy-greedy"}
 }
@@ -90,6 +90,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 		p.Order = newGittinsOrder(q, cfg.JobSizes, cfg.GittinsDelta)
 	case "hare":
 		p.Order = hareOrder{}
+	case "predict":
+		p.Order = predictOrder{}
 	default:
 		return nil, fmt.Errorf("policy %q: unknown order %q (want one of %s, or a shorthand: %s)",
 			name, parts[0], strings.Join(first(Steps()), ", "), strings.Join(Names(), ", "))
