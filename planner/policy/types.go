@@ -85,10 +85,10 @@ type Job struct {
 	GPUs        int     // GPUs requested
 	GPUMemoryMB int     // memory needed per GPU; 0 = unknown, fits anywhere
 	Weight      float64 // for weighted JCT; 0 means 1
+	State       JobState
 	// Group is the team, virtual cluster or user the job belongs to, "" if
 	// unknown; jobs of one group tend to be alike in size.
 	Group string
-	State JobState
 
 	// Attained is the service in GPU-seconds counted for queueing since
 	// the job last entered the top queue: executed time × GPUs, where a
