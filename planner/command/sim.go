@@ -42,7 +42,7 @@ func (c *simCommand) Synopsis() string { return "Simulate scheduling policies on
 
 func (c *simCommand) Help() string {
 	return strings.TrimSpace(`
-Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
+Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
 
   Runs each policy on the same trace and cluster and prints their job
   completion times side by side, with ratios to the first policy.
@@ -54,6 +54,7 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
                        nNgG (e.g. n32g4), or a mix like 32xV100,32xP100
   -policy P[,P2...]    shorthand (` + strings.Join(policy.Names(), ", ") + `)
                        or ORDER[+PLACER][+SIZER], e.g. las+match+synergy
+                       (default ` + policy.Default + `)
   -compat tiresias     follow Tiresias' reference simulator
   -job-sizes FILE      2D-Gittins size sample (default: learn online)
   -promote-knob K      2D-LAS/Gittins starvation knob (0: off)
@@ -95,6 +96,7 @@ func (c *simCommand) Run(args []string) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.traceFlags.register(fs)
+	f.policies = policy.Default
 	fs.StringVar(&f.compat, "compat", "", "")
 	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
 	fs.StringVar(&f.weights, "weights", "", "")

@@ -69,8 +69,9 @@ const minTail = 20
 // ExpectedRemaining is the service a job of group and gpus that has
 // attained a GPU-seconds is expected to use before it finishes: the mean
 // of (size − a) over the recent sizes above a, from the narrowest key with
-// at least minTail of them. A job beyond every recorded size is expected
-// to use as much again as it has (ok is then false).
+// at least minTail of them. With too few in every key (no history yet, or
+// a job larger than nearly all recorded), the job is expected to use as
+// much again as it has (ok is then false), as 2D-LAS would rank it.
 func (h *History) ExpectedRemaining(group string, gpus int, a float64) (rem float64, ok bool) {
 	if h != nil {
 		gpus = max(gpus, 1)

@@ -27,7 +27,7 @@ func (predictOrder) Order(s *Snapshot, ds []Decision) float64 {
 		ds[i].k1 = rem
 		ds[i].Reason = "shortest predicted remaining GPU-time first"
 		if !ok {
-			ds[i].Reason = "beyond every finished job of its kind: predicted to use as much again"
+			ds[i].Reason = "too few finished jobs larger than it: predicted to use as much again as it has"
 		}
 	}
 	return inf
