@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"slices"
-	"strconv"
-)
+import "slices"
 
 // History is what the caller has seen of finished jobs: each one's group
 // (the team, virtual cluster or user that submitted it), GPU count and
@@ -126,14 +123,4 @@ func (w *sizeWindow) meanAbove(a float64) (float64, int) {
 		return 0, 0
 	}
 	return (w.prefix[n]-w.prefix[i])/float64(above) - a, above
-}
-
-func (k historyKey) String() string {
-	switch {
-	case !k.any:
-		return k.group + "/" + strconv.Itoa(k.gpus)
-	case k.gpus > 0:
-		return "*/" + strconv.Itoa(k.gpus)
-	}
-	return "*"
 }
