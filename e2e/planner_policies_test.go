@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/e2e/harness"
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/consulx"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -300,4 +302,57 @@ job "nightly" {
 	must.Eq(t, *parent.JobModifyIndex, *after.JobModifyIndex, must.Sprint("the planner never wrote to the parent"))
 	must.Eq(t, *parent.Priority, *after.Priority)
 	must.False(t, cluster.Held(after))
+}
+
+// predict: with a history of quick "vision" jobs and long "speech" jobs in
+// Consul KV, a new vision job preempts a running speech job although no
+// job states its duration; once it finishes, the planner adds it to the
+// history with its group and GPU count.
+func TestPlannerPredictLearnsFromFinishedJobsOfTheGroup(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: oneT4})
+	kv, err := consulx.New(c.ConsulAddr)
+	must.NoError(t, err)
+	var seed []map[string]any
+	for k := 0; k < 30; k++ {
+		seed = append(seed,
+			map[string]any{"gpu_seconds": 2, "group": "vision", "gpus": 1},
+			map[string]any{"gpu_seconds": 3600, "group": "speech", "gpus": 1})
+	}
+	data, err := json.Marshal(seed)
+	must.NoError(t, err)
+	must.NoError(t, kv.Put(context.Background(), consulx.HistoryKey, data))
+
+	p := startPlanner(t, c, "p1", `policy = "predict"`+fastRounds)
+	waitFor(t, 20*time.Second, "the planner leads", func() bool { s := p.status(t); return s != nil && s.Leader })
+
+	submit(t, c, "long", 100, 1, map[string]string{"group": "speech"})
+	c.WaitAllocs(t, "long", 1, time.Minute, harness.Running)
+	time.Sleep(3 * time.Second)
+	submit(t, c, "short", 10, 1, map[string]string{"group": "vision"})
+
+	waitFor(t, 15*time.Second, "long is preempted", func() bool {
+		for _, a := range allocsOf(t, c, "long") {
+			if a.DesiredStatus == "stop" {
+				return true
+			}
+		}
+		return false
+	})
+	e, err := p.api.Explain(context.Background(), "short")
+	must.NoError(t, err)
+	must.StrContains(t, e.Reason, "predicted")
+
+	c.WaitAllocs(t, "short", 1, time.Minute, harness.Complete)
+	waitFor(t, 20*time.Second, "short joins the history", func() bool {
+		data, ok, err := kv.Get(context.Background(), consulx.HistoryKey)
+		if err != nil || !ok {
+			return false
+		}
+		var got []map[string]any
+		if json.Unmarshal(data, &got) != nil || len(got) != len(seed)+1 {
+			return false
+		}
+		last := got[len(got)-1]
+		return last["group"] == "vision" && last["gpus"] == 1.0 && last["gpu_seconds"].(float64) > 0
+	})
 }

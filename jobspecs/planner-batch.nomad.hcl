@@ -34,6 +34,11 @@ variable "duration" {
   default     = ""
 }
 
+variable "group" {
+  description = "the team or user the job belongs to, whose finished jobs the predict policy learns sizes from; empty: the namespace"
+  default     = ""
+}
+
 variable "held" {
   description = "submit held, so that the job starts only when the planner's policy starts it"
   type        = bool
@@ -59,6 +64,7 @@ job "train" {
     "caravan.policy"   = "default" # the policy the planner runs
     "caravan.profile"  = var.profile
     "caravan.duration" = var.duration
+    "caravan.group"    = var.group
   }
 
   dynamic "constraint" {

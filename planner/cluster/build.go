@@ -74,6 +74,10 @@ func Build(in Inputs, selectJob Selector) *State {
 				j.Warnings = append(j.Warnings, err.Error())
 			}
 		}
+		j.Group = strings.TrimSpace(stub.Meta[MetaGroup])
+		if j.Group == "" {
+			j.Group = j.Namespace
+		}
 		if v := stub.Meta[MetaWeight]; strings.TrimSpace(v) != "" {
 			if w, err := ParseWeight(v); err == nil {
 				j.Weight = w

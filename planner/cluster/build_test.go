@@ -160,6 +160,23 @@ func TestBuildReadsWeight(t *testing.T) {
 	must.Eq(t, 2.5, s.Jobs[0].Weight)
 }
 
+func TestBuildReadsGroup(t *testing.T) {
+	cases := []struct {
+		name, namespace, meta, want string
+	}{
+		{"meta", "research", " vision ", "vision"},
+		{"namespace when unset", "research", "", "research"},
+		{"default namespace", "", "", "default"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stub := &api.JobListStub{ID: "j", Namespace: tc.namespace, Type: "batch", Status: "pending", Meta: map[string]string{MetaGroup: tc.meta}}
+			s := Build(Inputs{Now: time.Now(), Jobs: []*api.JobListStub{stub}}, everyJob)
+			must.Eq(t, tc.want, s.Jobs[0].Group)
+		})
+	}
+}
+
 func TestParseWeight(t *testing.T) {
 	cases := []struct {
 		in   string

@@ -30,6 +30,10 @@ const (
 	// number (default 1): Hare ranks a job of twice the weight as if it
 	// were half as long.
 	MetaWeight = "caravan.weight"
+	// MetaGroup names the team or user a job belongs to (default: its
+	// namespace): the predict policy expects a job to be like the recent
+	// finished jobs of its group.
+	MetaGroup = "caravan.group"
 	// MetaManageService opts a service job in: "true" lets the planner
 	// rewrite it, which starts a new deployment on every write.
 	MetaManageService = "caravan.manage_service"
@@ -177,6 +181,8 @@ type Job struct {
 	Duration float64
 	// Weight is the job's weight from MetaWeight; 0 when unset (weight 1).
 	Weight float64
+	// Group is the team or user from MetaGroup, else the namespace.
+	Group string
 	// Warnings name the job's meta the planner could not read.
 	Warnings []string
 	Allocs   []*Alloc

@@ -42,7 +42,7 @@ func (c *simCommand) Synopsis() string { return "Simulate scheduling policies on
 
 func (c *simCommand) Help() string {
 	return strings.TrimSpace(`
-Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
+Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
 
   Runs each policy on the same trace and cluster and prints their job
   completion times side by side, with ratios to the first policy.
@@ -56,6 +56,7 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
                        or ORDER[+PLACER][+migrate][+SIZER], e.g.
                        las+match+synergy; migrate moves running jobs to
                        the GPU model where they add most throughput
+                       (default ` + policy.Default + `)
   -compat tiresias     follow Tiresias' reference simulator
   -job-sizes FILE      2D-Gittins size sample (default: learn online)
   -promote-knob K      2D-LAS/Gittins starvation knob (0: off)
@@ -104,6 +105,7 @@ func (c *simCommand) Run(args []string) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.traceFlags.register(fs)
+	f.policies = policy.Default
 	fs.StringVar(&f.compat, "compat", "", "")
 	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
 	fs.StringVar(&f.weights, "weights", "", "")

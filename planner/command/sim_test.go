@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/shoenig/test/must"
 )
 
@@ -25,7 +26,7 @@ func TestSimUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-policy", "las"}, "flag -cluster is required"},
-		{[]string{"-cluster", "n1g4"}, "flag -policy is required"},
+		{[]string{"-cluster", "n1g4", "-policy", ""}, "flag -policy is required"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-compat", "yarn"}, "flag -compat"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-fairness", "2"}, "flag -fairness"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-start-latency", "-1"}, "flag -start-latency"},
@@ -114,6 +115,12 @@ func TestSimSyntheticTable(t *testing.T) {
 	must.Eq(t, 0, code)
 	must.StrContains(t, stdout, "avg ÷ first")
 	must.StrContains(t, stdout, "synthetic(jobs=200")
+}
+
+func TestSimRunsTheDefaultPolicy(t *testing.T) {
+	code, stdout, stderr := runSim(t, "-cluster", "n4g8", "-jobs", "200", "-load", "30", "-json")
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	must.StrContains(t, stdout, `"policy": "`+policy.Default+`"`)
 }
 
 func TestSimProgressBar(t *testing.T) {

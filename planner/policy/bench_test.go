@@ -52,7 +52,7 @@ func planningSnapshot() *Snapshot {
 // BenchmarkPlanRound is one planning round of the live planner's size.
 // Target: ≤ 10 ms.
 func BenchmarkPlanRound(b *testing.B) {
-	for _, name := range []string{"fifo", "las", "gittins", "srtf", "hare", "allox", "las+consolidated", "las+pack"} {
+	for _, name := range []string{"fifo", "las", "gittins", "srtf", "hare", "allox", "las+consolidated", "las+pack", "predict"} {
 		b.Run(name, func(b *testing.B) {
 			p, err := Parse(name, Config{JobSizes: NewSizeDistribution([]float64{100, 1000, 5000, 20000, 80000})})
 			if err != nil {

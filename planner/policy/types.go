@@ -29,6 +29,9 @@ type Snapshot struct {
 	// jobs completed so far. 2D-Gittins learns from it when it was not
 	// given a fixed sample file.
 	CompletedSizes *SizeDistribution
+	// History, when set, holds the finished jobs the caller has seen, by
+	// group and GPU count; the predict order learns sizes from it.
+	History *History
 
 	cap *capacity // derived from Nodes on first use
 }
@@ -83,6 +86,9 @@ type Job struct {
 	GPUMemoryMB int     // memory needed per GPU; 0 = unknown, fits anywhere
 	Weight      float64 // for weighted JCT; 0 means 1
 	State       JobState
+	// Group is the team, virtual cluster or user the job belongs to, "" if
+	// unknown; jobs of one group tend to be alike in size.
+	Group string
 
 	// Attained is the service in GPU-seconds counted for queueing since
 	// the job last entered the top queue: executed time × GPUs, where a

@@ -140,7 +140,7 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		return fmt.Errorf("planner config %s: %s: %s", filename, field, fmt.Sprintf(format, args...))
 	}
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
-		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: "las", Interval: 10 * time.Second, MinInterval: time.Second,
+		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: policy.Default, Interval: 10 * time.Second, MinInterval: time.Second,
 		Settle: 100 * time.Millisecond, MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
 		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {

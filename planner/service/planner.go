@@ -26,7 +26,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// historyLimit bounds the completed-job sizes kept for 2D-Gittins.
+// historyLimit bounds the completed jobs kept for 2D-Gittins and predict.
 const historyLimit = 10000
 
 // placementGrace is how long a job must have waited before the planner
@@ -68,10 +68,12 @@ type Planner struct {
 	records        map[string][]plannerapi.Record
 	memory         map[string]*memory
 	specs          map[string]*api.Job
-	live           map[string]float64 // managed jobs seen last round, with their attained GPU-s
+	live           map[string]finishedJob // managed jobs seen last round, with their attained GPU-s so far
 	arrivals       map[string]time.Time
 	arrivalsStored int
-	history        []float64
+	history        []finishedJob
+	sizes          *policy.SizeDistribution // of history, for 2D-Gittins
+	finished       *policy.History          // history indexed for predict
 	profiles       map[string]profile.Profile
 	preempt        plannerapi.Preemption
 	warnings       []string
@@ -239,7 +241,7 @@ func (p *Planner) LoadKV(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var history []float64
+	var history []finishedJob
 	if data, ok, err := p.consul.Get(ctx, consulx.HistoryKey); err != nil {
 		return fmt.Errorf("consul KV %s: %w", consulx.HistoryKey, err)
 	} else if ok {
@@ -273,7 +275,7 @@ func (p *Planner) LoadKV(ctx context.Context) error {
 	p.profiles = profiles
 	// Keep sizes seen in this process that the leader has not stored yet.
 	if len(history) >= len(p.history) {
-		p.history = history
+		p.setHistory(history)
 	}
 	p.mu.Unlock()
 	return nil
@@ -344,7 +346,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	p.noteCompletions(ctx, state, stubs, allocs, leader)
 
 	p.mu.Lock()
-	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, history: p.history})
+	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, sizes: p.sizes, finished: p.finished})
 	result, replanned := p.plan(snap)
 	p.mu.Unlock()
 	if replanned {
@@ -540,8 +542,9 @@ func (p *Planner) noteArrivals(ctx context.Context, state *cluster.State, leader
 	}
 }
 
-// noteCompletions adds the attained GPU-seconds of jobs that completed since
-// the last round to the history that 2D-Gittins learns from.
+// noteCompletions adds the jobs that completed since the last round, with
+// their attained GPU-seconds, group and GPU count, to the history that
+// 2D-Gittins and predict learn from.
 func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stubs []*api.JobListStub, allocs []*api.AllocationListStub, leader bool) {
 	status := map[string]string{}
 	for _, s := range stubs {
@@ -551,28 +554,31 @@ func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stu
 		}
 		status[cluster.Key(ns, s.ID)] = s.Status
 	}
-	current := map[string]float64{}
+	current := map[string]finishedJob{}
 	for _, j := range state.Jobs {
-		current[j.Key()] = j.Attained
+		current[j.Key()] = finishedJob{GPUSeconds: j.Attained, Group: j.Group, GPUs: j.GPUs}
 	}
 	p.mu.Lock()
-	var done []float64
-	for key, attained := range p.live {
+	var done []finishedJob
+	for key, seen := range p.live {
 		if _, still := current[key]; still {
 			continue
 		}
 		// Gone from the managed set: count it only if it finished
 		// successfully, not if it was stopped or purged.
 		if status[key] == "dead" && completedOK(key, allocs) {
-			done = append(done, attained)
+			done = append(done, seen)
 		}
 	}
 	p.live = current
-	p.history = append(p.history, done...)
-	if len(p.history) > historyLimit {
-		p.history = p.history[len(p.history)-historyLimit:]
+	if len(done) > 0 {
+		history := append(p.history, done...)
+		if len(history) > historyLimit {
+			history = history[len(history)-historyLimit:]
+		}
+		p.setHistory(history)
 	}
-	history := append([]float64(nil), p.history...)
+	history := append([]finishedJob(nil), p.history...)
 	p.mu.Unlock()
 	if len(done) == 0 || !leader || p.consul == nil {
 		return
@@ -581,6 +587,15 @@ func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stu
 	if err := p.consul.Put(ctx, consulx.HistoryKey, data); err != nil {
 		p.log.Warn("store completed-job history in Consul", "error", err)
 	}
+}
+
+// setHistory replaces the history and what the policies read of it; the
+// caller holds p.mu. The history is replaced, never changed in place, so a
+// snapshot keeps the one it was built with.
+func (p *Planner) setHistory(history []finishedJob) {
+	p.history = history
+	p.sizes = policy.NewSizeDistribution(sizesOf(history))
+	p.finished = historyOf(history)
 }
 
 func completedOK(key string, allocs []*api.AllocationListStub) bool {

@@ -86,7 +86,10 @@ func TestRoundDemotesLongJobBelowNewJob(t *testing.T) {
 	fake.Submit(managedJob("short", 1, nil))
 	fake.Submit(api.NewBatchJob("unmanaged", "unmanaged", "global", 50))
 
-	p, err := New(settings(t, `planning { queue_cuts = [30] }`), fake, nil, nil)
+	p, err := New(settings(t, `planning {
+  policy = "las"
+  queue_cuts = [30]
+}`), fake, nil, nil)
 	must.NoError(t, err)
 	round, err := p.Round(context.Background())
 	must.NoError(t, err)
@@ -297,7 +300,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 	s, err := ParseConfig("planner.hcl", []byte(``))
 	must.NoError(t, err)
-	must.Eq(t, "las", s.Policy)
+	must.Eq(t, "predict", s.Policy)
 	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
 	must.Eq(t, 100*time.Millisecond, s.Settle)
 	// The default settle never outwaits a shorter min_interval.
@@ -355,7 +358,10 @@ func TestRoundPlansOnArrivalsCompletionsAndWake(t *testing.T) {
 	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-10*time.Second))}
 
 	// Queue cut at 40 GPU-s: long, at 10 s, crosses it in 30 s.
-	p, err := New(settings(t, `planning { queue_cuts = [40] }`), fake, nil, nil)
+	p, err := New(settings(t, `planning {
+  policy = "las"
+  queue_cuts = [40]
+}`), fake, nil, nil)
 	must.NoError(t, err)
 	round, err := p.Round(context.Background())
 	must.NoError(t, err)

@@ -28,7 +28,8 @@ type snapshotInput struct {
 	state    *cluster.State
 	memory   map[string]*memory
 	profiles map[string]profile.Profile
-	history  []float64
+	sizes    *policy.SizeDistribution
+	finished *policy.History
 }
 
 // toSnapshot converts the live cluster state into the policy's Snapshot, the
@@ -66,7 +67,7 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		pj := policy.Job{
 			ID: j.Key(), Arrival: unix(j.Submitted), GPUs: j.GPUs, GPUMemoryMB: int(j.GPUMemoryMiB),
 			Attained: j.Attained, Executed: j.Executed, Remaining: -1, PrevQueue: -1, PrevRank: -1,
-			Model: j.Profile, Weight: j.Weight,
+			Model: j.Profile, Weight: j.Weight, Group: j.Group,
 		}
 		if models, _ := rewrite.UserModels(j.Spec); len(models) > 0 {
 			// A device name ("nvidia/gpu/<group>") names a device group,
@@ -138,9 +139,10 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		snap.Jobs = append(snap.Jobs, pj)
 		index = append(index, j)
 	}
-	if len(in.history) > 0 {
-		snap.CompletedSizes = policy.NewSizeDistribution(in.history)
+	if in.sizes.Len() > 0 {
+		snap.CompletedSizes = in.sizes
 	}
+	snap.History = in.finished
 	return snap, index
 }
 

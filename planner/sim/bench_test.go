@@ -16,7 +16,7 @@ func BenchmarkPhilly(b *testing.B) {
 		b.Fatal(err)
 	}
 	cl, _ := trace.ParseShorthand("n256g8")
-	for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare"} {
+	for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare", "predict"} {
 		b.Run(name, func(b *testing.B) {
 			p, err := policy.Parse(name, policy.Config{})
 			if err != nil {

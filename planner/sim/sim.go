@@ -134,7 +134,7 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("sim: cluster %q has no GPUs", cfg.Cluster.Name)
 	}
-	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes)}
+	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes)}
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func (s *simulator) load(jobs []trace.Job) error {
 		js := &s.jobs[i]
 		js.trace = tj
 		js.Job = policy.Job{ID: tj.ID, Arrival: tj.Arrival, GPUs: max(tj.GPUs, 1), Weight: tj.Weight,
-			Model: tj.Model, PrevQueue: -1, PrevRank: -1, Remaining: tj.Duration}
+			Model: tj.Model, Group: tj.Group, PrevQueue: -1, PrevRank: -1, Remaining: tj.Duration}
 		if tj.JobType != "" {
 			js.Model = tj.JobType
 		}
@@ -447,6 +447,7 @@ func (s *simulator) completeAt(t float64) bool {
 		s.done++
 		any = true
 		s.sizes = append(s.sizes, js.isolated*float64(js.GPUs))
+		s.snap.History.Add(js.Group, js.GPUs, js.isolated*float64(js.GPUs))
 		if js.laneShare > 0 {
 			s.releaseLane(e.job)
 		}

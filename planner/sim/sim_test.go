@@ -146,7 +146,7 @@ func TestWorkConservation(t *testing.T) {
 	for _, j := range jobs {
 		work += j.Duration * float64(j.GPUs)
 	}
-	for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare", "allox", "las+consolidated"} {
+	for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare", "allox", "las+consolidated", "predict"} {
 		t.Run(name, func(t *testing.T) {
 			res, err := Run(Config{Cluster: cluster(t, "n4g8"), KeepUtil: true, Policy: mustPolicy(t, name, policy.Config{})}, jobs)
 			must.NoError(t, err)
@@ -167,7 +167,7 @@ func TestShortcutsChangeNothing(t *testing.T) {
 	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 2000, Seed: 11, Load: 60})
 	knobs := policy.Config{PromoteKnob: 2, QueueCuts: []float64{500, 5000, 50000}}
 	for _, spec := range []string{"n8g8", "n12g8", "n64g8"} {
-		for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "gittins", "las", "las/knobs", "gittins/knobs", "hare"} {
+		for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "gittins", "las", "las/knobs", "gittins/knobs", "hare", "predict"} {
 			t.Run(spec+"/"+name, func(t *testing.T) {
 				cfg := policy.Config{}
 				if strings.HasSuffix(name, "/knobs") {

@@ -122,7 +122,11 @@ func ParsePhilly(r io.Reader, file string) ([]Job, error) {
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{t: t, line: n, job: Job{ID: strconv.Itoa(len(rows)), GPUs: g, Duration: d, Weight: 1}})
+		j := Job{ID: strconv.Itoa(len(rows)), GPUs: g, Duration: d, Weight: 1}
+		if _, ok := idx["cluster"]; ok {
+			j.Group, _ = field(file, n, cols, idx, "cluster")
+		}
+		rows = append(rows, row{t: t, line: n, job: j})
 		return nil
 	})
 	if err != nil {

@@ -29,6 +29,9 @@ type Job struct {
 	JobType string
 	Model   string  // network name for sensitivity lookups, if known
 	Weight  float64 // 1 unless the trace says otherwise
+	// Group is the team or virtual cluster that submitted the job (the
+	// Philly trace's cluster column), "" if the trace does not say.
+	Group string
 }
 
 // ParseError is a bad value in an input file.

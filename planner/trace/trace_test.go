@@ -174,6 +174,12 @@ func TestRealFiles(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, 82247, len(jobs))
 		must.Eq(t, 0.0, jobs[0].Arrival)
+		groups := map[string]bool{}
+		for _, j := range jobs {
+			groups[j.Group] = true
+		}
+		must.Eq(t, 15, len(groups)) // the virtual clusters
+		must.False(t, groups[""])
 	})
 	t.Run("gavel msr", func(t *testing.T) {
 		jobs, err := LoadJobs(sharedData(t, "gavel/traces/msr-seed0/0e4a51.trace"), "")

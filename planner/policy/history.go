@@ -1,0 +1,126 @@
+package policy
+
+import "slices"
+
+// History is what the caller has seen of finished jobs: each one's group
+// (the team, virtual cluster or user that submitted it), GPU count and
+// service in GPU-seconds. It keeps the most recent window of sizes per
+// group and GPU count, per GPU count, and overall, since the jobs a team
+// submits now resemble the ones it submitted lately more than older ones.
+// The caller adds to it only as jobs finish, so a policy that reads it
+// learns nothing about a job before that job is done.
+type History struct {
+	window int
+	byKey  map[historyKey]*sizeWindow
+	count  int
+}
+
+// DefaultHistoryWindow is how many recent sizes History keeps per key.
+const DefaultHistoryWindow = 100
+
+type historyKey struct {
+	group string
+	gpus  int // 0: any GPU count
+	any   bool
+}
+
+// NewHistory keeps window recent sizes per key (DefaultHistoryWindow when
+// window < 1).
+func NewHistory(window int) *History {
+	if window < 1 {
+		window = DefaultHistoryWindow
+	}
+	return &History{window: window, byKey: map[historyKey]*sizeWindow{}}
+}
+
+// Add records a finished job.
+func (h *History) Add(group string, gpus int, service float64) {
+	gpus = max(gpus, 1)
+	h.add(historyKey{group: group, gpus: gpus}, service)
+	h.add(historyKey{gpus: gpus, any: true}, service)
+	h.add(historyKey{any: true}, service)
+	h.count++
+}
+
+// Len is how many finished jobs were added.
+func (h *History) Len() int {
+	if h == nil {
+		return 0
+	}
+	return h.count
+}
+
+func (h *History) add(k historyKey, v float64) {
+	w := h.byKey[k]
+	if w == nil {
+		w = &sizeWindow{ring: make([]float64, 0, h.window)}
+		h.byKey[k] = w
+	}
+	w.add(v)
+}
+
+// minTail is how many recorded sizes above a job's attained service a key
+// needs before its estimate is trusted over a broader key's.
+const minTail = 20
+
+// ExpectedRemaining is the service a job of group and gpus that has
+// attained a GPU-seconds is expected to use before it finishes: the mean
+// of (size − a) over the recent sizes above a, from the narrowest key with
+// at least minTail of them. With too few in every key (no history yet, or
+// a job larger than nearly all recorded), the job is expected to use as
+// much again as it has (ok is then false), as 2D-LAS would rank it.
+func (h *History) ExpectedRemaining(group string, gpus int, a float64) (rem float64, ok bool) {
+	if h != nil {
+		gpus = max(gpus, 1)
+		for _, k := range [...]historyKey{{group: group, gpus: gpus}, {gpus: gpus, any: true}, {any: true}} {
+			if w := h.byKey[k]; w != nil {
+				if r, n := w.meanAbove(a); n >= minTail {
+					return r, true
+				}
+			}
+		}
+	}
+	return max(a, 1), false
+}
+
+// sizeWindow is a ring of recent sizes, kept sorted alongside with
+// prefix sums so that reads cost O(log n) and never modify it.
+type sizeWindow struct {
+	ring   []float64
+	next   int
+	sorted []float64
+	prefix []float64 // prefix[i] = sum(sorted[:i])
+}
+
+func (w *sizeWindow) add(v float64) {
+	if len(w.ring) < cap(w.ring) {
+		w.ring = append(w.ring, v)
+	} else {
+		old := w.ring[w.next]
+		w.ring[w.next] = v
+		w.next = (w.next + 1) % len(w.ring)
+		i, _ := slices.BinarySearch(w.sorted, old)
+		w.sorted = slices.Delete(w.sorted, i, i+1)
+	}
+	i, _ := slices.BinarySearch(w.sorted, v)
+	w.sorted = slices.Insert(w.sorted, i, v)
+	w.prefix = append(w.prefix[:0], 0)
+	for _, s := range w.sorted {
+		w.prefix = append(w.prefix, w.prefix[len(w.prefix)-1]+s)
+	}
+}
+
+// meanAbove is the mean of (v − a) over the sizes v above a, and how many
+// there are.
+func (w *sizeWindow) meanAbove(a float64) (float64, int) {
+	n := len(w.sorted)
+	i, found := slices.BinarySearch(w.sorted, a)
+	for found && i < n && w.sorted[i] <= a {
+		i++
+	}
+	above := n - i
+	if above == 0 {
+		return 0, 0
+	}
+	return (w.prefix[n]-w.prefix[i])/float64(above) - a, above
+}

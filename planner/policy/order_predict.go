@@ -1,0 +1,34 @@
+package policy
+
+// runningBias divides a running job's predicted remaining service in the
+// order: a waiting job preempts it only when predicted to need less than
+// half as much. Without it, jobs of like predictions preempt each other
+// back and forth as each one's prediction grows with its service (seven
+// times 2D-LAS's preemptions on the Philly trace, against about as many).
+const runningBias = 2.0
+
+// predictOrder ranks jobs by the GPU-seconds they are expected to use
+// before they finish, learned from the sizes of finished jobs of the same
+// group and GPU count (Snapshot.History) given the service each job has
+// attained: shortest predicted remaining GPU-time first. It never reads a
+// job's own duration. It preempts.
+type predictOrder struct{}
+
+func (predictOrder) Name() string     { return "predict" }
+func (predictOrder) Preemptive() bool { return true }
+
+func (predictOrder) Order(s *Snapshot, ds []Decision) float64 {
+	for i := range ds {
+		j := &s.Jobs[i]
+		rem, ok := s.History.ExpectedRemaining(j.Group, j.GPUs, j.Attained)
+		if j.State == Running {
+			rem /= runningBias
+		}
+		ds[i].k1 = rem
+		ds[i].Reason = "shortest predicted remaining GPU-time first"
+		if !ok {
+			ds[i].Reason = "too few finished jobs larger than it: predicted to use as much again as it has"
+		}
+	}
+	return inf
+}
