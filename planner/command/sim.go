@@ -74,7 +74,8 @@ Usage: caravan sim -cluster SPEC -policy P[,P2...] [-trace FILE] [options]
                        start, setup); executed time (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
   -json                print one JSON object instead of a table
-  -out DIR             write summary.json, per-job CSVs and SVG plots
+  -out DIR             write summary.json, per-job and utilisation CSVs
+                       and SVG plots
   -plot FILE           write the JCT CDF and utilisation plot (SVG)
   -progress            show a progress bar even when stderr is not a terminal
 `)
@@ -291,6 +292,9 @@ func writeOutputs(dir string, rep simReport, results []*sim.Result) error {
 	for _, r := range results {
 		base := filepath.Join(dir, fileSafe(r.Policy))
 		if err := writeJobsCSV(base+".jobs.csv", r); err != nil {
+			return err
+		}
+		if err := writeUtilCSV(base+".util.csv", r); err != nil {
 			return err
 		}
 	}

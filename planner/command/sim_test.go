@@ -74,7 +74,7 @@ func TestSimJSONAndOutputs(t *testing.T) {
 	// both GPUs until 100 and ends at 130: JCTs 100, 50, 110.
 	must.Eq(t, any(float64(3)), rep.Policies[0]["jobs"])
 	must.InDelta(t, 260.0/3, rep.Policies[0]["avg_jct"].(float64), 1e-9)
-	for _, f := range []string{"summary.json", "fifo.jobs.csv", "las.jobs.csv", "plots.svg"} {
+	for _, f := range []string{"summary.json", "fifo.jobs.csv", "las.jobs.csv", "fifo.util.csv", "las.util.csv", "plots.svg"} {
 		_, err := os.Stat(filepath.Join(out, f))
 		must.NoError(t, err)
 	}
