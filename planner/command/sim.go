@@ -20,6 +20,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/sim"
+	"github.com/caravan-gpu/caravan/planner/simout"
 )
 
 func init() {
@@ -290,24 +291,15 @@ func writeOutputs(dir string, rep simReport, results []*sim.Result) error {
 		return err
 	}
 	for _, r := range results {
-		base := filepath.Join(dir, fileSafe(r.Policy))
-		if err := writeJobsCSV(base+".jobs.csv", r); err != nil {
+		base := filepath.Join(dir, simout.FileBase(r.Policy))
+		if err := writeJobsCSV(base+simout.JobsSuffix, r); err != nil {
 			return err
 		}
-		if err := writeUtilCSV(base+".util.csv", r); err != nil {
+		if err := writeUtilCSV(base+simout.UtilSuffix, r); err != nil {
 			return err
 		}
 	}
 	return writePlot(filepath.Join(dir, "plots.svg"), results)
-}
-
-func fileSafe(name string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '+' || r == '/' || r == ' ' {
-			return '_'
-		}
-		return r
-	}, name)
 }
 
 func writeJobsCSV(path string, r *sim.Result) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caravan-gpu/caravan/planner/simout"
 	"github.com/shoenig/test/must"
 )
 
@@ -81,6 +82,14 @@ func TestSimJSONAndOutputs(t *testing.T) {
 	csv, err := os.ReadFile(filepath.Join(out, "fifo.jobs.csv"))
 	must.NoError(t, err)
 	must.Eq(t, 4, strings.Count(string(csv), "\n"))
+	// The dashboard draws the folder again from its CSVs.
+	runs, err := simout.Read(os.DirFS(out), ".")
+	must.NoError(t, err)
+	must.Len(t, 2, runs)
+	must.Eq(t, "fifo", runs[0].Name)
+	must.Eq(t, 2, runs[0].GPUs)
+	must.Len(t, 3, runs[0].JCT)
+	must.SliceNotEmpty(t, runs[0].Util)
 }
 
 func TestSimSyntheticTable(t *testing.T) {
