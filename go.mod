@@ -10,6 +10,7 @@ replace (
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/cheggaaa/pb/v3 v3.0.5
+	github.com/chromedp/chromedp v0.23.0
 	github.com/dustin/go-humanize v1.0.1
 	github.com/hashicorp/cli v1.1.7
 	github.com/hashicorp/consul-template v0.41.3
@@ -57,7 +58,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
-	github.com/chromedp/chromedp v0.23.0 // indirect
 	github.com/cilium/ebpf v0.17.3 // indirect
 	github.com/container-storage-interface/spec v1.12.0 // indirect
 	github.com/containerd/console v1.0.5 // indirect

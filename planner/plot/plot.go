@@ -104,6 +104,7 @@ func JCTPanel(runs []Run) (*gplot.Plot, error) {
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top, p.Legend.Left = false, true
 	lines := 0
+	lo, hi := math.Inf(1), math.Inf(-1)
 	for i, r := range runs {
 		var jct []float64
 		for _, v := range r.JCT {
@@ -115,8 +116,11 @@ func JCTPanel(runs []Run) (*gplot.Plot, error) {
 			continue
 		}
 		slices.Sort(jct)
+		lo, hi = min(lo, jct[0]), max(hi, jct[len(jct)-1])
 		step := max(len(jct)/2000, 1)
-		var pts plotter.XYs
+		// From 0 at the first completion, so that a single job still
+		// draws its step.
+		pts := plotter.XYs{{X: jct[0], Y: 0}}
 		for k := 0; k < len(jct); k += step {
 			pts = append(pts, plotter.XY{X: jct[k], Y: float64(k+1) / float64(len(jct))})
 		}
@@ -132,10 +136,15 @@ func JCTPanel(runs []Run) (*gplot.Plot, error) {
 		p.Legend.Add(r.Name, line)
 		lines++
 	}
-	if lines == 0 {
+	switch {
+	case lines == 0:
 		// A log axis needs a positive range even with nothing on it.
 		p.Title.Text += " (no completed jobs yet)"
 		p.X.Min, p.X.Max = 1, 1000
+	case hi/lo < 10:
+		// A decade at least, so that a few close JCTs get labelled ticks.
+		mid := math.Sqrt(lo * hi)
+		p.X.Min, p.X.Max = mid/math.Sqrt(10), mid*math.Sqrt(10)
 	}
 	return p, nil
 }

@@ -138,7 +138,7 @@ function drawDecisions(d) {
 
 function drawResults(r) {
   document.getElementById("results-summary").textContent =
-    "Live cluster since " + new Date(r.since).toLocaleString() + ": " + r.completed_jobs + " jobs completed" +
+    "Live cluster since " + new Date(r.since).toLocaleString() + " · completed jobs: " + r.completed_jobs +
     (r.completed_jobs ? ", mean JCT " + seconds(r.mean_jct_seconds) + ", median " + seconds(r.median_jct_seconds) : "") +
     " · " + r.busy_gpus.toFixed(2) + " of " + r.gpus + " GPUs busy now, " + (100 * r.gpu_utilization).toFixed(1) + "% utilisation overall";
   const now = Date.now();
