@@ -31,6 +31,9 @@ const (
 	statsTTL = 2 * time.Second
 	// statsTimeout bounds the reads of the nodes' statistics.
 	statsTimeout = 2 * time.Second
+	// statsReaders is how many nodes' statistics are read at once: each
+	// read is forwarded by a Nomad server to the node's client.
+	statsReaders = 16
 )
 
 // dashboard is what the planner keeps for the dashboard beyond its queue:
@@ -268,10 +271,13 @@ func (p *Planner) memoryInUse(ctx context.Context) (map[string]uint64, string) {
 	var errs []string
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, statsReaders)
 	for id := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			stats, err := p.nomad.NodeStats(ctx, id)
 			mu.Lock()
 			defer mu.Unlock()

@@ -198,3 +198,29 @@ func TestDashboardResultsStayInTheirFolder(t *testing.T) {
 	_, err = ParseConfig("planner.hcl", []byte(`ui { results_dir = "/nonexistent/results" }`))
 	must.ErrorContains(t, err, "ui.results_dir")
 }
+
+// A write that raced a user's edit is on the timeline with the edit kept.
+func TestDecisionsRecordWritesThatRacedAUserEdit(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("j", 1, nil))
+	edited := false
+	fake.BeforeRegister = func(*api.Job) {
+		if !edited {
+			edited = true
+			user := fake.Get("default", "j")
+			user.Meta["user.edit"] = "kept"
+			fake.Submit(user)
+		}
+	}
+	p, err := New(settings(t, ``), fake, nil, nil)
+	must.NoError(t, err)
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	d := p.Decisions(0).Decisions
+	must.Len(t, 1, d)
+	must.Eq(t, "written", d[0].Outcome)
+	must.Eq(t, 1, d[0].Conflicts)
+	must.StrContains(t, d[0].Override, "1 user edit(s) landed between the planner's read and its write")
+	must.Eq(t, "kept", fake.Get("default", "j").Meta["user.edit"])
+}
