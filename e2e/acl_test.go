@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -102,6 +104,14 @@ func TestPlannerACLsLeastPrivilege(t *testing.T) {
 		s := p.status(t)
 		must.NotNil(t, s)
 		must.SliceEmpty(t, s.Warnings, must.Sprintf("the planner's token lacks nothing: %q", s.Warnings))
+		// The dashboard's GPU map reads the nodes' statistics with the
+		// same token.
+		body, err := httpGet("http://" + p.addr + "/v1/gpus")
+		must.NoError(t, err)
+		var gpus plannerapi.GPUMap
+		must.NoError(t, json.Unmarshal(body, &gpus))
+		must.Eq(t, "", gpus.StatsError)
+		must.SliceNotEmpty(t, gpus.Lanes)
 
 		out, code := caravanCLIEnv(c, []string{"NOMAD_TOKEN=" + lanes}, "lanes")
 		must.Eq(t, 0, code, must.Sprint(out))

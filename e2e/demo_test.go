@@ -45,6 +45,7 @@ func TestDemoShowsPlannerAtWork(t *testing.T) {
 		{"the GPU groups", `nvidia/gpu/Tesla T4\s+4\s+4`},
 		{"the H100 lanes", `lanes_per_gpu=4`},
 		{"caravan setup", `preemption is now on`},
+		{"the dashboard's address", `the planner's dashboard: http://127\.0\.0\.1:\d+/ui/`},
 		{"the profile import", `Imported 1 profile`},
 		{"the queue", `RANK\s+JOB\s+STATE\s+QUEUE\s+PRIORITY`},
 		{"a start", `planner decision: default/\S+\s+start\s+priority 50→80, release: Nomad may place it`},

@@ -48,14 +48,20 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startPlanner runs bin/caravan planner run with the given planning block.
-// startPlanner runs a planner against c; env, if any, overrides c's (a
-// token of its own, say).
+// startPlanner runs bin/caravan planner run against c with the given
+// planning block; env, if any, overrides c's (a token of its own, say).
 func startPlanner(t *testing.T, c *harness.Cluster, id, planning string, env ...string) *plannerProc {
+	t.Helper()
+	return startPlannerHCL(t, c, id, fmt.Sprintf("planning {\n%s\n}\n", planning), env...)
+}
+
+// startPlannerHCL runs a planner whose planner.hcl holds body beside its
+// id, log level and HTTP address.
+func startPlannerHCL(t *testing.T, c *harness.Cluster, id, body string, env ...string) *plannerProc {
 	t.Helper()
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	cfg := fmt.Sprintf("id = %q\nlog_level = \"debug\"\nhttp { address = %q }\nplanning {\n%s\n}\n", id, addr, planning)
+	cfg := fmt.Sprintf("id = %q\nlog_level = \"debug\"\nhttp { address = %q }\n%s", id, addr, body)
 	path := filepath.Join(dir, "planner.hcl")
 	must.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	p := &plannerProc{addr: addr, api: plannerapi.NewClient(addr), done: make(chan struct{}), log: filepath.Join(dir, "planner.log")}

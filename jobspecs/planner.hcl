@@ -5,8 +5,16 @@
 log_level = "info"
 
 http {
-  # The HTTP API: /v1/status, /v1/queue, /v1/explain/<job>, /v1/metrics.
+  # The HTTP API: /v1/status, /v1/queue, /v1/explain/<job>, /v1/gpus,
+  # /v1/decisions, /v1/results, /v1/metrics, and the dashboard at /ui/.
   address = "127.0.0.1:4680"
+}
+
+ui {
+  # A folder of `caravan sim -out` and `caravan replay -out` folders that
+  # the dashboard's Results view may draw; empty: none. Nothing outside it
+  # is read.
+  results_dir = ""
 }
 
 nomad {

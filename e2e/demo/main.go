@@ -78,6 +78,16 @@ func run(once bool) error {
 		return fmt.Errorf("caravan profile import: %w", err)
 	}
 
+	// Before any job, so that it takes no time from the planner's rounds.
+	if err := os.MkdirAll(resultsDir(c), 0o755); err != nil {
+		return err
+	}
+	out, err = caravan(c, "sim", "-cluster", "n1g8", "-policy", "fifo,las", "-jobs", "200", "-load", "30",
+		"-out", filepath.Join(resultsDir(c), "sim-fifo-las"))
+	if err != nil {
+		return fmt.Errorf("caravan sim for the dashboard's Results view: %w: %s", err, out)
+	}
+
 	say("\n== starting the planner (policy las+match; a job that passes 5 GPU-s drops a priority band)")
 	planner, err := startPlanner(c)
 	if err != nil {
@@ -87,6 +97,7 @@ func run(once bool) error {
 	if err := planner.waitReady(ctx, c); err != nil {
 		return err
 	}
+	say("\n== the planner's dashboard: http://%s/ui/\n   (GPU map with the lanes packed, the queue with each demotion as it happens, the\n   planner's decisions, and the results, beside a caravan sim of the same policies)", planner.addr)
 
 	submit := func(name string, iterations int, profile, model, why string) error {
 		vars := map[string]string{"workload": filepath.Join(c.BinDir, "caravan-workload"), "name": name,
@@ -142,8 +153,8 @@ func run(once bool) error {
 		return err
 	}
 	if !once {
-		say("\nThe queue is printed every 5 s, with the planner's decisions as they happen; Ctrl-C stops the demo.\nTo watch it live from another shell:\n  export NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n  %s queue -watch -address %s",
-			c.NomadAddr, c.ConsulAddr, filepath.Join(c.BinDir, "caravan"), planner.addr)
+		say("\nThe queue is printed every 5 s, with the planner's decisions as they happen; Ctrl-C stops the demo.\nTo watch it live, open http://%s/ui/ or from another shell:\n  export NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n  %s queue -watch -address %s",
+			planner.addr, c.NomadAddr, c.ConsulAddr, filepath.Join(c.BinDir, "caravan"), planner.addr)
 	}
 	schedule := []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second, 36 * time.Second}
 	for k := 0; ; k++ {

@@ -50,6 +50,7 @@ func startPlanner(c *harness.Cluster) (*plannerChild, error) {
 		{`queue_cuts   = [30, 120]`, `queue_cuts   = [5, 120]`},
 		{`interval     = "10s"`, `interval     = "2s"`},
 		{`min_interval = "1s"`, `min_interval = "500ms"`},
+		{`results_dir = ""`, fmt.Sprintf("results_dir = %q", resultsDir(c))},
 	} {
 		if !strings.Contains(cfg, r.old) {
 			return nil, fmt.Errorf("%s no longer holds %s; update the demo", c.Jobspec("planner.hcl"), r.old)
@@ -140,6 +141,10 @@ func caravan(c *harness.Cluster, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// resultsDir holds the demo's caravan sim output, for the dashboard's
+// Results view.
+func resultsDir(c *harness.Cluster) string { return filepath.Join(c.Dir, "results") }
 
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

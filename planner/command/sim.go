@@ -20,6 +20,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/sim"
+	"github.com/caravan-gpu/caravan/planner/simout"
 )
 
 func init() {
@@ -83,7 +84,8 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        start, setup); executed time (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
   -json                print one JSON object instead of a table
-  -out DIR             write summary.json, per-job CSVs and SVG plots
+  -out DIR             write summary.json, per-job and utilisation CSVs
+                       and SVG plots
   -plot FILE           write the JCT CDF and utilisation plot (SVG)
   -progress            show a progress bar even when stderr is not a terminal
 `)
@@ -303,21 +305,15 @@ func writeOutputs(dir string, rep simReport, results []*sim.Result) error {
 		return err
 	}
 	for _, r := range results {
-		base := filepath.Join(dir, fileSafe(r.Policy))
-		if err := writeJobsCSV(base+".jobs.csv", r); err != nil {
+		base := filepath.Join(dir, simout.FileBase(r.Policy))
+		if err := writeJobsCSV(base+simout.JobsSuffix, r); err != nil {
+			return err
+		}
+		if err := writeUtilCSV(base+simout.UtilSuffix, r); err != nil {
 			return err
 		}
 	}
 	return writePlot(filepath.Join(dir, "plots.svg"), results)
-}
-
-func fileSafe(name string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '+' || r == '/' || r == ' ' {
-			return '_'
-		}
-		return r
-	}, name)
 }
 
 func writeJobsCSV(path string, r *sim.Result) error {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/simout"
 	"github.com/shoenig/test/must"
 )
 
@@ -101,13 +102,21 @@ func TestSimJSONAndOutputs(t *testing.T) {
 	// both GPUs until 100 and ends at 130: JCTs 100, 50, 110.
 	must.Eq(t, any(float64(3)), rep.Policies[0]["jobs"])
 	must.InDelta(t, 260.0/3, rep.Policies[0]["avg_jct"].(float64), 1e-9)
-	for _, f := range []string{"summary.json", "fifo.jobs.csv", "las.jobs.csv", "plots.svg"} {
+	for _, f := range []string{"summary.json", "fifo.jobs.csv", "las.jobs.csv", "fifo.util.csv", "las.util.csv", "plots.svg"} {
 		_, err := os.Stat(filepath.Join(out, f))
 		must.NoError(t, err)
 	}
 	csv, err := os.ReadFile(filepath.Join(out, "fifo.jobs.csv"))
 	must.NoError(t, err)
 	must.Eq(t, 4, strings.Count(string(csv), "\n"))
+	// The dashboard draws the folder again from its CSVs.
+	runs, err := simout.Read(os.DirFS(out), ".")
+	must.NoError(t, err)
+	must.Len(t, 2, runs)
+	must.Eq(t, "fifo", runs[0].Name)
+	must.Eq(t, 2, runs[0].GPUs)
+	must.Len(t, 3, runs[0].JCT)
+	must.SliceNotEmpty(t, runs[0].Util)
 }
 
 func TestSimSyntheticTable(t *testing.T) {

@@ -3,28 +3,12 @@ package command
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/caravan-gpu/caravan/planner/sim"
 	"github.com/shoenig/test/must"
 )
-
-// The time axis is labelled in a unit that gives distinct round ticks: a
-// one-hour run reads in minutes, not "0, 0, 0, 0, 1, 1" hours.
-func TestTimeAxisTicksAreDistinctAndReadable(t *testing.T) {
-	cases := []struct {
-		end  float64
-		unit string
-	}{{90, "seconds"}, {3600, "minutes"}, {3380, "minutes"}, {8 * 3600, "hours"}, {30 * 86400, "days"}}
-	for _, tc := range cases {
-		unit, labels := timeTickLabels(tc.end)
-		must.Eq(t, tc.unit, unit.name, must.Sprint(tc.end))
-		must.GreaterEq(t, 3, len(labels), must.Sprintf("%v s: %v", tc.end, labels))
-		must.Eq(t, len(labels), len(slices.Compact(slices.Clone(labels))), must.Sprintf("repeated labels %v", labels))
-	}
-}
 
 // The plot file is an SVG with both panels and every policy in each legend.
 func TestWritePlot(t *testing.T) {

@@ -48,6 +48,9 @@ type Client interface {
 	// SetSchedulerConfig writes cfg if its ModifyIndex is still current and
 	// reports whether it did.
 	SetSchedulerConfig(ctx context.Context, cfg *api.SchedulerConfiguration) (bool, error)
+	// NodeStats reads a client node's host statistics, with the device
+	// plugins' per-instance statistics (GPU memory in use).
+	NodeStats(ctx context.Context, nodeID string) (*api.HostStats, error)
 	// Changes delivers a value whenever a job, allocation or node changes,
 	// until ctx ends. Bursts may be merged.
 	Changes(ctx context.Context) (<-chan struct{}, error)
@@ -167,6 +170,11 @@ func (a *API) SchedulerConfig(ctx context.Context) (*api.SchedulerConfiguration,
 		return nil, errors.New("nomad returned no scheduler configuration")
 	}
 	return resp.SchedulerConfig, nil
+}
+
+func (a *API) NodeStats(ctx context.Context, nodeID string) (*api.HostStats, error) {
+	stats, err := a.c.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(ctx))
+	return stats, denied(err, `node { policy = "read" }`, "read the statistics of node "+nodeID)
 }
 
 func (a *API) SetSchedulerConfig(ctx context.Context, cfg *api.SchedulerConfiguration) (bool, error) {

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
 )
 
 // Status is GET /v1/status.
@@ -165,4 +167,58 @@ func (c *Client) Queue(ctx context.Context) (*Queue, error) {
 func (c *Client) Explain(ctx context.Context, job string) (*Explain, error) {
 	var e Explain
 	return &e, c.get(ctx, "/v1/explain/"+url.PathEscape(job), &e)
+}
+
+// GPUMap is GET /v1/gpus: every GPU device instance with the job holding
+// it, as of the latest round.
+type GPUMap struct {
+	Time  time.Time      `json:"time"`
+	Lanes []cluster.Lane `json:"lanes"`
+	// GPUs is the number of physical GPUs, Busy how many of them jobs hold
+	// (a lane counting as its share).
+	GPUs int     `json:"gpus"`
+	Busy float64 `json:"busy_gpus"`
+	// StatsError says why GPU memory in use could not be read, if so.
+	StatsError string `json:"stats_error,omitempty"`
+}
+
+// Decision is one write the planner made to Nomad, tried to make, or that
+// a user edit overrode, in GET /v1/decisions.
+type Decision struct {
+	Time      time.Time `json:"time"`
+	Namespace string    `json:"namespace"`
+	Job       string    `json:"job"`
+	// Action is the change layer's action: start, hold, preempt, place,
+	// priority or restore.
+	Action    string   `json:"action,omitempty"`
+	Priority  int      `json:"priority"`
+	Changes   []string `json:"changes,omitempty"`
+	Outcome   string   `json:"outcome"`
+	Conflicts int      `json:"conflicts,omitempty"`
+	Reason    string   `json:"reason"`
+	Error     string   `json:"error,omitempty"`
+	// Override says how a user's edit overrode or raced the write.
+	Override string `json:"override,omitempty"`
+}
+
+// Decisions is GET /v1/decisions, newest first.
+type Decisions struct {
+	Decisions []Decision `json:"decisions"`
+}
+
+// Results is GET /v1/results: the live cluster's completions and GPU
+// utilisation since the planner started, and the output folders the
+// dashboard can draw.
+type Results struct {
+	Since     time.Time `json:"since"`
+	Completed int       `json:"completed_jobs"`
+	MeanJCT   float64   `json:"mean_jct_seconds"`
+	MedianJCT float64   `json:"median_jct_seconds"`
+	GPUs      int       `json:"gpus"`
+	Busy      float64   `json:"busy_gpus"`
+	// Utilization is busy GPU-seconds over GPU-seconds since Since.
+	Utilization float64 `json:"gpu_utilization"`
+	// Folders are the caravan sim / replay output folders under the
+	// configured ui.results_dir.
+	Folders []string `json:"folders"`
 }

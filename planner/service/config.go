@@ -23,6 +23,14 @@ type Config struct {
 	Nomad    *NomadConfig   `hcl:"nomad,block"`
 	Consul   *ConsulConfig  `hcl:"consul,block"`
 	Planning *PlanningBlock `hcl:"planning,block"`
+	UI       *UIConfig      `hcl:"ui,block"`
+}
+
+// UIConfig is the dashboard served at /ui/ on the API's address.
+type UIConfig struct {
+	// ResultsDir holds caravan sim and replay output folders that the
+	// dashboard's Results view may draw; no folder outside it is read.
+	ResultsDir string `hcl:"results_dir,optional"`
 }
 
 // HTTPConfig is the API listener.
@@ -106,6 +114,9 @@ type Settings struct {
 	WriteBurst int
 	Writers    int
 	DryRun     bool
+	// UIResultsDir is the folder of output folders the dashboard draws;
+	// empty for none.
+	UIResultsDir string
 }
 
 // DefaultHTTPAddr is where the planner listens unless told otherwise.
@@ -266,6 +277,16 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 			s.Writers = p.Writers
 		}
 		s.DryRun = p.DryRun
+	}
+	if u := c.UI; u != nil && u.ResultsDir != "" {
+		st, err := os.Stat(u.ResultsDir)
+		if err != nil {
+			return nil, bad("ui.results_dir", "%v", err)
+		}
+		if !st.IsDir() {
+			return nil, bad("ui.results_dir", "%s is not a directory", u.ResultsDir)
+		}
+		s.UIResultsDir = u.ResultsDir
 	}
 	if err := validPolicy(s); err != nil {
 		return nil, bad("planning.policy", "%v", err)

@@ -48,6 +48,8 @@ func (p *Planner) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, e)
 	})
 	mux.Handle("GET /v1/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
+	// The dashboard reads what the API serves, and only reads.
+	p.uiRoutes(mux)
 	return mux
 }
 

@@ -84,6 +84,7 @@ type Planner struct {
 	plannedOrder   []string                   // and its rank order
 	nomadAddr      string
 	wake           chan struct{}
+	dash           dashboard
 }
 
 // New returns a planner. consul may be nil.
@@ -330,10 +331,12 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	if err != nil {
 		return fmt.Errorf("list allocations: %w", err)
 	}
+	p.noteGPUs(now, cluster.Lanes(nodes, allocs))
 	specs, err := p.fetchSpecs(ctx, stubs)
 	if err != nil {
 		return err
 	}
+	p.noteOverrides(now, specs)
 	p.mu.Lock()
 	p.nomadOK = time.Now()
 	p.mu.Unlock()
@@ -367,6 +370,13 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 		p.keepWritten(results)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
+	reasons := make(map[string]string, len(targets))
+	for _, t := range targets {
+		reasons[t.key] = reasonFor(t, p.cfg.Policy)
+	}
+	p.mu.Lock()
+	p.noteWrites(state.Time, changes, results, reasons)
+	p.mu.Unlock()
 	return nil
 }
 
@@ -555,8 +565,10 @@ func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stu
 		status[cluster.Key(ns, s.ID)] = s.Status
 	}
 	current := map[string]finishedJob{}
+	submitted := map[string]time.Time{}
 	for _, j := range state.Jobs {
 		current[j.Key()] = finishedJob{GPUSeconds: j.Attained, Group: j.Group, GPUs: j.GPUs}
+		submitted[j.Key()] = j.Submitted
 	}
 	p.mu.Lock()
 	var done []finishedJob
@@ -568,9 +580,17 @@ func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stu
 		// successfully, not if it was stopped or purged.
 		if status[key] == "dead" && completedOK(key, allocs) {
 			done = append(done, seen)
+			if sub := p.dash.submitted[key]; !sub.IsZero() {
+				finish := finishedAt(key, allocs)
+				if finish.IsZero() {
+					finish = state.Time
+				}
+				p.noteCompletion(finish.Sub(sub).Seconds())
+			}
 		}
 	}
 	p.live = current
+	p.dash.submitted = submitted
 	if len(done) > 0 {
 		history := append(p.history, done...)
 		if len(history) > historyLimit {

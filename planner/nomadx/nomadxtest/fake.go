@@ -38,6 +38,8 @@ type Fake struct {
 	// Registers counts successful RegisterJob calls; Conflicts the refused;
 	// JobReads the reads of one job's spec.
 	Registers, Conflicts, JobReads int
+	// Stats are the host statistics NodeStats returns, by node ID.
+	Stats map[string]*api.HostStats
 	// Stopped lists the allocations StopAllocation stopped, in order.
 	Stopped []string
 	changes chan struct{}
@@ -282,4 +284,13 @@ func (f *Fake) Changes(ctx context.Context) (<-chan struct{}, error) {
 		}
 	}()
 	return out, nil
+}
+
+func (f *Fake) NodeStats(_ context.Context, nodeID string) (*api.HostStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.Stats[nodeID]; ok {
+		return s, nil
+	}
+	return &api.HostStats{}, nil
 }

@@ -1,0 +1,199 @@
+// The dashboard polls the planner's read-only JSON API every round and
+// redraws the view shown; charts are SVGs the planner draws.
+"use strict";
+
+const views = ["gpus", "queue", "decisions", "results"];
+let view = "gpus";
+// Rounds come at most every planning.min_interval (1s by default).
+const roundMs = 1000;
+let plotAt = 0;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c != null) e.append(c);
+  return e;
+}
+
+function seconds(s) {
+  if (!(s > 0)) return "0s";
+  if (s < 120) return s.toFixed(0) + "s";
+  if (s < 7200) return (s / 60).toFixed(1) + "m";
+  if (s < 172800) return (s / 3600).toFixed(1) + "h";
+  return (s / 86400).toFixed(1) + "d";
+}
+
+async function get(path) {
+  const r = await fetch(path, { cache: "no-store", credentials: "same-origin" });
+  if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()).trim());
+  return r.json();
+}
+
+function show(name) {
+  if (!views.includes(name)) name = "gpus";
+  view = name;
+  for (const v of views) {
+    document.getElementById("view-" + v).classList.toggle("active", v === name);
+  }
+  for (const a of document.querySelectorAll("nav a")) {
+    a.classList.toggle("active", a.dataset.view === name);
+  }
+  plotAt = 0;
+}
+
+function drawGPUs(m) {
+  const byNode = new Map();
+  for (const l of m.lanes || []) {
+    if (!byNode.has(l.node)) byNode.set(l.node, new Map());
+    const gpus = byNode.get(l.node);
+    if (!gpus.has(l.gpu)) gpus.set(l.gpu, []);
+    gpus.get(l.gpu).push(l);
+  }
+  const root = document.getElementById("gpus");
+  root.replaceChildren();
+  for (const [node, gpus] of byNode) {
+    const box = el("div", { class: "gpus" });
+    for (const [gpu, lanes] of gpus) {
+      const healthy = lanes.every((l) => l.healthy);
+      const card = el("div", { class: "gpu" + (healthy ? "" : " unhealthy"), "data-gpu": gpu },
+        el("h3", { text: lanes[0].model + " · " + gpu.slice(0, 12) + (healthy ? "" : " · unhealthy") }));
+      const byLane = new Map();
+      for (const l of lanes) {
+        const k = l.lane || "whole GPU";
+        if (!byLane.has(k)) byLane.set(k, []);
+        byLane.get(k).push(l);
+      }
+      for (const [lane, slots] of byLane) {
+        const row = el("div", { class: "lane" },
+          el("div", { class: "lane-name", text: lane + " · " + slots[0].memory_mib + " MiB budget · " + Math.round(slots[0].gpu_share * 100) + "% of the GPU" }));
+        for (const s of slots) {
+          let cls = "slot";
+          if (!s.healthy) cls += " unhealthy";
+          if (s.job) cls += " held";
+          if (s.task_state === "suspended" || s.task_state === "checkpointed") cls += " " + s.task_state;
+          let label = s.job ? s.job + (s.task ? " / " + s.task : "") : "free";
+          if (s.task_state === "suspended") label += " (suspended)";
+          if (s.task_state === "checkpointed") label += " (checkpointed)";
+          if (!s.healthy) label += " — " + (s.health || "unhealthy");
+          const slot = el("span", { class: cls, "data-instance": s.instance, "data-job": s.job || "", title: s.instance }, label);
+          if (s.memory_used_mib != null) {
+            const pct = Math.min(100, (100 * s.memory_used_mib) / Math.max(1, s.memory_mib));
+            slot.append(" · " + s.memory_used_mib + "/" + s.memory_mib + " MiB",
+              el("span", { class: "mem" }, el("span", { style: "width:" + pct.toFixed(0) + "%" })));
+          }
+          row.append(slot);
+        }
+        card.append(row);
+      }
+      box.append(card);
+    }
+    root.append(el("div", { class: "node", "data-node": node }, el("h2", { text: node }), box));
+  }
+  document.getElementById("gpus-summary").textContent =
+    m.gpus + " GPUs, " + m.busy_gpus.toFixed(2) + " busy" +
+    (m.stats_error ? " · GPU memory in use unavailable: " + m.stats_error : "");
+}
+
+function drawQueue(q) {
+  const body = document.getElementById("queue");
+  body.replaceChildren();
+  for (const j of q.jobs || []) {
+    body.append(el("tr", { "data-job": j.namespace + "/" + j.job },
+      el("td", { class: "num", text: j.rank }),
+      el("td", { text: j.namespace + "/" + j.job }),
+      el("td", { text: j.state + (j.run ? "" : " (held)") }),
+      el("td", { class: "num", text: j.queue }),
+      el("td", { class: "num", text: j.band }),
+      el("td", { class: "num", text: j.priority }),
+      el("td", { class: "num", text: j.gpus }),
+      el("td", { class: "num", text: j.attained_gpu_seconds.toFixed(0) + " GPU-s" }),
+      el("td", { class: "num", text: seconds(j.waiting_seconds) }),
+      el("td", { text: (j.planned_gpu_model || "any") + (j.lane ? " (lane)" : "") }),
+      el("td", { class: "reason", text: j.reason })));
+  }
+  document.getElementById("queue-summary").textContent =
+    (q.jobs || []).length + " managed jobs in rank order, as of " + new Date(q.time).toLocaleTimeString() +
+    (q.leader ? "" : " · this replica follows: it writes nothing");
+}
+
+function drawDecisions(d) {
+  const body = document.getElementById("decisions");
+  body.replaceChildren();
+  for (const x of d.decisions || []) {
+    body.append(el("tr", { "data-job": x.namespace + "/" + x.job, "data-outcome": x.outcome },
+      el("td", { text: new Date(x.time).toLocaleTimeString() }),
+      el("td", { text: x.namespace + "/" + x.job }),
+      el("td", { text: x.action || "" }),
+      el("td", { class: "num", text: x.priority }),
+      el("td", { class: "outcome-" + x.outcome, text: x.outcome + (x.error ? ": " + x.error : "") }),
+      el("td", { text: (x.changes || []).join(", ") }),
+      el("td", { class: "reason", text: x.reason }),
+      el("td", { class: "reason", text: x.override || "" })));
+  }
+}
+
+function drawResults(r) {
+  document.getElementById("results-summary").textContent =
+    "Live cluster since " + new Date(r.since).toLocaleString() + " · completed jobs: " + r.completed_jobs +
+    (r.completed_jobs ? ", mean JCT " + seconds(r.mean_jct_seconds) + ", median " + seconds(r.median_jct_seconds) : "") +
+    " · " + r.busy_gpus.toFixed(2) + " of " + r.gpus + " GPUs busy now, " + (100 * r.gpu_utilization).toFixed(1) + "% utilisation overall";
+  const now = Date.now();
+  if (now - plotAt > 5000) {
+    plotAt = now;
+    document.getElementById("plot-jct").src = "plots/jct.svg?t=" + now;
+    document.getElementById("plot-util").src = "plots/util.svg?t=" + now;
+  }
+  const pick = document.getElementById("folders");
+  const folders = r.folders || [];
+  document.getElementById("folders-none").hidden = folders.length > 0;
+  document.getElementById("folders-pick").hidden = folders.length === 0;
+  const have = Array.from(pick.options).map((o) => o.value).join("\n");
+  if (have !== folders.join("\n")) {
+    const keep = pick.value;
+    pick.replaceChildren(...folders.map((f) => el("option", { value: f, text: f })));
+    if (folders.includes(keep)) pick.value = keep;
+    drawFolder();
+  }
+}
+
+function drawFolder() {
+  const pick = document.getElementById("folders");
+  const img = document.getElementById("plot-folder");
+  img.hidden = !pick.value;
+  if (pick.value) img.src = "plots/results.svg?folder=" + encodeURIComponent(pick.value);
+}
+
+async function refresh() {
+  const err = document.getElementById("error");
+  try {
+    const status = await get("../v1/status");
+    document.getElementById("status").textContent =
+      "policy " + status.policy + " · " + (status.leader ? "leader" : "follower") + " · " + status.rounds + " rounds";
+    if (view === "gpus") drawGPUs(await get("../v1/gpus"));
+    if (view === "queue") drawQueue(await get("../v1/queue"));
+    if (view === "decisions") drawDecisions(await get("../v1/decisions?limit=200"));
+    if (view === "results") drawResults(await get("../v1/results"));
+    err.hidden = true;
+  } catch (e) {
+    err.textContent = "cannot reach the planner: " + e.message;
+    err.hidden = false;
+  }
+}
+
+let timer = null;
+let generation = 0;
+function loop() {
+  // A view change starts a new chain; the old one ends at its next turn.
+  const g = ++generation;
+  clearTimeout(timer);
+  refresh().finally(() => { if (g === generation) timer = setTimeout(loop, roundMs); });
+}
+
+document.getElementById("folders").addEventListener("change", drawFolder);
+window.addEventListener("hashchange", () => { show(location.hash.slice(1)); loop(); });
+show(location.hash.slice(1) || "gpus");
+loop();
