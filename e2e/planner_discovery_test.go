@@ -63,7 +63,7 @@ planning {
 		}
 	})
 
-	api := plannerapi.NewClient(addr)
+	api := plannerapi.NewClient(addr, "")
 	waitFor(t, 90*time.Second, "the planner finds Nomad and leads", func() bool {
 		s, err := api.Status(context.Background())
 		return err == nil && s.Leader

@@ -56,7 +56,8 @@ func startPlanner(t *testing.T, c *harness.Cluster, id, planning string, env ...
 }
 
 // startPlannerHCL runs a planner whose planner.hcl holds body beside its
-// id, log level and HTTP address.
+// id, log level and HTTP address. When env gives the planner an API token
+// (CARAVAN_PLANNER_TOKEN), its client sends it.
 func startPlannerHCL(t *testing.T, c *harness.Cluster, id, body string, env ...string) *plannerProc {
 	t.Helper()
 	dir := t.TempDir()
@@ -64,7 +65,13 @@ func startPlannerHCL(t *testing.T, c *harness.Cluster, id, body string, env ...s
 	cfg := fmt.Sprintf("id = %q\nlog_level = \"debug\"\nhttp { address = %q }\n%s", id, addr, body)
 	path := filepath.Join(dir, "planner.hcl")
 	must.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
-	p := &plannerProc{addr: addr, api: plannerapi.NewClient(addr), done: make(chan struct{}), log: filepath.Join(dir, "planner.log")}
+	token := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, plannerapi.TokenEnv+"="); ok {
+			token = v
+		}
+	}
+	p := &plannerProc{addr: addr, api: plannerapi.NewClient(addr, token), done: make(chan struct{}), log: filepath.Join(dir, "planner.log")}
 	logFile, err := os.Create(p.log)
 	must.NoError(t, err)
 	p.cmd = exec.Command(filepath.Join(c.BinDir, "caravan"), "planner", "run", "-config", path)

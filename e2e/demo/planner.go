@@ -114,7 +114,7 @@ func echoDecisions(r io.Reader, w io.Writer) {
 func (p *plannerChild) waitReady(ctx context.Context, c *harness.Cluster) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if s, err := plannerapi.NewClient(p.addr).Status(ctx); err == nil && s.Leader {
+		if s, err := plannerapi.NewClient(p.addr, "").Status(ctx); err == nil && s.Leader {
 			return nil
 		}
 		select {

@@ -38,6 +38,8 @@ type PlannerOptions struct {
 	Interval, MinInterval time.Duration
 	// LogLevel is the planner's log_level (info when empty).
 	LogLevel string
+	// Token is http.token, the API token; none when empty.
+	Token string
 }
 
 // Planner is bin/caravan planner run as a child process.
@@ -68,7 +70,11 @@ func (o PlannerOptions) Config(addr string) string {
 		minInterval = 200 * time.Millisecond
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "id = %q\nlog_level = %q\nhttp {\n  address = %q\n}\nplanning {\n", id, level, addr)
+	fmt.Fprintf(&b, "id = %q\nlog_level = %q\nhttp {\n  address = %q\n", id, level, addr)
+	if o.Token != "" {
+		fmt.Fprintf(&b, "  token   = %q\n", o.Token)
+	}
+	b.WriteString("}\nplanning {\n")
 	fmt.Fprintf(&b, "  policy       = %q\n  interval     = %q\n  min_interval = %q\n", o.Policy, interval, minInterval)
 	if len(o.QueueCuts) > 0 {
 		cuts := make([]string, len(o.QueueCuts))
@@ -131,7 +137,7 @@ func (c *Cluster) StartPlanner(ctx context.Context, o PlannerOptions) (*Planner,
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := plannerapi.NewClient(addr).Status(sctx)
+		s, err := plannerapi.NewClient(addr, o.Token).Status(sctx)
 		cancel()
 		if err == nil && s.Leader {
 			return p, nil

@@ -17,19 +17,22 @@ type explainCommand struct{ ui cli.Ui }
 
 func (c *explainCommand) Synopsis() string { return "Explain a job's priority and placement" }
 func (c *explainCommand) Help() string {
-	return helpText("caravan explain [-address PLANNER] [-json] JOB", `
+	return helpText("caravan explain [-address PLANNER] [-planner-token TOKEN] [-json] JOB", `
 Says why the planner gave JOB (an ID, or NAMESPACE/ID) its priority and
 placement, and lists the decisions it applied, newest last.
 Exit code 1 when the planner does not manage the job.
 
 Options:
   -address ADDR   the planner's HTTP API (see caravan queue -help)
+  -planner-token TOKEN
+                  the planner's API token; else $CARAVAN_PLANNER_TOKEN
   -json           print the explanation as JSON`)
 }
 
 func (c *explainCommand) Run(args []string) int {
 	fs := newFlags("explain")
 	address := fs.String("address", "", "")
+	token := fs.String("planner-token", "", "")
 	asJSON := fs.Bool("json", false, "")
 	if err := parse(fs, args); err != nil {
 		return fail(c.ui, "explain", err)
@@ -39,14 +42,14 @@ func (c *explainCommand) Run(args []string) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	client := plannerapi.NewClient(plannerAddress(ctx, *address))
+	client := plannerClient(ctx, *address, *token)
 	e, err := client.Explain(ctx, fs.Arg(0))
 	var nf *plannerapi.NotFoundError
 	if errors.As(err, &nf) {
 		return fail(c.ui, "explain", errors.New(nf.Msg))
 	}
 	if err != nil {
-		return fail(c.ui, "explain", err)
+		return fail(c.ui, "explain", plannerError(err))
 	}
 	if *asJSON {
 		printJSON(c.ui, e)

@@ -2,6 +2,7 @@ package command
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -9,7 +10,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
+	"github.com/caravan-gpu/caravan/planner/service"
+	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 )
 
@@ -78,4 +83,54 @@ func TestQueueAndExplainAgainstPlannerAPI(t *testing.T) {
 	srv.Close()
 	code, _, _ = runCLI("queue", "-address", srv.URL)
 	must.Eq(t, exitError, code)
+}
+
+// queue and explain send the planner's API token: -planner-token, else
+// $CARAVAN_PLANNER_TOKEN.
+func TestQueueAndExplainSendThePlannerToken(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{{ID: "n1", Name: "n1", Status: "ready", SchedulingEligibility: "eligible",
+		NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "T4",
+			Instances: []*api.NodeDevice{{ID: "T4-0", Healthy: true}}}}}}}
+	fake.Submit(&api.Job{ID: pointer.Of("a"), Name: pointer.Of("a"), Namespace: pointer.Of("default"), Type: pointer.Of("batch"),
+		Status: pointer.Of("pending"), Priority: pointer.Of(50), Meta: map[string]string{"caravan.policy": "las"},
+		TaskGroups: []*api.TaskGroup{{Name: pointer.Of("g"), Count: pointer.Of(1), Tasks: []*api.Task{{Name: "train",
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: pointer.Of[uint64](1)}}}}}}}})
+	settings, err := service.ParseConfig("planner.hcl", []byte("http {\n  token = \"right\"\n}\n"))
+	must.NoError(t, err)
+	p, err := service.New(settings, fake, nil, nil)
+	must.NoError(t, err)
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+
+	cases := []struct {
+		name, env, flag string
+		code            int
+		want            string
+	}{
+		{name: "env", env: "right", code: exitOK, want: "las"},
+		{name: "flag", flag: "right", code: exitOK, want: "las"},
+		{name: "flag over env", env: "wrong", flag: "right", code: exitOK, want: "las"},
+		{name: "wrong flag over env", env: "right", flag: "wrong", code: exitError, want: "403"},
+		{name: "none", code: exitError, want: "-planner-token, else $CARAVAN_PLANNER_TOKEN"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(plannerapi.TokenEnv, tc.env)
+			for _, cmd := range [][]string{{"queue", "-json"}, {"explain"}} {
+				args := append(cmd, "-address", srv.URL)
+				if tc.flag != "" {
+					args = append(args, "-planner-token", tc.flag)
+				}
+				if cmd[0] == "explain" {
+					args = append(args, "default/a")
+				}
+				code, out, stderr := runCLI(args...)
+				must.Eq(t, tc.code, code, must.Sprintf("%v: %s", args, stderr))
+				must.StrContains(t, out+stderr, tc.want, must.Sprint(args))
+			}
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/consulx"
 	"github.com/caravan-gpu/caravan/planner/nomadx"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/hashicorp/cli"
 )
 
@@ -98,6 +99,25 @@ func plannerAddress(ctx context.Context, flagValue string) string {
 		}
 	}
 	return "127.0.0.1:4680"
+}
+
+// plannerClient is a client for the planner's API at address (see
+// plannerAddress) with its API token: the -planner-token flag, else
+// $CARAVAN_PLANNER_TOKEN.
+func plannerClient(ctx context.Context, address, token string) *plannerapi.Client {
+	if token == "" {
+		token = os.Getenv(plannerapi.TokenEnv)
+	}
+	return plannerapi.NewClient(plannerAddress(ctx, address), token)
+}
+
+// plannerError adds to a refused token where the CLI takes it from.
+func plannerError(err error) error {
+	var auth *plannerapi.AuthError
+	if errors.As(err, &auth) {
+		return fmt.Errorf("%w (the CLI sends -planner-token, else $%s)", err, plannerapi.TokenEnv)
+	}
+	return err
 }
 
 func printJSON(ui cli.Ui, v any) {

@@ -19,13 +19,16 @@ type queueCommand struct{ ui cli.Ui }
 
 func (c *queueCommand) Synopsis() string { return "Show the planner's queue of managed GPU jobs" }
 func (c *queueCommand) Help() string {
-	return helpText("caravan queue [-address PLANNER] [-json] [-watch] [-interval 2s]", `
+	return helpText("caravan queue [-address PLANNER] [-planner-token TOKEN] [-json] [-watch] [-interval 2s]", `
 Shows every managed job in the planner's order: queue and Nomad priority,
 attained GPU time, waiting time and the planned GPU type.
 
 Options:
   -address ADDR   the planner's HTTP API; else $CARAVAN_PLANNER_ADDR, a
                   caravan-planner service in Consul, or 127.0.0.1:4680
+  -planner-token TOKEN
+                  the planner's API token (http.token), when it has one;
+                  else $CARAVAN_PLANNER_TOKEN
   -json           print the queue as JSON
   -watch          redraw until interrupted
   -interval D     how often -watch redraws (default 2s)`)
@@ -34,6 +37,7 @@ Options:
 func (c *queueCommand) Run(args []string) int {
 	fs := newFlags("queue")
 	address := fs.String("address", "", "")
+	token := fs.String("planner-token", "", "")
 	asJSON := fs.Bool("json", false, "")
 	watch := fs.Bool("watch", false, "")
 	interval := fs.Duration("interval", 2*time.Second, "")
@@ -48,14 +52,14 @@ func (c *queueCommand) Run(args []string) int {
 	}
 	ctx, stop := interruptContext()
 	defer stop()
-	client := plannerapi.NewClient(plannerAddress(ctx, *address))
+	client := plannerClient(ctx, *address, *token)
 	for {
 		q, err := client.Queue(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return exitOK
 			}
-			return fail(c.ui, "queue", err)
+			return fail(c.ui, "queue", plannerError(err))
 		}
 		if *asJSON {
 			printJSON(c.ui, q)

@@ -97,6 +97,8 @@ Nomad, Consul and the planner:
   -token TOKEN         Nomad ACL token (default $NOMAD_TOKEN)
   -planner ADDR        the planner's API (default $CARAVAN_PLANNER_ADDR,
                        then Consul, then 127.0.0.1:4680)
+  -planner-token TOKEN the planner's API token, when it has one (default
+                       $CARAVAN_PLANNER_TOKEN)
   Consul from $CONSUL_HTTP_ADDR, for the throughput profiles of Gavel jobs.
 
 Output:
@@ -115,7 +117,8 @@ type replayFlags struct {
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	startSpread                  float64 // -1: measure on the live run
 	workload, checkpointDir, run string
-	planner, out, logLevel       string
+	planner, plannerToken        string
+	out, logLevel                string
 	iteration, timeout           time.Duration
 	cpu, memory                  int
 	held, json, progress         bool
@@ -175,6 +178,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
 	fs.StringVar(&f.run, "run", "", "")
 	fs.StringVar(&f.planner, "planner", "", "")
+	fs.StringVar(&f.plannerToken, "planner-token", "", "")
 	fs.StringVar(&f.out, "out", "", "")
 	fs.StringVar(&f.logLevel, "log-level", "info", "")
 	fs.DurationVar(&f.iteration, "iteration", replay.DefaultIteration, "")
@@ -546,10 +550,15 @@ func (c *replayCommand) writeKV(ctx context.Context, f *replayFlags, plan *repla
 // checkPlanner asks the planner for its status: held jobs need one, and
 // its policy should be the simulated one. It returns the planner's policy.
 func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log hclog.Logger) (string, error) {
-	addr := plannerAddress(ctx, f.planner)
+	client := plannerClient(ctx, f.planner, f.plannerToken)
+	addr := client.Address
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := plannerapi.NewClient(addr).Status(sctx)
+	st, err := client.Status(sctx)
+	var auth *plannerapi.AuthError
+	if errors.As(err, &auth) {
+		return "", plannerError(err)
+	}
 	if err != nil {
 		if f.held {
 			return "", fmt.Errorf("no caravan planner answers at %s (-planner): held jobs would never start; start one with `caravan planner run`, or pass -held=false: %w", addr, err)

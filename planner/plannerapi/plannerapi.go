@@ -108,18 +108,29 @@ type Explain struct {
 	History []Record `json:"history"`
 }
 
+// TokenEnv is the environment variable holding the API token: the
+// planner's when its http.token is empty, and the CLI's when its
+// -planner-token flag is.
+const TokenEnv = "CARAVAN_PLANNER_TOKEN"
+
+// TokenHeader carries the API token, as does "Authorization: Bearer".
+const TokenHeader = "X-Caravan-Token"
+
 // Client talks to a planner's HTTP API.
 type Client struct {
 	Address string
-	HTTP    *http.Client
+	// Token is sent as a bearer token when set.
+	Token string
+	HTTP  *http.Client
 }
 
-// NewClient returns a client for address ("host:port" or a URL).
-func NewClient(address string) *Client {
+// NewClient returns a client for address ("host:port" or a URL) that sends
+// token, if any.
+func NewClient(address, token string) *Client {
 	if !strings.Contains(address, "://") {
 		address = "http://" + address
 	}
-	return &Client{Address: strings.TrimRight(address, "/"), HTTP: &http.Client{Timeout: 10 * time.Second}}
+	return &Client{Address: strings.TrimRight(address, "/"), Token: token, HTTP: &http.Client{Timeout: 10 * time.Second}}
 }
 
 // NotFoundError is returned for a 404 answer.
@@ -127,10 +138,30 @@ type NotFoundError struct{ Msg string }
 
 func (e *NotFoundError) Error() string { return e.Msg }
 
+// AuthError is returned when the planner refuses the request's token: 401
+// when none was sent, 403 when it was wrong.
+type AuthError struct {
+	Address string
+	Code    int
+	Msg     string
+}
+
+func (e *AuthError) Error() string {
+	return fmt.Sprintf("planner at %s: %d %s: %s", e.Address, e.Code, http.StatusText(e.Code), e.Msg)
+}
+
+// Error is the JSON body of an error answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
 func (c *Client) get(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Address+path, nil)
 	if err != nil {
 		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
@@ -144,6 +175,13 @@ func (c *Client) get(ctx context.Context, path string, out any) error {
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return &NotFoundError{Msg: strings.TrimSpace(string(body))}
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		msg := strings.TrimSpace(string(body))
+		var e Error
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return &AuthError{Address: c.Address, Code: resp.StatusCode, Msg: msg}
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("planner at %s: %s: %s", c.Address, resp.Status, strings.TrimSpace(string(body)))
 	}

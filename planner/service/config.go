@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/trace"
 	"github.com/hashicorp/hcl/v2"
@@ -39,6 +40,9 @@ type HTTPConfig struct {
 	// Advertise is the host:port registered in Consul; the listener's when
 	// empty.
 	Advertise string `hcl:"advertise,optional"`
+	// Token, when set, is required on every route but /v1/health and the
+	// dashboard's static files; $CARAVAN_PLANNER_TOKEN when empty.
+	Token string `hcl:"token,optional"`
 }
 
 // NomadConfig says where Nomad is. The NOMAD_* environment applies first.
@@ -82,10 +86,13 @@ type PlanningBlock struct {
 
 // Settings is Config validated and with defaults filled in.
 type Settings struct {
-	ID            string
-	LogLevel      string
-	HTTPAddr      string
-	Advertise     string
+	ID        string
+	LogLevel  string
+	HTTPAddr  string
+	Advertise string
+	// APIToken is what a request must carry to read the API; empty: no
+	// token is asked for.
+	APIToken      string
 	NomadAddr     string
 	NomadToken    string
 	ConsulEnabled bool
@@ -167,6 +174,14 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 			s.HTTPAddr = h.Address
 		}
 		s.Advertise = h.Advertise
+		s.APIToken = h.Token
+	}
+	tokenField := "http.token"
+	if s.APIToken == "" {
+		s.APIToken, tokenField = os.Getenv(plannerapi.TokenEnv), "http.token (from $"+plannerapi.TokenEnv+")"
+	}
+	if err := validToken(s.APIToken); err != nil {
+		return nil, bad(tokenField, "%v", err)
 	}
 	if _, _, err := net.SplitHostPort(s.HTTPAddr); err != nil {
 		return nil, bad("http.address", "must be host:port: %v", err)
@@ -297,6 +312,17 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		s.ID = "caravan-planner-" + host + "-" + port
 	}
 	return s, nil
+}
+
+// validToken refuses a token that cannot travel in an HTTP header as it
+// is: whitespace, control or non-ASCII characters.
+func validToken(t string) error {
+	for i, r := range t {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("must be printable ASCII without whitespace; byte %d is %q", i+1, r)
+		}
+	}
+	return nil
 }
 
 func duration(v string, def time.Duration) (time.Duration, error) {

@@ -10,6 +10,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`nomad { unreachable_after = "10s" } consul { check_interval = "2s" }`))
 	f.Add([]byte(`planning { policy = "allox+migrate+synergy" }`))
 	f.Add([]byte(`planning { max_writes_per_second = 0 write_workers = 64 job_sizes_scale = 1 }`))
+	f.Add([]byte("http {\n  address = \"127.0.0.1:4680\"\n  token = \"s3cret\"\n}\n"))
+	f.Add([]byte("http {\n  token = \"a b\"\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		s, err := ParseConfig("planner.hcl", src)
 		if err != nil {
@@ -18,6 +20,9 @@ func FuzzParseConfig(f *testing.F) {
 		if s.Interval <= 0 || s.MinInterval < 0 || s.MinInterval > s.Interval || s.CheckInterval <= 0 ||
 			s.NomadUnreachable <= 0 || s.Writers < 1 || s.MaxWrites < 0 {
 			t.Fatalf("accepted settings the planner cannot run with: %+v", s)
+		}
+		if validToken(s.APIToken) != nil {
+			t.Fatalf("accepted an API token that cannot travel in a header: %q", s.APIToken)
 		}
 		if _, err := New(s, nil, nil, nil); err != nil {
 			t.Fatalf("accepted config, but the policy does not build: %v", err)

@@ -1,11 +1,16 @@
 package service
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
+
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -50,7 +55,54 @@ func (p *Planner) Handler() http.Handler {
 	mux.Handle("GET /v1/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
 	// The dashboard reads what the API serves, and only reads.
 	p.uiRoutes(mux)
-	return mux
+	if p.cfg.APIToken == "" {
+		return mux
+	}
+	return requireToken(mux, p.cfg.APIToken)
+}
+
+// openRoutes answer without the API token: Consul's health check sends
+// none, and the dashboard's page, script and style hold no data (the
+// browser cannot send a header when it first loads the page).
+var openRoutes = map[string]bool{"GET /v1/health": true, "GET /ui": true, "GET /ui/": true}
+
+// requireToken lets a request through to mux only with token, unless the
+// route it matches is open. Both sides are hashed before the constant-time
+// comparison, so that not even the token's length leaks.
+func requireToken(mux *http.ServeMux, token string) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	const how = `send "Authorization: Bearer <token>" or "` + plannerapi.TokenHeader + `: <token>" with the planner's http.token`
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); openRoutes[pattern] {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		got, sent := requestToken(r)
+		if !sent {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="caravan-planner"`)
+			writeJSON(w, http.StatusUnauthorized, plannerapi.Error{Error: "this planner requires an API token: " + how})
+			return
+		}
+		if sum := sha256.Sum256([]byte(got)); subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			writeJSON(w, http.StatusForbidden, plannerapi.Error{Error: "the API token is wrong: " + how})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// requestToken is the X-Caravan-Token header, else the bearer token of the
+// Authorization header; sent is false when neither holds one.
+func requestToken(r *http.Request) (token string, sent bool) {
+	if t := r.Header.Get(plannerapi.TokenHeader); t != "" {
+		return t, true
+	}
+	scheme, t, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	t = strings.TrimSpace(t)
+	return t, t != ""
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -249,7 +249,7 @@ func TestHTTPAPI(t *testing.T) {
 	must.NoError(t, err)
 	srv := httptest.NewServer(p.Handler())
 	defer srv.Close()
-	c := plannerapi.NewClient(srv.URL)
+	c := plannerapi.NewClient(srv.URL, "")
 
 	st, err := c.Status(context.Background())
 	must.NoError(t, err)
