@@ -1,6 +1,32 @@
 // The dashboard polls the planner's read-only JSON API every round and
 // redraws the view shown; charts are SVGs the planner draws.
+//
+// A planner with an API token (http.token) answers 401 without it: the page
+// then asks for the token, keeps it in this tab's sessionStorage and sends
+// it as a header on every request, charts included (fetched, then shown as
+// blob URLs, since an <img> cannot send a header).
 "use strict";
+
+const tokenKey = "caravan-planner-token";
+
+// authError is a request the planner refused for its token.
+class authError extends Error {}
+
+function authHeaders() {
+  const token = sessionStorage.getItem(tokenKey);
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
+async function request(path) {
+  const r = await fetch(path, { cache: "no-store", credentials: "same-origin", headers: authHeaders() });
+  if (r.status === 401 || r.status === 403) {
+    let msg = r.status + " " + r.statusText;
+    try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
+    throw new authError(msg);
+  }
+  if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()).trim());
+  return r;
+}
 
 const views = ["gpus", "queue", "decisions", "results"];
 let view = "gpus";
@@ -28,10 +54,46 @@ function seconds(s) {
 }
 
 async function get(path) {
-  const r = await fetch(path, { cache: "no-store", credentials: "same-origin" });
-  if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()).trim());
-  return r.json();
+  return (await request(path)).json();
 }
+
+// setPlot draws the SVG at path into img; the previous drawing stays until
+// the new one has arrived.
+async function setPlot(img, path) {
+  try {
+    const blob = await (await request(path)).blob();
+    const old = img.dataset.blob;
+    img.dataset.blob = img.src = URL.createObjectURL(blob);
+    if (old) URL.revokeObjectURL(old);
+  } catch (e) {
+    if (e instanceof authError) askToken(e.message);
+  }
+}
+
+function askToken(why) {
+  const form = document.getElementById("login");
+  const had = sessionStorage.getItem(tokenKey) !== null;
+  document.getElementById("login-why").textContent = had ? "The planner refused the token: " + why : why;
+  form.hidden = false;
+  document.getElementById("forget").hidden = !had;
+}
+
+document.getElementById("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const input = document.getElementById("token");
+  sessionStorage.setItem(tokenKey, input.value.trim());
+  input.value = "";
+  document.getElementById("login").hidden = true;
+  document.getElementById("forget").hidden = false;
+  plotAt = 0;
+  loop();
+});
+
+document.getElementById("forget").addEventListener("click", () => {
+  sessionStorage.removeItem(tokenKey);
+  document.getElementById("forget").hidden = true;
+  loop();
+});
 
 function show(name) {
   if (!views.includes(name)) name = "gpus";
@@ -144,8 +206,8 @@ function drawResults(r) {
   const now = Date.now();
   if (now - plotAt > 5000) {
     plotAt = now;
-    document.getElementById("plot-jct").src = "plots/jct.svg?t=" + now;
-    document.getElementById("plot-util").src = "plots/util.svg?t=" + now;
+    setPlot(document.getElementById("plot-jct"), "plots/jct.svg");
+    setPlot(document.getElementById("plot-util"), "plots/util.svg");
   }
   const pick = document.getElementById("folders");
   const folders = r.folders || [];
@@ -164,7 +226,7 @@ function drawFolder() {
   const pick = document.getElementById("folders");
   const img = document.getElementById("plot-folder");
   img.hidden = !pick.value;
-  if (pick.value) img.src = "plots/results.svg?folder=" + encodeURIComponent(pick.value);
+  if (pick.value) setPlot(img, "plots/results.svg?folder=" + encodeURIComponent(pick.value));
 }
 
 async function refresh() {
@@ -178,7 +240,13 @@ async function refresh() {
     if (view === "decisions") drawDecisions(await get("../v1/decisions?limit=200"));
     if (view === "results") drawResults(await get("../v1/results"));
     err.hidden = true;
+    document.getElementById("login").hidden = true;
   } catch (e) {
+    if (e instanceof authError) {
+      askToken(e.message);
+      err.hidden = true;
+      return;
+    }
     err.textContent = "cannot reach the planner: " + e.message;
     err.hidden = false;
   }
@@ -190,10 +258,14 @@ function loop() {
   // A view change starts a new chain; the old one ends at its next turn.
   const g = ++generation;
   clearTimeout(timer);
-  refresh().finally(() => { if (g === generation) timer = setTimeout(loop, roundMs); });
+  // Asking for the token stops the polling until one is given.
+  refresh().finally(() => {
+    if (g === generation && document.getElementById("login").hidden) timer = setTimeout(loop, roundMs);
+  });
 }
 
 document.getElementById("folders").addEventListener("change", drawFolder);
 window.addEventListener("hashchange", () => { show(location.hash.slice(1)); loop(); });
+document.getElementById("forget").hidden = sessionStorage.getItem(tokenKey) === null;
 show(location.hash.slice(1) || "gpus");
 loop();
