@@ -644,7 +644,9 @@ func (c *Cluster) spawn(name, bin string, args ...string) (*exec.Cmd, error) {
 func agentEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "NOMAD_") || strings.HasPrefix(kv, "CONSUL_") {
+		// The caller's planner address and API token are not this
+		// cluster's either.
+		if strings.HasPrefix(kv, "NOMAD_") || strings.HasPrefix(kv, "CONSUL_") || strings.HasPrefix(kv, "CARAVAN_PLANNER_") {
 			continue
 		}
 		env = append(env, kv)

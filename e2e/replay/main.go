@@ -179,6 +179,7 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	os.Unsetenv("NOMAD_TOKEN")
 	os.Unsetenv("NOMAD_NAMESPACE")
 	os.Unsetenv("CARAVAN_PLANNER_ADDR")
+	os.Unsetenv("CARAVAN_PLANNER_TOKEN")
 	if code := command.Run([]string{"setup"}, os.Stderr, os.Stderr); code != 0 {
 		return code, errors.New("caravan setup failed")
 	}
