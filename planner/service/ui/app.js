@@ -74,6 +74,7 @@ function askToken(why) {
   const form = document.getElementById("login");
   const had = sessionStorage.getItem(tokenKey) !== null;
   document.getElementById("login-why").textContent = had ? "The planner refused the token: " + why : why;
+  document.getElementById("status").textContent = "API token needed";
   form.hidden = false;
   document.getElementById("forget").hidden = !had;
 }
