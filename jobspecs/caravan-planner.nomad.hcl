@@ -1,6 +1,6 @@
 # caravan's planner as a Nomad job: replicas of `caravan planner run` under
 # raw_exec. Each replica registers itself in Consul as service
-# "caravan-planner" with an HTTP health check on /v1/status, and they elect
+# "caravan-planner" with an HTTP health check on /v1/health, and they elect
 # a leader through a Consul lock; only the leader writes to Nomad.
 #
 #   nomad job run -var caravan=/usr/local/bin/caravan jobspecs/caravan-planner.nomad.hcl
@@ -9,7 +9,9 @@
 # The planner finds Nomad through Consul's "nomad" service unless
 # nomad_addr is set. With ACLs on, give the task a token through
 # NOMAD_TOKEN and CONSUL_HTTP_TOKEN (for example from Nomad Variables with a
-# template), with the least-privilege policy in docs/planner.md.
+# template), with the least-privilege policy in docs/planner.md. To ask an
+# API token of the planner's readers, give it CARAVAN_PLANNER_TOKEN the same
+# way; the health check needs none.
 variable "caravan" {
   description = "path of the caravan binary on the client nodes"
   default     = "/usr/local/bin/caravan"

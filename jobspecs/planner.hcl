@@ -8,6 +8,10 @@ http {
   # The HTTP API: /v1/status, /v1/queue, /v1/explain/<job>, /v1/gpus,
   # /v1/decisions, /v1/results, /v1/metrics, and the dashboard at /ui/.
   address = "127.0.0.1:4680"
+  # An API token every route but /v1/health and the dashboard's page asks
+  # for, as "Authorization: Bearer <token>" or "X-Caravan-Token: <token>".
+  # Empty: $CARAVAN_PLANNER_TOKEN, and when that is empty too, none.
+  token = ""
 }
 
 ui {

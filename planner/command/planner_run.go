@@ -51,7 +51,11 @@ Options:
   -config FILE   planner.hcl; every setting has a default, so it may be omitted
   -address ADDR  Nomad's HTTP address; else nomad.address, $NOMAD_ADDR, or
                  Consul's "nomad" service
-  -token TOKEN   Nomad ACL token; else nomad.token or $NOMAD_TOKEN`)
+  -token TOKEN   Nomad ACL token; else nomad.token or $NOMAD_TOKEN
+
+The API token its readers must send (caravan queue -planner-token, the
+dashboard) is http.token, else $CARAVAN_PLANNER_TOKEN; none when both are
+empty. /v1/health, Consul's check, needs none.`)
 }
 
 func (c *plannerRunCommand) Run(args []string) int {

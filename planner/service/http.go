@@ -80,11 +80,11 @@ func requireToken(mux *http.ServeMux, token string) http.Handler {
 		got, sent := requestToken(r)
 		if !sent {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="caravan-planner"`)
-			writeJSON(w, http.StatusUnauthorized, plannerapi.Error{Error: "this planner requires an API token: " + how})
+			writeError(w, http.StatusUnauthorized, "this planner requires an API token: "+how)
 			return
 		}
 		if sum := sha256.Sum256([]byte(got)); subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			writeJSON(w, http.StatusForbidden, plannerapi.Error{Error: "the API token is wrong: " + how})
+			writeError(w, http.StatusForbidden, "the API token is wrong: "+how)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -111,4 +111,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// writeError answers {"error": msg}, with <, > and & as they are: the
+// message is read by people with curl, not pasted into HTML.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(plannerapi.Error{Error: msg})
 }
