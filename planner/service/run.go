@@ -29,7 +29,8 @@ func (p *Planner) Run(ctx context.Context, ln net.Listener) error {
 		defer done()
 		_ = srv.Shutdown(shutdown)
 	}()
-	p.log.Info("planner listening", "address", ln.Addr().String(), "id", p.cfg.ID, "policy", p.cfg.Policy)
+	p.log.Info("planner listening", "address", ln.Addr().String(), "id", p.cfg.ID, "policy", p.cfg.Policy,
+		"api_token", p.cfg.APIToken != "")
 
 	if _, err := p.CheckScheduler(ctx); err != nil {
 		p.log.Warn("cannot check Nomad's scheduler configuration", "error", err)
