@@ -248,14 +248,24 @@ func (roundTicks) Ticks(lo, hi float64) []gplot.Tick {
 			break
 		}
 	}
+	// Each tick is a whole multiple of step, labelled to step's decimals:
+	// adding step up would print float noise such as 0.6000000000000001.
+	decimals := max(0, int(-math.Floor(math.Log10(step)+1e-9)))
 	var ticks []gplot.Tick
-	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
-		ticks = append(ticks, gplot.Tick{Value: v, Label: formatTick(v)})
+	for k := math.Ceil(lo / step); k*step <= hi+step*1e-9; k++ {
+		v := k * step
+		ticks = append(ticks, gplot.Tick{Value: v, Label: formatTickTo(v, decimals)})
 		if minor := v + step/2; minor < hi {
 			ticks = append(ticks, gplot.Tick{Value: minor})
 		}
 	}
 	return ticks
+}
+
+// formatTickTo prints v with at most decimals digits after the point,
+// without trailing zeros.
+func formatTickTo(v float64, decimals int) string {
+	return formatTick(math.Round(v*math.Pow(10, float64(decimals))) / math.Pow(10, float64(decimals)))
 }
 
 // logTicks labels 1, 2 and 5 × 10^k within the range, with unlabelled

@@ -25,6 +25,21 @@ func TestTimeAxisTicksAreDistinctAndReadable(t *testing.T) {
 	}
 }
 
+// Ticks at fractional steps read as the step does: 0.1, 0.2, ... not
+// 0.30000000000000004, which adding the step up would print.
+func TestRoundTicksHaveNoFloatNoise(t *testing.T) {
+	for _, hi := range []float64{0.7, 0.07, 1.3, 2.9, 0.0009, 77} {
+		for _, tk := range (roundTicks{}).Ticks(0, hi) {
+			if tk.Label == "" {
+				continue
+			}
+			if i := strings.IndexByte(tk.Label, '.'); i >= 0 {
+				must.LessEq(t, 5, len(tk.Label)-i-1, must.Sprintf("range 0..%g: label %q", hi, tk.Label))
+			}
+		}
+	}
+}
+
 // Panels draw with data, without data (a live cluster before its first
 // completion), and with values a log axis cannot show.
 func TestPanelsDrawAnyRuns(t *testing.T) {
