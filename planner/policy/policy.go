@@ -88,6 +88,27 @@ func (p *Policy) CanStartArrivals() bool {
 	return counts && p.Size == nil
 }
 
+// arrivalOrdered is implemented by orderers that rank jobs by arrival
+// alone and never preempt.
+type arrivalOrdered interface{ arrivalOrdered() }
+
+// firstFit is implemented by count-only placers that, on one GPU model,
+// start each pending job in rank order that the free GPUs hold.
+type firstFit interface{ firstFit() }
+
+// StartsInArrivalOrder says a round of p on a cluster of one GPU model,
+// with no job limited to some models, only starts pending jobs, visiting
+// them in arrival order (ties by their index in the Snapshot): each one
+// that fits in the GPUs left free starts; when p is Blocking, up to the
+// first one that does not fit. Running jobs keep their GPUs. A caller that
+// knows the free GPUs and the pending jobs in that order may then carry
+// out the round without a Snapshot of every job.
+func (p *Policy) StartsInArrivalOrder() bool {
+	_, ordered := p.Order.(arrivalOrdered)
+	_, fits := p.Place.(firstFit)
+	return ordered && fits && !p.Order.Preemptive() && p.CanStartArrivals()
+}
+
 // Settled says job j, planned in an earlier round, keeps the place in the
 // order that round gave it, so a round that only starts arrivals leaves
 // its order be.

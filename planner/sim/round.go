@@ -10,6 +10,10 @@ import (
 // planRound builds the Snapshot, asks the policy, and carries out its
 // decisions.
 func (s *simulator) planRound() {
+	if s.arrivals != nil {
+		s.arrivalRound()
+		return
+	}
 	s.rounds++
 	s.dropFinished()
 	snapJobs := s.snap.Jobs[:0]

@@ -53,7 +53,7 @@ type Config struct {
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
 
-	noShortcut bool // tests: plan the rounds that startArrivals and queuedBehind skip
+	noShortcut bool // tests: plan every round in full, as without startArrivals, queuedBehind and arrivalRound
 }
 
 // JobResult is one job's outcome.
@@ -124,6 +124,9 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
+	if s.useArrivalQueue() {
+		s.arrivals = newArrivalQueue(s.jobs)
+	}
 	s.run()
 	return s.result(), nil
 }
@@ -187,6 +190,9 @@ type simulator struct {
 	laneOcc    map[gpuKey][]int
 	blocked    bool // the last round left a job waiting
 	head       int  // strict FIFO: the first job the last round left waiting
+	// arrivals, when set, holds the pending jobs in place of active, and
+	// rounds are carried out on it (see arrivalRound).
+	arrivals *arrivalQueue
 }
 
 type slot = policy.Slot
@@ -318,6 +324,10 @@ func (s *simulator) startArrivals(from, to int) bool {
 	if float64(need) > float64(s.gpus)-s.busy {
 		return false
 	}
+	if s.arrivals != nil {
+		s.startInArrivalOrder() // nothing else waits: it starts them all
+		return true
+	}
 	// Refresh the learned sizes exactly when a round would have.
 	s.learnSizes()
 	s.dropFinished()
@@ -401,7 +411,11 @@ func (s *simulator) admit(i int) {
 	js.State = policy.Pending
 	js.lastUpdate = js.Arrival
 	js.pendingFrom = js.Arrival
-	s.active = append(s.active, i)
+	if s.arrivals != nil {
+		s.arrivals.add(i, js.GPUs)
+	} else {
+		s.active = append(s.active, i)
+	}
 	s.pending++
 }
 
