@@ -142,9 +142,9 @@ type Result struct {
 	Bound float64
 
 	items    []sortItem // sort scratch, reused across rounds
-	keep     []sortItem
 	misfits  []sortItem
 	slots    []int
+	fresh    []int
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
 }
@@ -191,78 +191,79 @@ func sortOrder(s *Snapshot, r *Result) {
 	items := r.items[:0]
 	// Lay the items out in last round's order first: orders change little
 	// between rounds, and the sort runs in near-linear time on input that
-	// is already nearly sorted.
-	top := -1
+	// is already nearly sorted. Jobs without a usable previous rank go
+	// after them.
+	slot, fresh := r.slots[:0], r.fresh[:0]
+	limit := 4 * len(ds)
 	for i := range s.Jobs {
-		top = max(top, s.Jobs[i].PrevRank)
-	}
-	if top >= 0 && top < 4*len(ds) {
-		slot := r.slots[:0]
-		for k := 0; k <= top; k++ {
+		pr := s.Jobs[i].PrevRank
+		if pr < 0 || pr >= limit {
+			fresh = append(fresh, i)
+			continue
+		}
+		for len(slot) <= pr {
 			slot = append(slot, -1)
 		}
-		for i := range s.Jobs {
-			if pr := s.Jobs[i].PrevRank; pr >= 0 && slot[pr] < 0 {
-				slot[pr] = i
-			}
+		if slot[pr] >= 0 {
+			fresh = append(fresh, i)
+			continue
 		}
-		for _, i := range slot {
-			if i >= 0 {
-				d := &ds[i]
-				items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
-				ds[i].Rank = -1 // placed
-			}
-		}
-		r.slots = slot
+		slot[pr] = i
 	}
-	for i := range ds {
-		if d := &ds[i]; d.Rank >= 0 {
+	for _, i := range slot {
+		if i >= 0 {
+			d := &ds[i]
 			items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
 		}
+	}
+	for _, i := range fresh {
+		d := &ds[i]
+		items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
 	}
 	items = r.sortNearlySorted(items)
 	for rank, it := range items {
 		r.Order[rank] = it.job
 		ds[it.job].Rank = rank
 	}
-	r.items = items
+	r.items, r.slots, r.fresh = items, slot, fresh
 }
 
 // sortNearlySorted sorts items that are mostly in order already, in
 // O(n + k log k) for k items out of place: it keeps the in-order run, sorts
 // the misfits aside and merges the two.
 func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
-	keep, misfits := r.keep[:0], r.misfits[:0]
-	defer func() { r.keep, r.misfits = keep, misfits }()
+	misfits := r.misfits[:0]
+	defer func() { r.misfits = misfits }()
+	kept := 0 // the in-order run, compacted to the front of items
 	for i, it := range items {
 		// An item is out of place if it is below the run kept so far, or
 		// above its successor (it jumped ahead: keeping it would push every
 		// item after it out).
-		if (len(keep) > 0 && compareItems(it, keep[len(keep)-1]) < 0) ||
+		if (kept > 0 && compareItems(it, items[kept-1]) < 0) ||
 			(i+1 < len(items) && compareItems(it, items[i+1]) > 0) {
 			misfits = append(misfits, it)
 			continue
 		}
-		keep = append(keep, it)
+		items[kept] = it
+		kept++
 	}
 	if len(misfits) == 0 {
 		return items
 	}
 	slices.SortFunc(misfits, compareItems)
-	// Merge keep and misfits back into items.
-	out := items[:0]
-	a, b := 0, 0
-	for a < len(keep) && b < len(misfits) {
-		if compareItems(misfits[b], keep[a]) < 0 {
-			out = append(out, misfits[b])
-			b++
+	// Merge from the back, so the kept run is read before it is
+	// overwritten. No two items compare equal (the job index decides).
+	a, b := kept-1, len(misfits)-1
+	for k := len(items) - 1; b >= 0; k-- {
+		if a >= 0 && compareItems(misfits[b], items[a]) < 0 {
+			items[k] = items[a]
+			a--
 		} else {
-			out = append(out, keep[a])
-			a++
+			items[k] = misfits[b]
+			b--
 		}
 	}
-	out = append(out, keep[a:]...)
-	return append(out, misfits[b:]...)
+	return items
 }
 
 func compareItems(a, b sortItem) int {
