@@ -162,10 +162,13 @@ func buildNodes(cfg Config) []policy.Node {
 }
 
 type simulator struct {
-	cfg   Config
-	snap  policy.Snapshot
-	gpus  int
-	model string // the only GPU model, or "" for a mixed cluster
+	cfg  Config
+	snap policy.Snapshot
+	// snapOf is the job index of each entry of snap.Jobs.
+	snapOf  []int
+	changes []int // planRound scratch: the decisions that start or resize a job
+	gpus    int
+	model   string // the only GPU model, or "" for a mixed cluster
 	// nextRank is beyond every rank given so far (see startArrivals).
 	nextRank int
 	rounds   int
