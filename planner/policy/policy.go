@@ -143,6 +143,7 @@ type Result struct {
 
 	items    []sortItem // sort scratch, reused across rounds
 	misfits  []sortItem
+	keys     []sortItem
 	slots    []int
 	fresh    []int
 	reasons  map[[2]string]string
@@ -210,16 +211,22 @@ func sortOrder(s *Snapshot, r *Result) {
 		}
 		slot[pr] = i
 	}
+	// Gather the keys in job order first, where reading the decisions and
+	// jobs is sequential, then lay them out from that compact copy.
+	keys := r.keys[:0]
+	for i := range ds {
+		d := &ds[i]
+		keys = append(keys, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+	}
 	for _, i := range slot {
 		if i >= 0 {
-			d := &ds[i]
-			items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+			items = append(items, keys[i])
 		}
 	}
 	for _, i := range fresh {
-		d := &ds[i]
-		items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+		items = append(items, keys[i])
 	}
+	r.keys = keys
 	items = r.sortNearlySorted(items)
 	for rank, it := range items {
 		r.Order[rank] = it.job
@@ -239,8 +246,8 @@ func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
 		// An item is out of place if it is below the run kept so far, or
 		// above its successor (it jumped ahead: keeping it would push every
 		// item after it out).
-		if (kept > 0 && compareItems(it, items[kept-1]) < 0) ||
-			(i+1 < len(items) && compareItems(it, items[i+1]) > 0) {
+		if (kept > 0 && before(&it, &items[kept-1])) ||
+			(i+1 < len(items) && !before(&it, &items[i+1])) {
 			misfits = append(misfits, it)
 			continue
 		}
@@ -255,7 +262,7 @@ func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
 	// overwritten. No two items compare equal (the job index decides).
 	a, b := kept-1, len(misfits)-1
 	for k := len(items) - 1; b >= 0; k-- {
-		if a >= 0 && compareItems(misfits[b], items[a]) < 0 {
+		if a >= 0 && before(&misfits[b], &items[a]) {
 			items[k] = items[a]
 			a--
 		} else {
@@ -278,6 +285,22 @@ func compareItems(a, b sortItem) int {
 		return less(a.arrival, b.arrival)
 	}
 	return a.job - b.job
+}
+
+// before is compareItems(*a, *b) < 0, cheap enough to inline. No two
+// items compare equal, so !before is compareItems > 0.
+func before(a, b *sortItem) bool {
+	switch {
+	case a.k1 != b.k1:
+		return a.k1 < b.k1
+	case a.k2 != b.k2:
+		return a.k2 < b.k2
+	case a.k3 != b.k3:
+		return a.k3 < b.k3
+	case a.arrival != b.arrival:
+		return a.arrival < b.arrival
+	}
+	return a.job < b.job
 }
 
 type sortItem struct {
