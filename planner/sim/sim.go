@@ -53,7 +53,8 @@ type Config struct {
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
 
-	noShortcut bool // tests: plan every round in full, as without startArrivals, queuedBehind and arrivalRound
+	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind and arrivalRound
+	checkSnapshot bool // tests: compare the kept Snapshot with a fresh copy every round (Result.snapErr)
 }
 
 // JobResult is one job's outcome.
@@ -86,6 +87,8 @@ type Result struct {
 	Summary Summary
 	// Rounds is how many planning rounds the run asked the policy for.
 	Rounds int
+
+	snapErr error // see Config.checkSnapshot
 }
 
 type jobState struct {
@@ -166,6 +169,7 @@ type simulator struct {
 	snap policy.Snapshot
 	// snapOf is the job index of each entry of snap.Jobs.
 	snapOf  []int
+	snapErr error // see Config.checkSnapshot
 	changes []int // planRound scratch: the decisions that start or resize a job
 	gpus    int
 	model   string // the only GPU model, or "" for a mixed cluster
@@ -256,7 +260,7 @@ func (s *simulator) run() {
 	s.wakeAt = math.Inf(1)
 	total := len(s.jobs)
 	progressEvery := max(total/200, 1)
-	for s.done < total {
+	for s.done < total && s.snapErr == nil {
 		t := math.Inf(1)
 		if s.next < total {
 			t = s.jobs[s.next].Arrival
