@@ -109,6 +109,24 @@ func (p *Policy) StartsInArrivalOrder() bool {
 	return ordered && fits && !p.Order.Preemptive() && p.CanStartArrivals()
 }
 
+// keyFallsWhileRunning is implemented by orderers without wake-ups that
+// rank by a key which only falls while a job runs and stays while it
+// waits: the remaining time.
+type keyFallsWhileRunning interface{ keyFallsWhileRunning() }
+
+// CanStartArrivalsPastWaiting says the arrival shortcut (see
+// CanStartArrivals) holds even while other jobs wait, for p's first-fit
+// placement: if since the last round no job has finished, started or
+// grown its remaining work, arrivals that together fit the GPUs the
+// round left free start, and nothing else changes. Every job that waits
+// did not fit where it ranked; the running jobs have only moved ahead of
+// it since, and the arrivals take GPUs from what was free.
+func (p *Policy) CanStartArrivalsPastWaiting() bool {
+	_, falls := p.Order.(keyFallsWhileRunning)
+	_, fits := p.Place.(firstFit)
+	return falls && fits && p.CanStartArrivals()
+}
+
 // Settled says job j, planned in an earlier round, keeps the place in the
 // order that round gave it, so a round that only starts arrivals leaves
 // its order be.

@@ -731,3 +731,70 @@ func TestStartsInArrivalOrderIsARound(t *testing.T) {
 		})
 	}
 }
+
+// Under a policy that CanStartArrivalsPastWaiting, after a round and
+// with the running jobs' remaining time fallen since, arrivals that fit
+// the free GPUs start and every other job keeps its decision, though
+// jobs wait. Random snapshots on one GPU model.
+func TestArrivalsStartPastWaitingJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"srsf", true}, {"srtf", true}, {"srtf+fastest", true},
+		{"las", false}, {"gittins", false}, {"fifo", false}, {"fjf", false}, {"hare", false}, {"srsf+earliest", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse(tc.name, Config{})
+			must.NoError(t, err)
+			must.Eq(t, tc.want, p.CanStartArrivalsPastWaiting())
+			if !tc.want {
+				return
+			}
+			rng := rand.New(rand.NewPCG(3, 5))
+			tried := 0
+			for round := 0; round < 400; round++ {
+				s := &Snapshot{Nodes: []Node{{Healthy: true}, {Healthy: true}}}
+				for n := range s.Nodes {
+					for g := 0; g < 8; g++ {
+						s.Nodes[n].GPUs = append(s.Nodes[n].GPUs, GPU{Model: "V100", Healthy: true})
+					}
+				}
+				for k := 0; k < 12; k++ {
+					j := job(fmt.Sprint(k), float64(k), 1<<rng.IntN(4))
+					j.Remaining = float64(1 + rng.IntN(1000))
+					s.Jobs = append(s.Jobs, j)
+				}
+				r0 := p.Plan(s, nil)
+				free := 16
+				for i := range s.Jobs {
+					j, d := &s.Jobs[i], r0.Decisions[i]
+					j.PrevQueue, j.PrevRank = d.Queue, d.Rank
+					j.State = Pending
+					if d.Run {
+						j.State, j.GPUModel = Running, "V100"
+						free -= j.GPUs
+						j.Remaining = max(j.Remaining-float64(rng.IntN(500)), 0)
+					}
+				}
+				before := len(s.Jobs)
+				for k := 0; free > 0 && k < 3; k++ {
+					g := 1 + rng.IntN(free)
+					j := job(fmt.Sprint("a", k), 20, g)
+					j.Remaining = float64(1 + rng.IntN(1000))
+					s.Jobs = append(s.Jobs, j)
+					free -= g
+				}
+				if len(s.Jobs) == before {
+					continue
+				}
+				tried++
+				r := p.Plan(s, nil)
+				for i, j := range s.Jobs {
+					must.Eq(t, i >= before || j.State == Running, r.Decisions[i].Run, must.Sprintf("round %d job %s", round, j.ID))
+				}
+			}
+			must.Greater(t, 50, tried)
+		})
+	}
+}

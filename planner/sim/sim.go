@@ -284,7 +284,7 @@ func (s *simulator) run() {
 		}
 		woke := t >= s.wakeAt
 		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke))) && !s.frozen() && !s.queuedBehind(changed, woke) {
-			if !arrived || waited || !s.startArrivals(first, s.next) {
+			if !arrived || (waited && !s.pastWaiting(changed, woke)) || !s.startArrivals(first, s.next) {
 				s.planRound()
 			}
 		} else if woke {
@@ -316,8 +316,8 @@ func (s *simulator) maySkipRounds() bool {
 
 // startArrivals starts the jobs that just arrived without a planning
 // round when a round could do nothing else (see Policy.CanStartArrivals):
-// one GPU model, nothing else waits, they all fit, and every planned job
-// keeps its place in the order. On a cluster with room most arrivals take
+// one GPU model, nothing else waits (or pastWaiting), they all fit, and
+// every planned job keeps its place in the order. On a cluster with room most arrivals take
 // this path, so a run no longer costs a full round per arrival. It reports
 // whether it started them.
 func (s *simulator) startArrivals(from, to int) bool {
@@ -351,9 +351,17 @@ func (s *simulator) startArrivals(from, to int) bool {
 		s.nextRank++
 		s.start(i, &policy.Decision{Job: -1, Run: true, GPUModel: s.model, Speedup: 1})
 	}
-	s.blocked = false
+	s.blocked = s.pending > 0
 	s.wakeAt = math.Inf(1)
 	return true
+}
+
+// pastWaiting says startArrivals may start arrivals while other jobs
+// wait (Policy.CanStartArrivalsPastWaiting): nothing finished or woke
+// the policy since the last round, and no start adds work to a job.
+func (s *simulator) pastWaiting(changed, woke bool) bool {
+	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
+		s.cfg.StartLatency == 0 && s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 
 // queuedBehind says a round cannot change anything for a strict FIFO
