@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -270,6 +271,24 @@ func TestSynergySizingFinishesEveryJob(t *testing.T) {
 		})
 	}
 	must.Less(t, avg["fjf"], avg["fjf+count+synergy-tune"])
+}
+
+func init() {
+	compareKeptSnapshot = func(s *simulator) error {
+		for k, i := range s.active {
+			js := &s.jobs[i]
+			want, got := js.Job, s.snap.Jobs[k]
+			// Set from the simulator's own counters, not kept.
+			want.Remaining, want.RemainingWork = got.Remaining, got.RemainingWork
+			if s.cfg.Compat {
+				want.Wait = js.promoWait
+			}
+			if !reflect.DeepEqual(want, got) {
+				return fmt.Errorf("round %d: job %s in the Snapshot is %+v, want %+v", s.rounds, want.ID, got, want)
+			}
+		}
+		return nil
+	}
 }
 
 // The simulator keeps the Snapshot's jobs from round to round and writes
