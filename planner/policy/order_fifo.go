@@ -7,6 +7,7 @@ type fifoOrder struct{}
 
 func (fifoOrder) Name() string     { return "fifo" }
 func (fifoOrder) Preemptive() bool { return false }
+func (fifoOrder) arrivalOrdered()  {}
 
 func (fifoOrder) Order(s *Snapshot, ds []Decision) float64 {
 	for i := range ds {

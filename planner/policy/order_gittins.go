@@ -198,9 +198,22 @@ func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 	if dist.Len() == 0 {
 		return inf // nothing learned yet: plain 2D-LAS order
 	}
+	// Every job that has not run yet has attained nothing: on a congested
+	// cluster that is most pending jobs, so their index is worked out once.
+	fresh := math.NaN()
 	for i := range ds {
 		attained, _, _ := counters(&s.Jobs[i], &ds[i])
-		ds[i].k2, ds[i].k3 = -o.index(dist, attained), 0
+		var index float64
+		switch {
+		case attained != 0:
+			index = o.index(dist, attained)
+		case math.IsNaN(fresh):
+			fresh = o.index(dist, 0)
+			index = fresh
+		default:
+			index = fresh
+		}
+		ds[i].k2, ds[i].k3 = -index, 0
 		if !ds[i].Promoted {
 			ds[i].Reason = o.reasons[ds[i].Queue]
 		}

@@ -12,7 +12,8 @@ func (o shortestRemainingOrder) Name() string {
 	return "srtf"
 }
 
-func (shortestRemainingOrder) Preemptive() bool { return true }
+func (shortestRemainingOrder) Preemptive() bool      { return true }
+func (shortestRemainingOrder) keyFallsWhileRunning() {}
 
 func (o shortestRemainingOrder) Order(s *Snapshot, ds []Decision) float64 {
 	for i := range ds {

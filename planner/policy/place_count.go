@@ -7,6 +7,7 @@ type countPlacer struct{}
 
 func (countPlacer) Name() string { return "count" }
 func (countPlacer) countsOnly()  {}
+func (countPlacer) firstFit()    {}
 
 func (countPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	walkByCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int {

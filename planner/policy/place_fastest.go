@@ -7,6 +7,7 @@ type fastestPlacer struct{}
 
 func (fastestPlacer) Name() string { return "fastest" }
 func (fastestPlacer) countsOnly()  {}
+func (fastestPlacer) firstFit()    {}
 
 func (fastestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	c := s.capacity()

@@ -91,6 +91,45 @@ func (p *Policy) CanStartArrivals() bool {
 	return counts && p.Size == nil
 }
 
+// arrivalOrdered is implemented by orderers that rank jobs by arrival
+// alone and never preempt.
+type arrivalOrdered interface{ arrivalOrdered() }
+
+// firstFit is implemented by count-only placers that, on one GPU model,
+// start each pending job in rank order that the free GPUs hold.
+type firstFit interface{ firstFit() }
+
+// StartsInArrivalOrder says a round of p on a cluster of one GPU model,
+// with no job limited to some models, only starts pending jobs, visiting
+// them in arrival order (ties by their index in the Snapshot): each one
+// that fits in the GPUs left free starts; when p is Blocking, up to the
+// first one that does not fit. Running jobs keep their GPUs. A caller that
+// knows the free GPUs and the pending jobs in that order may then carry
+// out the round without a Snapshot of every job.
+func (p *Policy) StartsInArrivalOrder() bool {
+	_, ordered := p.Order.(arrivalOrdered)
+	_, fits := p.Place.(firstFit)
+	return ordered && fits && !p.Order.Preemptive() && p.CanStartArrivals()
+}
+
+// keyFallsWhileRunning is implemented by orderers without wake-ups that
+// rank by a key which only falls while a job runs and stays while it
+// waits: the remaining time.
+type keyFallsWhileRunning interface{ keyFallsWhileRunning() }
+
+// CanStartArrivalsPastWaiting says the arrival shortcut (see
+// CanStartArrivals) holds even while other jobs wait, for p's first-fit
+// placement: if since the last round no job has finished, started or
+// grown its remaining work, arrivals that together fit the GPUs the
+// round left free start, and nothing else changes. Every job that waits
+// did not fit where it ranked; the running jobs have only moved ahead of
+// it since, and the arrivals take GPUs from what was free.
+func (p *Policy) CanStartArrivalsPastWaiting() bool {
+	_, falls := p.Order.(keyFallsWhileRunning)
+	_, fits := p.Place.(firstFit)
+	return falls && fits && p.CanStartArrivals()
+}
+
 // Settled says job j, planned in an earlier round, keeps the place in the
 // order that round gave it, so a round that only starts arrivals leaves
 // its order be.
@@ -124,9 +163,10 @@ type Result struct {
 	Bound float64
 
 	items    []sortItem // sort scratch, reused across rounds
-	keep     []sortItem
 	misfits  []sortItem
+	keys     []sortItem
 	slots    []int
+	fresh    []int
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
 
@@ -180,78 +220,85 @@ func sortOrder(s *Snapshot, r *Result) {
 	items := r.items[:0]
 	// Lay the items out in last round's order first: orders change little
 	// between rounds, and the sort runs in near-linear time on input that
-	// is already nearly sorted.
-	top := -1
+	// is already nearly sorted. Jobs without a usable previous rank go
+	// after them.
+	slot, fresh := r.slots[:0], r.fresh[:0]
+	limit := 4 * len(ds)
 	for i := range s.Jobs {
-		top = max(top, s.Jobs[i].PrevRank)
-	}
-	if top >= 0 && top < 4*len(ds) {
-		slot := r.slots[:0]
-		for k := 0; k <= top; k++ {
+		pr := s.Jobs[i].PrevRank
+		if pr < 0 || pr >= limit {
+			fresh = append(fresh, i)
+			continue
+		}
+		for len(slot) <= pr {
 			slot = append(slot, -1)
 		}
-		for i := range s.Jobs {
-			if pr := s.Jobs[i].PrevRank; pr >= 0 && slot[pr] < 0 {
-				slot[pr] = i
-			}
+		if slot[pr] >= 0 {
+			fresh = append(fresh, i)
+			continue
 		}
-		for _, i := range slot {
-			if i >= 0 {
-				d := &ds[i]
-				items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
-				ds[i].Rank = -1 // placed
-			}
-		}
-		r.slots = slot
+		slot[pr] = i
 	}
+	// Gather the keys in job order first, where reading the decisions and
+	// jobs is sequential, then lay them out from that compact copy.
+	keys := r.keys[:0]
 	for i := range ds {
-		if d := &ds[i]; d.Rank >= 0 {
-			items = append(items, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+		d := &ds[i]
+		keys = append(keys, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
+	}
+	for _, i := range slot {
+		if i >= 0 {
+			items = append(items, keys[i])
 		}
 	}
+	for _, i := range fresh {
+		items = append(items, keys[i])
+	}
+	r.keys = keys
 	items = r.sortNearlySorted(items)
 	for rank, it := range items {
 		r.Order[rank] = it.job
 		ds[it.job].Rank = rank
 	}
-	r.items = items
+	r.items, r.slots, r.fresh = items, slot, fresh
 }
 
 // sortNearlySorted sorts items that are mostly in order already, in
 // O(n + k log k) for k items out of place: it keeps the in-order run, sorts
 // the misfits aside and merges the two.
 func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
-	keep, misfits := r.keep[:0], r.misfits[:0]
-	defer func() { r.keep, r.misfits = keep, misfits }()
+	misfits := r.misfits[:0]
+	defer func() { r.misfits = misfits }()
+	kept := 0 // the in-order run, compacted to the front of items
 	for i, it := range items {
 		// An item is out of place if it is below the run kept so far, or
 		// above its successor (it jumped ahead: keeping it would push every
 		// item after it out).
-		if (len(keep) > 0 && compareItems(it, keep[len(keep)-1]) < 0) ||
-			(i+1 < len(items) && compareItems(it, items[i+1]) > 0) {
+		if (kept > 0 && before(&it, &items[kept-1])) ||
+			(i+1 < len(items) && !before(&it, &items[i+1])) {
 			misfits = append(misfits, it)
 			continue
 		}
-		keep = append(keep, it)
+		items[kept] = it
+		kept++
 	}
 	if len(misfits) == 0 {
 		return items
 	}
 	slices.SortFunc(misfits, compareItems)
-	// Merge keep and misfits back into items.
-	out := items[:0]
-	a, b := 0, 0
-	for a < len(keep) && b < len(misfits) {
-		if compareItems(misfits[b], keep[a]) < 0 {
-			out = append(out, misfits[b])
-			b++
+	// Merge from the back, so the kept run is read before it is
+	// overwritten. No two items compare equal (the job index decides).
+	a, b := kept-1, len(misfits)-1
+	for k := len(items) - 1; b >= 0; k-- {
+		if a >= 0 && before(&misfits[b], &items[a]) {
+			items[k] = items[a]
+			a--
 		} else {
-			out = append(out, keep[a])
-			a++
+			items[k] = misfits[b]
+			b--
 		}
 	}
-	out = append(out, keep[a:]...)
-	return append(out, misfits[b:]...)
+	return items
 }
 
 func compareItems(a, b sortItem) int {
@@ -266,6 +313,22 @@ func compareItems(a, b sortItem) int {
 		return less(a.arrival, b.arrival)
 	}
 	return a.job - b.job
+}
+
+// before is compareItems(*a, *b) < 0, cheap enough to inline. No two
+// items compare equal, so !before is compareItems > 0.
+func before(a, b *sortItem) bool {
+	switch {
+	case a.k1 != b.k1:
+		return a.k1 < b.k1
+	case a.k2 != b.k2:
+		return a.k2 < b.k2
+	case a.k3 != b.k3:
+		return a.k3 < b.k3
+	case a.arrival != b.arrival:
+		return a.arrival < b.arrival
+	}
+	return a.job < b.job
 }
 
 type sortItem struct {

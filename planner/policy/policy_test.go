@@ -664,3 +664,142 @@ func TestMatchKeepsRunningJobThePendingJobDoesNotTake(t *testing.T) {
 	must.StrContains(t, r.Decisions[2].Reason, "waits behind its queue")
 	must.StrNotContains(t, r.Decisions[0].Reason, "preempted")
 }
+
+// A round of a policy that StartsInArrivalOrder, on one GPU model, starts
+// exactly the pending jobs the rule picks: in arrival order (ties by
+// index), each one the free GPUs hold, and under strict FIFO up to the
+// first one they do not. Random snapshots, some with jobs larger than the
+// cluster and ties in arrival.
+func TestStartsInArrivalOrderIsARound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"fifo", true}, {"fjf", true}, {"fjf+fastest", true}, {"fifo+fastest", true},
+		{"fjf+earliest", false}, {"fjf+consolidated", false}, {"allox", false},
+		{"las", false}, {"gittins", false}, {"srsf", false}, {"hare", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse(tc.name, Config{})
+			must.NoError(t, err)
+			must.Eq(t, tc.want, p.StartsInArrivalOrder())
+			if !tc.want {
+				return
+			}
+			rng := rand.New(rand.NewPCG(7, 11))
+			for round := 0; round < 300; round++ {
+				s := &Snapshot{}
+				for n := 0; n < 1+rng.IntN(4); n++ {
+					node := Node{Healthy: true}
+					for g := 0; g < 8; g++ {
+						node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
+					}
+					s.Nodes = append(s.Nodes, node)
+				}
+				total := 8 * len(s.Nodes)
+				free := total
+				for k := 0; k < 40; k++ {
+					j := job(fmt.Sprint(k), float64(rng.IntN(20)), 1<<rng.IntN(6))
+					if rng.IntN(3) == 0 && j.GPUs <= free {
+						j.State, j.GPUModel = Running, "V100"
+						free -= j.GPUs
+					}
+					s.Jobs = append(s.Jobs, j)
+				}
+				pending := []int{}
+				for i, j := range s.Jobs {
+					if j.State == Pending {
+						pending = append(pending, i)
+					}
+				}
+				slices.SortStableFunc(pending, func(a, b int) int { return int(s.Jobs[a].Arrival - s.Jobs[b].Arrival) })
+				want := map[int]bool{}
+				for _, i := range pending {
+					if g := s.Jobs[i].GPUs; g <= free {
+						want[i] = true
+						free -= g
+					} else if p.Blocking {
+						break
+					}
+				}
+				r := p.Plan(s, nil)
+				for i, j := range s.Jobs {
+					d := r.Decisions[i]
+					must.Eq(t, j.State == Running || want[i], d.Run, must.Sprintf("round %d job %d", round, i))
+					if d.Run {
+						must.Eq(t, "V100", d.GPUModel)
+						must.Eq(t, 1.0, d.Speedup)
+						must.False(t, d.Lane)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Under a policy that CanStartArrivalsPastWaiting, after a round and
+// with the running jobs' remaining time fallen since, arrivals that fit
+// the free GPUs start and every other job keeps its decision, though
+// jobs wait. Random snapshots on one GPU model.
+func TestArrivalsStartPastWaitingJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"srsf", true}, {"srtf", true}, {"srtf+fastest", true},
+		{"las", false}, {"gittins", false}, {"fifo", false}, {"fjf", false}, {"hare", false}, {"srsf+earliest", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse(tc.name, Config{})
+			must.NoError(t, err)
+			must.Eq(t, tc.want, p.CanStartArrivalsPastWaiting())
+			if !tc.want {
+				return
+			}
+			rng := rand.New(rand.NewPCG(3, 5))
+			tried := 0
+			for round := 0; round < 400; round++ {
+				s := &Snapshot{Nodes: []Node{{Healthy: true}, {Healthy: true}}}
+				for n := range s.Nodes {
+					for g := 0; g < 8; g++ {
+						s.Nodes[n].GPUs = append(s.Nodes[n].GPUs, GPU{Model: "V100", Healthy: true})
+					}
+				}
+				for k := 0; k < 12; k++ {
+					j := job(fmt.Sprint(k), float64(k), 1<<rng.IntN(4))
+					j.Remaining = float64(1 + rng.IntN(1000))
+					s.Jobs = append(s.Jobs, j)
+				}
+				r0 := p.Plan(s, nil)
+				free := 16
+				for i := range s.Jobs {
+					j, d := &s.Jobs[i], r0.Decisions[i]
+					j.PrevQueue, j.PrevRank = d.Queue, d.Rank
+					j.State = Pending
+					if d.Run {
+						j.State, j.GPUModel = Running, "V100"
+						free -= j.GPUs
+						j.Remaining = max(j.Remaining-float64(rng.IntN(500)), 0)
+					}
+				}
+				before := len(s.Jobs)
+				for k := 0; free > 0 && k < 3; k++ {
+					g := 1 + rng.IntN(free)
+					j := job(fmt.Sprint("a", k), 20, g)
+					j.Remaining = float64(1 + rng.IntN(1000))
+					s.Jobs = append(s.Jobs, j)
+					free -= g
+				}
+				if len(s.Jobs) == before {
+					continue
+				}
+				tried++
+				r := p.Plan(s, nil)
+				for i, j := range s.Jobs {
+					must.Eq(t, i >= before || j.State == Running, r.Decisions[i].Run, must.Sprintf("round %d job %s", round, j.ID))
+				}
+			}
+			must.Greater(t, 50, tried)
+		})
+	}
+}

@@ -30,7 +30,7 @@ type Summary struct {
 }
 
 func (s *simulator) result() *Result {
-	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds}
+	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds, snapErr: s.snapErr}
 	for i := range s.jobs {
 		js := &s.jobs[i]
 		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,

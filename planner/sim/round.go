@@ -10,29 +10,19 @@ import (
 // planRound builds the Snapshot, asks the policy, and carries out its
 // decisions.
 func (s *simulator) planRound() {
+	if s.arrivals != nil {
+		s.arrivalRound()
+		return
+	}
 	s.rounds++
 	s.dropFinished()
-	snapJobs := s.snap.Jobs[:0]
-	for _, i := range s.active {
-		js := &s.jobs[i]
-		s.settle(js)
-		snapJobs = append(snapJobs, js.Job)
-		j := &snapJobs[len(snapJobs)-1]
-		if js.rates != nil {
-			j.RemainingWork = max(js.work, 0)
-			j.Remaining = j.RemainingWork / maxRate(js.rates)
-		} else {
-			j.Remaining = max(js.work, 0)
-		}
-		if s.cfg.Compat {
-			j.Wait = js.promoWait
-		}
-	}
-	s.snap.Jobs = snapJobs
+	s.refreshSnapshot()
 	s.snap.Now = s.now
 	s.learnSizes()
 
 	r := s.cfg.Policy.Plan(&s.snap, &s.plan)
+	// Preemptions first, so the GPUs they free are free for the starts.
+	changes := s.changes[:0]
 	for k, i := range s.active {
 		d := &r.Decisions[k]
 		js := &s.jobs[i]
@@ -40,23 +30,28 @@ func (s *simulator) planRound() {
 		if d.Promoted {
 			js.Attained, js.Executed, js.Wait, js.promoWait = 0, 0, 0, 0
 		}
-		if js.State == policy.Running && !d.Run {
+		switch {
+		case js.State == policy.Running && !d.Run:
 			s.preempt(i)
+		case js.State == policy.Pending && d.Run, js.State == policy.Running && (d.Migrate || d.Speedup != js.speedup):
+			changes = append(changes, k)
 		}
 	}
-	for k, i := range s.active {
+	for _, k := range changes {
 		d := &r.Decisions[k]
+		i := s.active[k]
 		js := &s.jobs[i]
 		switch {
-		case js.State == policy.Pending && d.Run:
+		case js.State == policy.Pending:
 			s.start(i, d)
-		case js.State == policy.Running && d.Migrate:
+		case d.Migrate:
 			s.migrate(i, d)
-		case js.State == policy.Running && d.Speedup != js.speedup:
+		default:
 			js.speedup = d.Speedup
 			s.reschedule(i)
 		}
 	}
+	s.changes = changes
 	if s.anyLanes {
 		s.refreshLaneRates()
 	}
@@ -74,6 +69,73 @@ func (s *simulator) planRound() {
 	s.wakeAt = math.Inf(1)
 	if !math.IsInf(r.Wake, 1) {
 		s.wakeAt = s.now + max(r.Wake, 1e-3)
+	}
+}
+
+// refreshSnapshot brings s.snap.Jobs up to date with the active jobs, in
+// the same order. Jobs that were in the last round's Snapshot keep their
+// entry and only the fields the simulator changes are written: copying
+// every job into a new Snapshot each round was a fifth of a congested run.
+func (s *simulator) refreshSnapshot() {
+	jobs, of := s.snap.Jobs, s.snapOf
+	w, r := 0, 0
+	for _, i := range s.active {
+		js := &s.jobs[i]
+		s.settle(js)
+		// Both lists are in arrival order, and jobs new to the Snapshot
+		// arrived after every job in it.
+		for r < len(of) && of[r] < i {
+			r++
+		}
+		if r < len(of) && of[r] == i {
+			if w != r {
+				jobs[w] = jobs[r]
+			}
+			r++
+			refreshJob(&jobs[w], &js.Job)
+		} else if w < len(jobs) {
+			jobs[w] = js.Job
+		} else {
+			jobs = append(jobs, js.Job)
+		}
+		if w < len(of) {
+			of[w] = i
+		} else {
+			of = append(of, i)
+		}
+		j := &jobs[w]
+		w++
+		if js.rates != nil {
+			j.RemainingWork = max(js.work, 0)
+			j.Remaining = j.RemainingWork / maxRate(js.rates)
+		} else {
+			j.Remaining = max(js.work, 0)
+		}
+		if s.cfg.Compat {
+			j.Wait = js.promoWait
+		}
+	}
+	s.snap.Jobs, s.snapOf = jobs[:w], of[:w]
+	if s.cfg.checkSnapshot && s.snapErr == nil && compareKeptSnapshot != nil {
+		s.snapErr = compareKeptSnapshot(s)
+	}
+}
+
+// compareKeptSnapshot, set by the tests, compares the kept Snapshot with a
+// fresh copy of the active jobs (Config.checkSnapshot).
+var compareKeptSnapshot func(s *simulator) error
+
+// refreshJob copies into dst the fields of src the simulator changes
+// (see settle, start, preempt and planRound); the others are set once.
+func refreshJob(dst, src *policy.Job) {
+	dst.State = src.State
+	dst.Attained, dst.Executed, dst.Wait = src.Attained, src.Executed, src.Wait
+	dst.PrevQueue, dst.PrevRank = src.PrevQueue, src.PrevRank
+	if dst.GPUModel != src.GPUModel {
+		dst.GPUModel = src.GPUModel
+	}
+	if len(dst.Placement) != len(src.Placement) || (len(src.Placement) > 0 && &dst.Placement[0] != &src.Placement[0]) {
+		dst.Placement = src.Placement
 	}
 }
 

@@ -65,7 +65,8 @@ type Config struct {
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
 
-	noShortcut bool // tests: plan the rounds that startArrivals and queuedBehind skip
+	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind and arrivalRound
+	checkSnapshot bool // tests: compare the kept Snapshot with a fresh copy every round (Result.snapErr)
 }
 
 // JobResult is one job's outcome.
@@ -99,6 +100,8 @@ type Result struct {
 	Summary Summary
 	// Rounds is how many planning rounds the run asked the policy for.
 	Rounds int
+
+	snapErr error // see Config.checkSnapshot
 }
 
 type jobState struct {
@@ -138,6 +141,9 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
+	if s.useArrivalQueue() {
+		s.arrivals = newArrivalQueue(s.jobs)
+	}
 	s.run()
 	return s.result(), nil
 }
@@ -173,10 +179,14 @@ func buildNodes(cfg Config) []policy.Node {
 }
 
 type simulator struct {
-	cfg   Config
-	snap  policy.Snapshot
-	gpus  int
-	model string // the only GPU model, or "" for a mixed cluster
+	cfg  Config
+	snap policy.Snapshot
+	// snapOf is the job index of each entry of snap.Jobs.
+	snapOf  []int
+	snapErr error // see Config.checkSnapshot
+	changes []int // planRound scratch: the decisions that start or resize a job
+	gpus    int
+	model   string // the only GPU model, or "" for a mixed cluster
 	// nextRank is beyond every rank given so far (see startArrivals).
 	nextRank int
 	rounds   int
@@ -205,6 +215,9 @@ type simulator struct {
 	// StartSpread.
 	startsAt   float64
 	startsThen int
+	// arrivals, when set, holds the pending jobs in place of active, and
+	// rounds are carried out on it (see arrivalRound).
+	arrivals *arrivalQueue
 }
 
 type slot = policy.Slot
@@ -265,7 +278,7 @@ func (s *simulator) run() {
 	s.wakeAt = math.Inf(1)
 	total := len(s.jobs)
 	progressEvery := max(total/200, 1)
-	for s.done < total {
+	for s.done < total && s.snapErr == nil {
 		t := math.Inf(1)
 		if s.next < total {
 			t = s.jobs[s.next].Arrival
@@ -289,7 +302,7 @@ func (s *simulator) run() {
 		}
 		woke := t >= s.wakeAt
 		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates())) && !s.frozen() && !s.queuedBehind(changed, woke) {
-			if !arrived || waited || !s.startArrivals(first, s.next) {
+			if !arrived || (waited && !s.pastWaiting(changed, woke)) || !s.startArrivals(first, s.next) {
 				s.planRound()
 			}
 		} else if woke {
@@ -328,8 +341,8 @@ func (s *simulator) maySkipRounds() bool {
 
 // startArrivals starts the jobs that just arrived without a planning
 // round when a round could do nothing else (see Policy.CanStartArrivals):
-// one GPU model, nothing else waits, they all fit, and every planned job
-// keeps its place in the order. On a cluster with room most arrivals take
+// one GPU model, nothing else waits (or pastWaiting), they all fit, and
+// every planned job keeps its place in the order. On a cluster with room most arrivals take
 // this path, so a run no longer costs a full round per arrival. It reports
 // whether it started them.
 func (s *simulator) startArrivals(from, to int) bool {
@@ -342,6 +355,10 @@ func (s *simulator) startArrivals(from, to int) bool {
 	}
 	if float64(need) > float64(s.gpus)-s.busy {
 		return false
+	}
+	if s.arrivals != nil {
+		s.startInArrivalOrder() // nothing else waits: it starts them all
+		return true
 	}
 	// Refresh the learned sizes exactly when a round would have.
 	s.learnSizes()
@@ -359,9 +376,17 @@ func (s *simulator) startArrivals(from, to int) bool {
 		s.nextRank++
 		s.start(i, &policy.Decision{Job: -1, Run: true, GPUModel: s.model, Speedup: 1})
 	}
-	s.blocked = false
+	s.blocked = s.pending > 0
 	s.wakeAt = math.Inf(1)
 	return true
+}
+
+// pastWaiting says startArrivals may start arrivals while other jobs
+// wait (Policy.CanStartArrivalsPastWaiting): nothing finished or woke
+// the policy since the last round, and no start adds work to a job.
+func (s *simulator) pastWaiting(changed, woke bool) bool {
+	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
+		s.cfg.StartLatency == 0 && s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 
 // queuedBehind says a round cannot change anything for a strict FIFO
@@ -426,7 +451,11 @@ func (s *simulator) admit(i int) {
 	js.State = policy.Pending
 	js.lastUpdate = js.Arrival
 	js.pendingFrom = js.Arrival
-	s.active = append(s.active, i)
+	if s.arrivals != nil {
+		s.arrivals.add(i, js.GPUs)
+	} else {
+		s.active = append(s.active, i)
+	}
 	s.pending++
 }
 

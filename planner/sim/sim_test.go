@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -189,6 +190,30 @@ func TestShortcutsChangeNothing(t *testing.T) {
 	}
 }
 
+// The same on the head of the Philly trace, whose arrivals come in bursts
+// and whose jobs take 1 to 128 GPUs, on clusters where queues grow long.
+func TestShortcutsChangeNothingOnPhilly(t *testing.T) {
+	all, err := trace.LoadJobs(sharedData(t, "philly/philly.csv"), "philly")
+	must.NoError(t, err)
+	jobs := all[:3000]
+	for _, spec := range []string{"n4g8", "n16g8"} {
+		for _, name := range []string{"fifo", "fjf", "srsf", "las", "gittins"} {
+			t.Run(spec+"/"+name, func(t *testing.T) {
+				run := func(noShortcut bool) *Result {
+					res, err := Run(Config{Cluster: cluster(t, spec), Policy: mustPolicy(t, name, policy.Config{}), noShortcut: noShortcut}, jobs)
+					must.NoError(t, err)
+					return res
+				}
+				with, without := run(false), run(true)
+				for i := range with.Jobs {
+					must.Eq(t, without.Jobs[i], with.Jobs[i], must.Sprintf("job %d", i))
+				}
+				must.Eq(t, without.Summary, with.Summary)
+			})
+		}
+	}
+}
+
 // Every start, the first and one after a preemption, holds its GPUs for
 // StartLatency and then runs RunOverhead before the job makes progress,
 // as on a real cluster.
@@ -261,4 +286,55 @@ func TestSynergySizingFinishesEveryJob(t *testing.T) {
 		})
 	}
 	must.Less(t, avg["fjf"], avg["fjf+count+synergy-tune"])
+}
+
+func init() {
+	compareKeptSnapshot = func(s *simulator) error {
+		for k, i := range s.active {
+			js := &s.jobs[i]
+			want, got := js.Job, s.snap.Jobs[k]
+			// Set from the simulator's own counters, not kept.
+			want.Remaining, want.RemainingWork = got.Remaining, got.RemainingWork
+			if s.cfg.Compat {
+				want.Wait = js.promoWait
+			}
+			if !reflect.DeepEqual(want, got) {
+				return fmt.Errorf("round %d: job %s in the Snapshot is %+v, want %+v", s.rounds, want.ID, got, want)
+			}
+		}
+		return nil
+	}
+}
+
+// The simulator keeps the Snapshot's jobs from round to round and writes
+// only what changed: every round, each kept entry must equal a fresh copy
+// of the job, under every kind of policy (preemptive, lanes, compat
+// arithmetic with promotions, heterogeneous placement).
+func TestKeptSnapshotMatchesACopy(t *testing.T) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 800, Seed: 5, Load: 60})
+	knobs := policy.Config{PromoteKnob: 2, QueueCuts: []float64{500, 5000}}
+	for _, tc := range []struct {
+		name, policy, cluster string
+		cfg                   policy.Config
+		lanes, laneMB         int
+		compat                bool
+	}{
+		{name: "las", policy: "las", cluster: "n4g8"},
+		{name: "las/knobs/compat", policy: "las", cluster: "n4g8", cfg: policy.Config{PromoteKnob: 2, QueueCuts: []float64{500, 5000}, Compat: true}, compat: true},
+		{name: "gittins/knobs", policy: "gittins", cluster: "n4g8", cfg: knobs},
+		{name: "srsf", policy: "srsf", cluster: "n4g8"},
+		{name: "fjf/mixed", policy: "fjf", cluster: "2xV100,2xK80"},
+		{name: "hare/mixed", policy: "hare", cluster: "16xV100,16xK80"},
+		{name: "allox/mixed", policy: "allox", cluster: "16xV100,16xK80"},
+		{name: "las+pack/lanes", policy: "las+pack", cluster: "n4g8", lanes: 2, laneMB: 16000},
+		{name: "las+consolidated", policy: "las+consolidated", cluster: "n4g8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, tc.cluster), Policy: mustPolicy(t, tc.policy, tc.cfg),
+				Lanes: tc.lanes, LaneMemoryMB: tc.laneMB, Compat: tc.compat, checkSnapshot: true}, jobs)
+			must.NoError(t, err)
+			must.Positive(t, res.Rounds)
+			must.NoError(t, res.snapErr)
+		})
+	}
 }
