@@ -54,9 +54,9 @@ planning {
 
   interval     = "10s"
   min_interval = "1s"
-  # Wait for Nomad to go quiet this long, so a burst of submissions is
-  # planned together.
-  settle       = "100ms"
+  # Off by default: wait for Nomad to go quiet this long (at most
+  # min_interval), so that a burst of submissions is planned together.
+  settle       = "0s"
 
   # Each write is a job register: one Raft entry and one evaluation.
   max_writes_per_second = 250

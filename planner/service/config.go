@@ -159,8 +159,8 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	}
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: policy.Default, Interval: 10 * time.Second, MinInterval: time.Second,
-		Settle: 100 * time.Millisecond, MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
-		MaxWrites: 250, WriteBurst: 100, Writers: 16}
+		MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
+		MaxWrites:     250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -237,9 +237,7 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		if s.Settle, err = duration(p.Settle, s.Settle); err != nil || s.Settle < 0 {
 			return nil, bad("planning.settle", "must be a duration like \"100ms\", got %q", p.Settle)
 		}
-		if p.Settle == "" {
-			s.Settle = min(s.Settle, s.MinInterval) // the default never outwaits a shorter min_interval
-		} else if s.Settle > s.Interval {
+		if s.Settle > s.Interval {
 			return nil, bad("planning.settle", "%s is longer than planning.interval %s", s.Settle, s.Interval)
 		}
 		if s.MigrationCost, err = duration(p.MigrationCost, s.MigrationCost); err != nil || s.MigrationCost <= 0 {

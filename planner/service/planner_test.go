@@ -302,11 +302,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "predict", s.Policy)
 	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
-	must.Eq(t, 100*time.Millisecond, s.Settle)
-	// The default settle never outwaits a shorter min_interval.
-	s, err = ParseConfig("planner.hcl", []byte("planning {\n interval = \"50ms\"\n min_interval = \"10ms\"\n}"))
+	must.Eq(t, time.Duration(0), s.Settle, must.Sprint("settle is off unless asked for"))
+	s, err = ParseConfig("planner.hcl", []byte("planning {\n settle = \"100ms\"\n}"))
 	must.NoError(t, err)
-	must.Eq(t, 10*time.Millisecond, s.Settle)
+	must.Eq(t, 100*time.Millisecond, s.Settle)
 }
 
 // A fixed job-size sample, scaled, is 2D-Gittins' distribution, as
