@@ -32,6 +32,13 @@ func newStoppableHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *
 	t.Cleanup(cancel)
 	d := New(ctx, hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: os.Stderr}))
 	h := dtestutil.NewDriverHarness(t, d)
+	// A task a test leaves running keeps its executor process alive after
+	// the test binary exits: destroy what is left.
+	t.Cleanup(func() {
+		for _, th := range d.tasks.All() {
+			_ = d.DestroyTask(th.Config.ID, true)
+		}
+	})
 	// No h.Kill at cleanup: MkAllocDir's cleanup closes the client, which
 	// stops the server over gRPC, and a second, direct Stop races with it
 	// inside go-plugin.
