@@ -243,10 +243,12 @@ type replayInfo struct {
 
 // measuredRunOverhead is how much longer a run takes live than simulated,
 // in trace seconds, beyond the start: the task's process starting and
-// exiting, the workload's setup. It is the median, over the jobs that ran
-// unpreempted on the same GPU model in both runs, of the live run time
-// less the simulated one, and never negative. It also returns how many
-// jobs it saw.
+// exiting, the workload's setup, a completion seen late. It is the mean,
+// over the jobs that ran unpreempted on the same GPU model in both runs, of
+// the live run time less the simulated one, and never negative: the mean,
+// not the median, since a few runs that take seconds longer add to the
+// average JCT as much as many that take a little longer. It also returns
+// how many jobs it saw.
 func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
 	simulated := make(map[string]sim.JobResult, len(ideal.Jobs))
 	for _, j := range ideal.Jobs {
@@ -263,8 +265,11 @@ func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
 	if len(d) == 0 {
 		return 0, 0
 	}
-	sort.Float64s(d)
-	return max(d[len(d)/2], 0), len(d)
+	sum := 0.0
+	for _, x := range d {
+		sum += x
+	}
+	return max(sum/float64(len(d)), 0), len(d)
 }
 
 // liveStart is one live job's start and the event that let it start: its
