@@ -187,7 +187,6 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	r.Decisions, r.Order = r.Decisions[:n], r.Order[:n]
 	for i := range r.Decisions {
 		r.Decisions[i] = Decision{Job: i, Speedup: 1}
-		r.Order[i] = i
 	}
 	r.Wake = p.Order.Order(s, r.Decisions)
 	sortOrder(s, r)
