@@ -164,9 +164,7 @@ type Result struct {
 
 	items    []sortItem // sort scratch, reused across rounds
 	misfits  []sortItem
-	keys     []sortItem
-	slots    []int
-	fresh    []int
+	fresh    []sortItem
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
 
@@ -189,7 +187,6 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	r.Decisions, r.Order = r.Decisions[:n], r.Order[:n]
 	for i := range r.Decisions {
 		r.Decisions[i] = Decision{Job: i, Speedup: 1}
-		r.Order[i] = i
 	}
 	r.Wake = p.Order.Order(s, r.Decisions)
 	sortOrder(s, r)
@@ -217,71 +214,70 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 // copy of the keys: planning rounds are dominated by this sort.
 func sortOrder(s *Snapshot, r *Result) {
 	ds := r.Decisions
-	items := r.items[:0]
 	// Lay the items out in last round's order first: orders change little
 	// between rounds, and the sort runs in near-linear time on input that
-	// is already nearly sorted. Jobs without a usable previous rank go
-	// after them.
-	slot, fresh := r.slots[:0], r.fresh[:0]
+	// is already nearly sorted. Each job's key goes straight to the slot of
+	// its previous rank, in one pass over the jobs; jobs without a usable
+	// previous rank (none, out of range or taken) go after them. The
+	// layout only sets the speed: the sort's order is total.
+	slots, fresh := r.items[:0], r.fresh[:0]
 	limit := 4 * len(ds)
-	for i := range s.Jobs {
-		pr := s.Jobs[i].PrevRank
-		if pr < 0 || pr >= limit {
-			fresh = append(fresh, i)
-			continue
-		}
-		for len(slot) <= pr {
-			slot = append(slot, -1)
-		}
-		if slot[pr] >= 0 {
-			fresh = append(fresh, i)
-			continue
-		}
-		slot[pr] = i
-	}
-	// Gather the keys in job order first, where reading the decisions and
-	// jobs is sequential, then lay them out from that compact copy.
-	keys := r.keys[:0]
 	for i := range ds {
-		d := &ds[i]
-		keys = append(keys, sortItem{d.k1, d.k2, d.k3, s.Jobs[i].Arrival, i})
-	}
-	for _, i := range slot {
-		if i >= 0 {
-			items = append(items, keys[i])
+		d, j := &ds[i], &s.Jobs[i]
+		it := sortItem{d.k1, d.k2, d.k3, j.Arrival, i}
+		pr := j.PrevRank
+		if pr < 0 || pr >= limit {
+			fresh = append(fresh, it)
+			continue
 		}
+		for len(slots) <= pr {
+			slots = append(slots, sortItem{job: -1})
+		}
+		if slots[pr].job >= 0 {
+			fresh = append(fresh, it)
+			continue
+		}
+		slots[pr] = it
 	}
-	for _, i := range fresh {
-		items = append(items, keys[i])
-	}
-	r.keys = keys
-	items = r.sortNearlySorted(items)
+	items := r.sortNearlySorted(append(slots, fresh...))
 	for rank, it := range items {
 		r.Order[rank] = it.job
 		ds[it.job].Rank = rank
 	}
-	r.items, r.slots, r.fresh = items, slot, fresh
+	r.items, r.fresh = items, fresh
 }
 
 // sortNearlySorted sorts items that are mostly in order already, in
 // O(n + k log k) for k items out of place: it keeps the in-order run, sorts
-// the misfits aside and merges the two.
+// the misfits aside and merges the two. Items with job < 0 are holes
+// (ranks no job held last round) and are dropped: the result is the other
+// items, sorted, at the front of items.
 func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
 	misfits := r.misfits[:0]
 	defer func() { r.misfits = misfits }()
 	kept := 0 // the in-order run, compacted to the front of items
-	for i, it := range items {
+	next := 0 // the first item after i that is no hole
+	for next < len(items) && items[next].job < 0 {
+		next++
+	}
+	for next < len(items) {
+		i := next
+		it := items[i]
+		for next = i + 1; next < len(items) && items[next].job < 0; next++ {
+		}
 		// An item is out of place if it is below the run kept so far, or
 		// above its successor (it jumped ahead: keeping it would push every
-		// item after it out).
+		// item after it out). Writes go to kept <= i, so items after i are
+		// still as laid out.
 		if (kept > 0 && before(&it, &items[kept-1])) ||
-			(i+1 < len(items) && !before(&it, &items[i+1])) {
+			(next < len(items) && !before(&it, &items[next])) {
 			misfits = append(misfits, it)
 			continue
 		}
 		items[kept] = it
 		kept++
 	}
+	items = items[:kept+len(misfits)]
 	if len(misfits) == 0 {
 		return items
 	}

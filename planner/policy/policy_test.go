@@ -491,6 +491,11 @@ func TestSortNearlySortedMatchesAFullSort(t *testing.T) {
 		}
 		want := slices.Clone(items)
 		slices.SortFunc(want, compareItems)
+		// Holes, ranks no job held, are dropped.
+		for range rng.IntN(1 + n/4) {
+			k := rng.IntN(len(items) + 1)
+			items = slices.Insert(items, k, sortItem{k1: float64(rng.IntN(3)), job: -1})
+		}
 		got := r.sortNearlySorted(items)
 		if !slices.Equal(got, want) {
 			t.Fatalf("seed %d: got %v, want %v", seed, got, want)
