@@ -518,3 +518,67 @@ func TestDevice_MPSFailureKeepsTheGPUs(t *testing.T) {
 		})
 	}
 }
+
+// The device plugin's figures reach the operator through its Prometheus
+// endpoint while it runs inside a real Nomad client: the fleet's GPUs and
+// lanes by health, GPU and lane memory from the stats Nomad asks for, and a
+// GPU fault as it happens.
+func TestDevice_MetricsReachPrometheus(t *testing.T) {
+	addr := freeAddr(t)
+	c := harness.StartT(t, harness.Options{Fleet: deviceFleet, DeviceConfig: h100Lanes + `
+    metrics_address = "` + addr + `"
+`})
+	url := "http://" + addr + "/metrics"
+	const h100 = `model="NVIDIA H100 80GB HBM3"`
+	var samples []metricSample
+	scrapeUntil := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			if body, err := httpGet(url); err == nil {
+				samples = parseMetrics(string(body))
+				if ok() {
+					return
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Fatalf("metrics at %s never showed %s: %v", url, what, samples)
+	}
+	value := func(name string, labels ...string) float64 {
+		for _, s := range samples {
+			if s.name != name {
+				continue
+			}
+			all := true
+			for _, l := range labels {
+				all = all && strings.Contains(s.labels, l)
+			}
+			if all {
+				return s.value
+			}
+		}
+		return -1
+	}
+
+	scrapeUntil("the fleet and its memory", func() bool {
+		return value("caravan_device_gpus", h100, `health="healthy"`) == 2 &&
+			value("caravan_device_lanes", h100, `health="healthy"`) == 8 &&
+			value("caravan_device_gpus", `model="NVIDIA A100-SXM4-40GB"`, `health="healthy"`) == 2 &&
+			value("caravan_device_gpus", `model="Tesla T4"`, `health="healthy"`) == 4 &&
+			value("caravan_device_gpu_memory_total_mib", `gpu="GPU-h100-00"`) == 81559 &&
+			value("caravan_device_lane_memory_size_mib", `gpu="GPU-h100-01"`, `lane="GPU-h100-01:lane3:slot0"`) == 20389
+	})
+	must.Eq(t, 1, value("caravan_device_mps_state", `state="off"`))
+	must.Eq(t, 1, value("caravan_device_checkpoint_supported", `mechanism="sim"`))
+	must.Positive(t, value("caravan_device_fingerprint_seconds_count"))
+	must.Eq(t, 0, value("caravan_device_fingerprint_errors_total"))
+
+	must.NoError(t, sim.InjectFault(c.StateDir, "GPU-h100-01", "Xid 79: GPU has fallen off the bus"))
+	scrapeUntil("the faulty GPU", func() bool {
+		return value("caravan_device_gpus", h100, `health="unhealthy"`) == 1 &&
+			value("caravan_device_lanes", h100, `health="unhealthy"`) == 4 &&
+			value("caravan_device_gpu_healthy", `gpu="GPU-h100-01"`) == 0 &&
+			value("caravan_device_gpu_healthy", `gpu="GPU-h100-00"`) == 1
+	})
+}

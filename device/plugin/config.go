@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"net"
 	"path"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("ignored_gpu_ids", "list(string)", false),
 		hclspec.NewLiteral("[]"),
 	),
+	"metrics_address": hclspec.NewAttr("metrics_address", "string", false),
 	"sim": hclspec.NewBlock("sim", false, hclspec.NewObject(map[string]*hclspec.Spec{
 		"fleet_file": hclspec.NewAttr("fleet_file", "string", false),
 		"state_dir":  hclspec.NewAttr("state_dir", "string", false),
@@ -77,6 +79,9 @@ type Config struct {
 	Sim         SimConfig       `codec:"sim"`
 	Partitions  []PartitionRule `codec:"partition"`
 	MPS         MPSConfig       `codec:"mps"`
+	// MetricsAddress is where /metrics is served (host:port); off when
+	// empty.
+	MetricsAddress string `codec:"metrics_address"`
 }
 
 // SimConfig locates the simulated fleet.
@@ -123,6 +128,7 @@ type settings struct {
 	rules             []rule
 	mps               MPSConfig
 	laneType          string // the device type lanes are offered as
+	metricsAddress    string
 }
 
 // rule is a validated PartitionRule.
@@ -177,6 +183,12 @@ func (c Config) validate() (*settings, error) {
 		return nil, fmt.Errorf("fingerprint_period: must be at least 100ms, got %s", d)
 	}
 	s.fingerprintPeriod = d
+	if c.MetricsAddress != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil || port == "" {
+			return nil, fmt.Errorf("metrics_address: %q is not a host:port such as \"127.0.0.1:9101\"", c.MetricsAddress)
+		}
+		s.metricsAddress = c.MetricsAddress
+	}
 	for i, id := range c.IgnoredGPUIDs {
 		if strings.TrimSpace(id) == "" {
 			return nil, fmt.Errorf("ignored_gpu_ids[%d]: must not be empty", i)

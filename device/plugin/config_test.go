@@ -20,6 +20,7 @@ func TestSetConfig_Errors(t *testing.T) {
 		{"sim without fleet", `backend = "sim"`, `sim.fleet_file: is required when backend = "sim"`},
 		{"bad period", sim + `fingerprint_period = "often"`, `fingerprint_period: "often" is not a duration`},
 		{"tiny period", sim + `fingerprint_period = "1ms"`, `fingerprint_period: must be at least 100ms`},
+		{"metrics address without port", sim + `metrics_address = "127.0.0.1"`, `metrics_address: "127.0.0.1" is not a host:port`},
 		{"empty ignored id", sim + `ignored_gpu_ids = [""]`, `ignored_gpu_ids[0]: must not be empty`},
 		{"rule without match", sim + `partition { lanes = 2 }`, `partition[0].model: one of model (a glob) or uuid is required`},
 		{"rule with both matches", sim + `partition {

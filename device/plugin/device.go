@@ -7,6 +7,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/gpu/nvml"
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/device/metrics"
 	"github.com/caravan-gpu/caravan/device/reservation"
 	log "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -43,19 +45,23 @@ type Device struct {
 	// openBackend opens the configured GPU backend; tests replace it with
 	// one built on go-nvml's mocks.
 	openBackend func(*settings, log.Logger) (gpu.Backend, error)
+	metrics     *metrics.Metrics
 
 	mu        sync.Mutex
 	settings  *settings
 	backend   gpu.Backend
 	mps       *mpsDaemon
 	instances map[string]instance
+	// metricsSrv serves /metrics once metrics_address is set; it lives as
+	// long as the plugin, as the driver's does.
+	metricsSrv *http.Server
 }
 
 var _ device.DevicePlugin = (*Device)(nil)
 
 // New returns the plugin.
 func New(logger log.Logger) *Device {
-	return &Device{logger: logger.Named(Name), openBackend: openBackend}
+	return &Device{logger: logger.Named(Name), openBackend: openBackend, metrics: metrics.New()}
 }
 
 func openBackend(s *settings, logger log.Logger) (gpu.Backend, error) {
@@ -95,6 +101,17 @@ func (d *Device) SetConfig(c *base.Config) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if s.metricsAddress != "" && d.metricsSrv == nil {
+		srv, addr, err := d.metrics.Serve(s.metricsAddress)
+		if err != nil {
+			if backend != nil {
+				_ = backend.Close()
+			}
+			return fmt.Errorf("caravan-device config: metrics_address: %w", err)
+		}
+		d.metricsSrv = srv
+		d.logger.Info("serving Prometheus metrics", "address", addr.String())
+	}
 	if d.backend != nil {
 		_ = d.backend.Close()
 	}

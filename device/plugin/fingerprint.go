@@ -45,13 +45,16 @@ func (d *Device) fingerprintLoop(ctx context.Context, out chan<- *device.Fingerp
 		}
 		s, backend, err := d.state()
 		if err != nil {
+			d.metrics.ObserveFingerprint(0, err)
 			// Fatal: Nomad stops this plugin's device manager on an error,
 			// so only a problem the operator must fix is sent as one.
 			send(ctx, out, device.NewFingerprintError(err))
 			return
 		}
 		timer.Reset(s.fingerprintPeriod)
+		start := time.Now()
 		groups, err := d.fingerprintGroups(s, backend)
+		d.metrics.ObserveFingerprint(time.Since(start), err)
 		if err != nil {
 			// A passing backend error (a fleet file being rewritten, a
 			// busy driver): keep the last fingerprint and try again.
@@ -117,6 +120,7 @@ func (d *Device) fingerprintGroups(s *settings, backend gpu.Backend) ([]*device.
 		byGroup[key] = append(byGroup[key], in)
 	}
 	sort.Strings(names)
+	d.recordOffered(s, backend, insts, health, mpsErr)
 
 	groups := make([]*device.DeviceGroup, 0, len(names))
 	for _, name := range names {

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"net"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/nomad/plugins/base"
@@ -58,5 +60,28 @@ partition {
 		d := New(testLogger(t))
 		d.openBackend = openNothing
 		_ = d.SetConfig(&base.Config{PluginConfig: data})
+	})
+}
+
+// FuzzMetricsAddress: any metrics_address either validates to a host:port
+// with a port, or fails naming the field.
+func FuzzMetricsAddress(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:9465", ":9465", "[::1]:0", "127.0.0.1", "host:", "::::", "[::1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		s, err := Config{MetricsAddress: addr}.validate()
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "metrics_address: ") {
+				t.Fatalf("error does not name the field: %v", err)
+			}
+			return
+		}
+		if addr == "" {
+			return
+		}
+		if _, port, err := net.SplitHostPort(s.metricsAddress); err != nil || port == "" {
+			t.Fatalf("accepted %q without a port", addr)
+		}
 	})
 }

@@ -46,7 +46,9 @@ func (d *Device) Stats(ctx context.Context, interval time.Duration) (<-chan *dev
 			case <-timer.C:
 				timer.Reset(interval)
 			}
+			start := time.Now()
 			groups, err := d.collectStats()
+			d.metrics.ObserveStats(time.Since(start), err)
 			resp := &device.StatsResponse{Groups: groups}
 			if err != nil {
 				resp = device.NewStatsError(err)
@@ -80,6 +82,13 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 		err        error
 	}
 	samples := map[string]*sample{}
+	// Series are set afresh each round, so that GPUs and lanes that are
+	// gone leave none behind.
+	m := d.metrics
+	m.GPUMemoryTotal.Reset()
+	m.GPUMemoryUsed.Reset()
+	m.LaneMemoryUsed.Reset()
+	m.LaneMemorySize.Reset()
 	grants := newProcessGrants()
 	groups := map[string]*device.DeviceGroupStats{}
 	ids := make([]string, 0, len(insts))
@@ -107,6 +116,11 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 				}
 			}
 			samples[uuid] = s
+			if s.err == nil {
+				model := modelOf(in.device)
+				m.GPUMemoryTotal.WithLabelValues(uuid, model).Set(float64(s.stats.TotalMemoryMiB))
+				m.GPUMemoryUsed.WithLabelValues(uuid, model).Set(float64(s.stats.UsedMemoryMiB))
+			}
 		}
 		if s.err != nil {
 			d.logger.Debug("stats unavailable", "instance", id, "error", s.err)
@@ -124,6 +138,8 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 		if in.isLane() {
 			used, total = s.byInstance[id], in.memoryMiB
 			procCount = s.procs[id]
+			m.LaneMemoryUsed.WithLabelValues(uuid, id).Set(float64(used))
+			m.LaneMemorySize.WithLabelValues(uuid, id).Set(float64(total))
 		}
 		g.InstanceStats[id] = instanceStats(in, s.stats, used, total, procCount, now)
 	}

@@ -3,13 +3,12 @@
 package metrics
 
 import (
-	"errors"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/caravan-gpu/caravan/internal/metricsserver"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Metrics holds the driver's collectors in their own registry.
@@ -78,17 +77,5 @@ func (m *Metrics) ObserveSwitch(op, mechanism string, d time.Duration, err error
 
 // Serve exposes /metrics on addr until the returned server is closed.
 func (m *Metrics) Serve(addr string) (*http.Server, net.Addr, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the listener is gone; nothing to report to
-		}
-	}()
-	return srv, ln.Addr(), nil
+	return metricsserver.Serve(m.Registry, addr)
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // The Grafana dashboard in docs/grafana asks only for metrics that the
-// planner and the driver define, by labels they have: a renamed metric or
-// label fails here rather than as an empty panel.
+// planner, the driver and the device plugin define, by labels they have: a
+// renamed metric or label fails here rather than as an empty panel.
 func TestGrafanaDashboardUsesDefinedMetrics(t *testing.T) {
 	data, err := os.ReadFile("../../docs/grafana/caravan.json")
 	must.NoError(t, err)
@@ -28,7 +28,7 @@ func TestGrafanaDashboardUsesDefinedMetrics(t *testing.T) {
 	}
 	must.NoError(t, json.Unmarshal(data, &dash))
 
-	defined := definedMetrics(t, "../../planner", "../../driver")
+	defined := definedMetrics(t, "../../planner", "../../driver", "../../device")
 	must.MapNotEmpty(t, defined)
 	metricRe := regexp.MustCompile(`caravan_[a-z_]+`)
 	byRe := regexp.MustCompile(`by \(([a-z_, ]+)\)`)
