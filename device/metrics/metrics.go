@@ -7,6 +7,8 @@ package metrics
 import (
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/caravan-gpu/caravan/internal/metricsserver"
@@ -42,6 +44,9 @@ type Metrics struct {
 	FingerprintSeconds  prometheus.Histogram
 	StatsSeconds        prometheus.Histogram
 	StatsErrors         prometheus.Counter
+
+	heldMu sync.Mutex
+	held   map[*prometheus.GaugeVec]map[string][]string // see Rebuild
 }
 
 // New registers every collector.
@@ -154,4 +159,33 @@ func (m *Metrics) ObserveStats(d time.Duration, err error) {
 // Serve exposes /metrics on addr until the returned server is closed.
 func (m *Metrics) Serve(addr string) (*http.Server, net.Addr, error) {
 	return metricsserver.Serve(m.Registry, addr)
+}
+
+// Series is one labelled value of a gauge vector.
+type Series struct {
+	Labels []string
+	Value  float64
+}
+
+// Rebuild makes series the whole content of vec: it sets each, then deletes
+// the series vec held from the last Rebuild that series lacks. A Reset
+// followed by the sets would let a scrape in between see every GPU and lane
+// gone.
+func (m *Metrics) Rebuild(vec *prometheus.GaugeVec, series []Series) {
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	if m.held == nil {
+		m.held = map[*prometheus.GaugeVec]map[string][]string{}
+	}
+	now := make(map[string][]string, len(series))
+	for _, s := range series {
+		vec.WithLabelValues(s.Labels...).Set(s.Value)
+		now[strings.Join(s.Labels, "\xff")] = s.Labels
+	}
+	for key, labels := range m.held[vec] {
+		if _, ok := now[key]; !ok {
+			vec.DeleteLabelValues(labels...)
+		}
+	}
+	m.held[vec] = now
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/metrics"
 	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
@@ -82,13 +83,10 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 		err        error
 	}
 	samples := map[string]*sample{}
-	// Series are set afresh each round, so that GPUs and lanes that are
-	// gone leave none behind.
+	// Series are rebuilt each round, so that GPUs and lanes that are gone
+	// leave none behind.
 	m := d.metrics
-	m.GPUMemoryTotal.Reset()
-	m.GPUMemoryUsed.Reset()
-	m.LaneMemoryUsed.Reset()
-	m.LaneMemorySize.Reset()
+	var gpuTotal, gpuUsed, laneUsed, laneSize []metrics.Series
 	grants := newProcessGrants()
 	groups := map[string]*device.DeviceGroupStats{}
 	ids := make([]string, 0, len(insts))
@@ -118,8 +116,8 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 			samples[uuid] = s
 			if s.err == nil {
 				model := modelOf(in.device)
-				m.GPUMemoryTotal.WithLabelValues(uuid, model).Set(float64(s.stats.TotalMemoryMiB))
-				m.GPUMemoryUsed.WithLabelValues(uuid, model).Set(float64(s.stats.UsedMemoryMiB))
+				gpuTotal = append(gpuTotal, metrics.Series{Labels: []string{uuid, model}, Value: float64(s.stats.TotalMemoryMiB)})
+				gpuUsed = append(gpuUsed, metrics.Series{Labels: []string{uuid, model}, Value: float64(s.stats.UsedMemoryMiB)})
 			}
 		}
 		if s.err != nil {
@@ -138,11 +136,15 @@ func (d *Device) collectStats() ([]*device.DeviceGroupStats, error) {
 		if in.isLane() {
 			used, total = s.byInstance[id], in.memoryMiB
 			procCount = s.procs[id]
-			m.LaneMemoryUsed.WithLabelValues(uuid, id).Set(float64(used))
-			m.LaneMemorySize.WithLabelValues(uuid, id).Set(float64(total))
+			laneUsed = append(laneUsed, metrics.Series{Labels: []string{uuid, id}, Value: float64(used)})
+			laneSize = append(laneSize, metrics.Series{Labels: []string{uuid, id}, Value: float64(total)})
 		}
 		g.InstanceStats[id] = instanceStats(in, s.stats, used, total, procCount, now)
 	}
+	m.Rebuild(m.GPUMemoryTotal, gpuTotal)
+	m.Rebuild(m.GPUMemoryUsed, gpuUsed)
+	m.Rebuild(m.LaneMemoryUsed, laneUsed)
+	m.Rebuild(m.LaneMemorySize, laneSize)
 	names := make([]string, 0, len(groups))
 	for n := range groups {
 		names = append(names, n)
