@@ -60,7 +60,9 @@ func TestDemoShowsPlannerAtWork(t *testing.T) {
 		// matching has no free GPU to queue it on), then the planner
 		// releases it with the model constraint of the free GPU the
 		// matching chose, and it runs there.
-		{"resnet waiting while every GPU is busy", `(?m)^\d+\s+resnet\s+pending\s.*waits: not enough free GPUs`},
+		// The wait shows in a queue print or, when the planner matched
+		// resnet before the first print, in the decision that held it.
+		{"resnet waiting while every GPU is busy", `(?m)(^\d+\s+resnet\s+pending\s|planner decision: default/resnet\s).*waits: not enough free GPUs`},
 		{"the planner releasing resnet pinned to its matched model", `planner decision: default/resnet\s+start\s+release: Nomad may place it, constraint \$\{device\.attr\.model\} = \S.*(matched to|backfills) `},
 		{"the constraint in Nomad's copy of the job", `"LTarget": "\$\{device\.attr\.model\}",\s+"RTarget": "[^"]+"`},
 		{"resnet running", `resnet\s+\w+\s+(running|complete)\s+nvidia/(gpu|lane)/`},

@@ -120,7 +120,7 @@ func TestReplayRefusesBadInput(t *testing.T) {
 	out, code = caravanCLI(c, "replay", "-trace", tracePath, "-cluster", "n1g1", "-policy", "las", "-time-scale", "10",
 		"-workload", filepath.Join(c.BinDir, "caravan-workload"), "-planner", noPlanner)
 	must.Eq(t, 1, code, must.Sprint(out))
-	must.StrContains(t, out, "no caravan planner answers at "+noPlanner+" (-planner): held jobs would never start")
+	must.StrContains(t, out, "no caravan planner answers at http://"+noPlanner+" (-planner): held jobs would never start")
 
 	start := time.Now()
 	out, code = caravanCLI(c, "replay", "-trace", tracePath, "-cluster", "n1g1", "-policy", "las", "-time-scale", "10",
