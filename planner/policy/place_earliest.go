@@ -16,13 +16,7 @@ func (earliestPlacer) Name() string { return "earliest" }
 func (earliestPlacer) countsOnly()  {}
 
 func (earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
-	var k *keeper
-	var undo []preemption
-	if preemptive {
-		k, undo = keepRunningBelowPending(s, r, blocking)
-	} else {
-		k = walkByCountKeeper(s, r, false, blocking, nil, shareLanes)
-	}
+	k, undo := runningKeeper(s, r, preemptive, blocking)
 	tl := newTimeline(s, r, k)
 	displaced := make(map[int]string, len(undo))
 	for _, u := range undo {

@@ -36,13 +36,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	// job keeps its GPUs only if the pending jobs ranked above it leave
 	// room for it, each on its fastest free model as Hare would, and the
 	// matching then places the pending jobs on what is free.
-	var k *keeper
-	var undo []preemption
-	if preemptive {
-		k, undo = keepRunningBelowPending(s, r, blocking)
-	} else {
-		k = walkByCountKeeper(s, r, false, blocking, nil, shareLanes)
-	}
+	k, undo := runningKeeper(s, r, preemptive, blocking)
 	var pending []int
 	for _, i := range r.Order {
 		if s.Jobs[i].State == Pending {
@@ -266,6 +260,16 @@ func matchWindow(s *Snapshot, pending []int, fairness float64, window, workers i
 type preemption struct {
 	job    int
 	reason string
+}
+
+// runningKeeper is the keeper the matching and earliest placers start
+// from: preemptive, the running jobs the pending ones ranked above them do
+// not displace, and the displaced ones; otherwise every running job.
+func runningKeeper(s *Snapshot, r *Result, preemptive, blocking bool) (*keeper, []preemption) {
+	if preemptive {
+		return keepRunningBelowPending(s, r, blocking)
+	}
+	return walkByCountKeeper(s, r, false, blocking, nil, shareLanes), nil
 }
 
 // keepRunningBelowPending runs the preemptive count walk to learn which
