@@ -221,20 +221,15 @@ type GPUMap struct {
 }
 
 // Decision is one write the planner made to Nomad, tried to make, or that
-// a user edit overrode, in GET /v1/decisions.
+// a user edit overrode, in GET /v1/decisions: the job's Record with the job
+// and the action.
 type Decision struct {
-	Time      time.Time `json:"time"`
-	Namespace string    `json:"namespace"`
-	Job       string    `json:"job"`
+	Record
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
 	// Action is the change layer's action: start, hold, preempt, place,
-	// priority or restore.
-	Action    string   `json:"action,omitempty"`
-	Priority  int      `json:"priority"`
-	Changes   []string `json:"changes,omitempty"`
-	Outcome   string   `json:"outcome"`
-	Conflicts int      `json:"conflicts,omitempty"`
-	Reason    string   `json:"reason"`
-	Error     string   `json:"error,omitempty"`
+	// priority, migrate or restore.
+	Action string `json:"action,omitempty"`
 	// Override says how a user's edit overrode or raced the write.
 	Override string `json:"override,omitempty"`
 }

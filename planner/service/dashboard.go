@@ -160,8 +160,9 @@ func (p *Planner) noteOverrides(now time.Time, specs map[string]*api.Job) {
 			continue
 		}
 		ns, id, _ := strings.Cut(key, "/")
-		p.addDecision(plannerapi.Decision{Time: now, Namespace: ns, Job: id, Priority: priority, Outcome: "overridden",
-			Reason:   "the planner will write its decision again next round",
+		p.addDecision(plannerapi.Decision{Namespace: ns, Job: id,
+			Record: plannerapi.Record{Time: now, Priority: priority, Outcome: "overridden",
+				Reason: "the planner will write its decision again next round"},
 			Override: fmt.Sprintf("a user registered the job again: priority %d written by the planner is now %d", mark.priority, priority)})
 	}
 }
@@ -186,11 +187,8 @@ func (p *Planner) noteWrites(now time.Time, changes []enact.Change, results map[
 		if !ok {
 			reason = "no longer managed: the planner gives the job back as its user wrote it"
 		}
-		dec := plannerapi.Decision{Time: now, Namespace: ns, Job: id, Action: string(c.Action), Priority: c.Target.Priority,
-			Changes: res.Change, Outcome: string(res.Outcome), Conflicts: res.Conflicts, Reason: reason}
-		if res.Err != nil {
-			dec.Error = res.Err.Error()
-		}
+		dec := plannerapi.Decision{Namespace: ns, Job: id, Action: string(c.Action),
+			Record: record(now, c.Target.Priority, res, reason)}
 		var why []string
 		if res.Conflicts > 0 {
 			why = append(why, fmt.Sprintf("%d user edit(s) landed between the planner's read and its write; it read the job again and wrote on top of them", res.Conflicts))

@@ -798,10 +798,8 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 
 		priority := t.job.Priority
 		if res, ok := results[t.key]; ok {
-			rec := plannerapi.Record{Time: state.Time, Priority: t.wantPriority(), Changes: res.Change,
-				Outcome: string(res.Outcome), Conflicts: res.Conflicts, Reason: d.Reason}
+			rec := record(state.Time, t.wantPriority(), res, d.Reason)
 			if res.Err != nil {
-				rec.Error = res.Err.Error()
 				round.Failures++
 				p.log.Warn("decision not applied", "job", t.key, "error", res.Err)
 			}
@@ -946,4 +944,15 @@ func unix(t time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixNano()) / 1e9
+}
+
+// record is what a write did to a job, for its decision history and the
+// dashboard's timeline.
+func record(at time.Time, priority int, res rewrite.Result, reason string) plannerapi.Record {
+	rec := plannerapi.Record{Time: at, Priority: priority, Changes: res.Change, Outcome: string(res.Outcome),
+		Conflicts: res.Conflicts, Reason: reason}
+	if res.Err != nil {
+		rec.Error = res.Err.Error()
+	}
+	return rec
 }
