@@ -261,14 +261,10 @@ func TestDashboardMarksSuspendedTasks(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
 		Fleet:        laneFleet,
 		DeviceConfig: oneLaneTwoSlots,
-		DriverConfig: `
-    time_slice_quantum = "1s"
-    iteration_grace    = "500ms"`,
+		DriverConfig: timeSlicing("1s"),
 	})
 	shots := screenshotDir(t)
-	p := startPlanner(t, c, "p1", `
-  interval     = "1s"
-  min_interval = "200ms"`)
+	p := startPlanner(t, c, "p1", fastRounds)
 	vars := workloadVars(c)
 	vars["iterations"] = "100"
 	a := c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars)

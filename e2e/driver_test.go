@@ -149,13 +149,17 @@ const oneLaneTwoSlots = `
       slots = 2
     }`
 
+// timeSlicing is the driver config of tests whose lane jobs take turns,
+// switching every quantum at an iteration boundary.
+func timeSlicing(quantum string) string {
+	return "\n    time_slice_quantum = \"" + quantum + "\"\n    iteration_grace    = \"500ms\""
+}
+
 func TestDriverLaneJobsAlternateAndBothComplete(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
 		Fleet:        laneFleet,
 		DeviceConfig: oneLaneTwoSlots,
-		DriverConfig: `
-    time_slice_quantum = "1s"
-    iteration_grace    = "500ms"`,
+		DriverConfig: timeSlicing("1s"),
 	})
 	vars := workloadVars(c)
 	vars["iterations"] = "25"
@@ -283,9 +287,7 @@ func TestDriverMetricsReachPrometheus(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
 		Fleet:        laneFleet,
 		DeviceConfig: oneLaneTwoSlots,
-		DriverConfig: `
-    time_slice_quantum = "1s"
-    iteration_grace    = "500ms"
+		DriverConfig: timeSlicing("1s") + `
     metrics_address    = "` + addr + `"`,
 	})
 	vars := workloadVars(c)
@@ -372,9 +374,7 @@ func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
 		Fleet:        laneFleet,
 		DeviceConfig: oneLaneTwoSlots,
-		DriverConfig: `
-    time_slice_quantum = "5s"
-    iteration_grace    = "500ms"`,
+		DriverConfig: timeSlicing("5s"),
 	})
 	vars := workloadVars(c)
 	vars["iterations"] = "25"

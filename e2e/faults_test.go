@@ -240,9 +240,7 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 	c := harness.StartT(t, harness.Options{
 		Fleet:        eightT4s,
 		DeviceConfig: oneLaneTwoSlots,
-		DriverConfig: `
-    time_slice_quantum = "3s"
-    iteration_grace    = "500ms"`,
+		DriverConfig: timeSlicing("3s"),
 	})
 	vars := workloadVars(c)
 	vars["iterations"] = "60"
