@@ -402,13 +402,7 @@ func (rd *synRound) hold(a *synAlloc, p synPart, sh synShare) {
 // the fewest free GPUs; else GPU by GPU from the servers with the fewest
 // free GPUs that fit one more. It takes them and records them in d.Slots.
 func (rd *synRound) place(a *synAlloc, d *Decision, m int, sh synShare) bool {
-	var cands []int
-	for n := range rd.sv {
-		if len(rd.sv[n].free[m]) > 0 {
-			cands = append(cands, n)
-		}
-	}
-	slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])) })
+	cands := rd.fewestFreeFirst(m)
 	var parts []synPart
 	if a.g > 1 {
 		for _, n := range cands {
@@ -445,6 +439,19 @@ func (rd *synRound) place(a *synAlloc, d *Decision, m int, sh synShare) bool {
 	return true
 }
 
+// fewestFreeFirst lists the servers with free GPUs of model m, those with
+// the fewest first (stable on server order).
+func (rd *synRound) fewestFreeFirst(m int) []int {
+	var cands []int
+	for n := range rd.sv {
+		if len(rd.sv[n].free[m]) > 0 {
+			cands = append(cands, n)
+		}
+	}
+	slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])) })
+	return cands
+}
+
 // underused is where a job of g GPUs of model m would shrink others to
 // fit: a server with g free GPUs, else the ones with the fewest free GPUs
 // that add up to g.
@@ -456,13 +463,7 @@ func (rd *synRound) underused(m, g int) []synPart {
 			}
 		}
 	}
-	var cands []int
-	for n := range rd.sv {
-		if len(rd.sv[n].free[m]) > 0 {
-			cands = append(cands, n)
-		}
-	}
-	slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])) })
+	cands := rd.fewestFreeFirst(m)
 	var parts []synPart
 	for _, n := range cands {
 		k := min(len(rd.sv[n].free[m]), g)
