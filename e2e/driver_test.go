@@ -67,6 +67,50 @@ func TestDriverMillisecondSpikeUnderMPSFailsAtAllocation(t *testing.T) {
 	must.StrContains(t, stderr, "CUDA error: out of memory: 2561 MiB is past the MPS pinned device memory limit of 2048 MiB")
 }
 
+// TestDriverTwoProcessesAreHeldToTheirShares: the GPU records peaks per
+// process, so a task's processes are each held to a share of the budget
+// (gpu_processes). One task's two processes spike past their shares for a
+// millisecond, each still far within the whole budget; another runs a
+// second process it did not declare. Both are killed with the reason.
+func TestDriverTwoProcessesAreHeldToTheirShares(t *testing.T) {
+	c := harness.StartT(t, harness.Options{})
+	job := c.RunJobspec(t, c.Jobspec("driver-two-processes.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 2, 2*time.Minute, harness.Terminal)
+	want := map[string]string{
+		"declared":   "peaked at 2561 MiB of its 2048 MiB share of the 4096 MiB budget (gpu_processes = 2) between two samples",
+		"undeclared": "2 processes hold memory there and gpu_processes = 1 allows 1",
+	}
+	for _, a := range allocs {
+		out := c.NomadCLI(t, "alloc", "status", a.ID)
+		must.Eq(t, "failed", a.ClientStatus, must.Sprint(out))
+		must.StrContains(t, out, "GPU memory budget exceeded")
+		must.StrContains(t, out, want[a.TaskGroup], must.Sprint(a.TaskGroup))
+	}
+}
+
+// TestDriverTwoProcessesUnderMPSAreLimitedToTheirShares: under MPS each of
+// the task's two processes is an MPS client limited to its share, so each
+// spike fails at allocation and nothing is held past a share.
+func TestDriverTwoProcessesUnderMPSAreLimitedToTheirShares(t *testing.T) {
+	c := harness.StartT(t, harness.Options{DriverConfig: `
+    mps = "on"`})
+	job := c.RunJobspec(t, c.Jobspec("driver-two-processes.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 2, 2*time.Minute, harness.Terminal)
+	for _, a := range allocs {
+		if a.TaskGroup != "declared" {
+			continue
+		}
+		out := c.NomadCLI(t, "alloc", "status", a.ID)
+		must.Eq(t, "failed", a.ClientStatus, must.Sprint(out))
+		must.StrContains(t, out, "Exit Code: 1")
+		must.StrNotContains(t, out, "GPU memory budget exceeded")
+		stderr := c.NomadCLI(t, "alloc", "logs", "-stderr", a.ID, "train")
+		must.Eq(t, 2, strings.Count(stderr, "CUDA error: out of memory: 2561 MiB is past the MPS pinned device memory limit of 2048 MiB"), must.Sprint(stderr))
+		return
+	}
+	t.Fatal("no allocation of the declared group")
+}
+
 // processControl is how the node's caravan driver reaches tasks' processes
 // (driver.caravan.process_control).
 func processControl(t *testing.T, c *harness.Cluster) string {

@@ -39,10 +39,28 @@ type GPU struct {
 type Budget struct {
 	GPUs   []GPU
 	Policy Policy
+	// Processes is how many processes of the task may hold memory on one
+	// GPU at once (gpu_processes; 0 reads as 1). Each may hold an equal
+	// share of the GPU's budget: the GPU records a peak per process and
+	// MPS limits each client, so only per-process shares whose sum is the
+	// budget keep the task within it at every moment.
+	Processes int
 }
 
 // Enforced reports whether there is anything to watch.
 func (b Budget) Enforced() bool { return len(b.GPUs) > 0 }
+
+// ProcessCount is the number of processes the budget is shared among.
+func (b Budget) ProcessCount() int { return max(b.Processes, 1) }
+
+// ShareMiB is what one process may hold of limitMiB, a GPU's budget.
+func (b Budget) ShareMiB(limitMiB uint64) uint64 {
+	return limitMiB / uint64(b.ProcessCount())
+}
+
+// MaxProcesses bounds gpu_processes: MPS serves at most 48 clients per GPU
+// before Volta, and a larger figure is more likely a typo than a plan.
+const MaxProcesses = 48
 
 // Plan builds a budget from the grants caravan-device made and the task's
 // own gpu_memory (0 when unset). gpu_memory may lower a granted budget but

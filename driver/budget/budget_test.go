@@ -28,6 +28,18 @@ func TestPlanAndEnv(t *testing.T) {
 	must.Eq(t, "50", env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
 	must.Eq(t, "0.500", env["XLA_PYTHON_CLIENT_MEM_FRACTION"])
 
+	must.Eq(t, "1", env[ProcessesEnv])
+
+	// Two processes: MPS limits each client to half of each GPU's budget,
+	// and a framework's per-process fraction is half too. The task's own
+	// budget figures stay whole.
+	b.Processes = 2
+	env = Env(grants, b, EnvOptions{MPS: true, FrameworkHints: true, DeviceMemoryMiB: map[string]uint64{"GPU-a": 80000, "GPU-b": 16000}})
+	must.Eq(t, "0=20000M,1=4000M", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
+	must.Eq(t, "0=40000,1=8000", env[PerGPUEnv])
+	must.Eq(t, "2", env[ProcessesEnv])
+	must.Eq(t, "0.250", env["CARAVAN_GPU_MEMORY_FRACTION"])
+
 	_, err = Plan(grants, 9000, PolicyKill)
 	must.ErrorContains(t, err, "gpu_memory: 9000 MiB is more than the 8000 MiB granted on GPU-b")
 	lowered, err := Plan(grants, 4000, PolicyWarn)
@@ -42,13 +54,57 @@ func TestPlanAndEnv(t *testing.T) {
 }
 
 func TestCheckNamesTheLargestProcess(t *testing.T) {
-	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}}}
+	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}}, Processes: 2}
 	u := []Usage{{UUID: "GPU-a", LimitMiB: 1000, UsedMiB: 1500, Procs: []ProcUsage{{PID: 7, Name: "python3", UsedMiB: 1200}, {PID: 8, Name: "worker", UsedMiB: 300}}}}
 	br := Check(b, u)
 	must.NotNil(t, br)
 	must.Eq(t, "GPU memory budget exceeded on GPU-a: task uses 1500 MiB of its 1000 MiB budget; pid 7 (python3) holds 1200 MiB", br.Reason())
-	u[0].UsedMiB = 1000
+	u[0].UsedMiB, u[0].Procs[0].UsedMiB, u[0].Procs[1].UsedMiB = 1000, 500, 500
 	must.Nil(t, Check(b, u))
+}
+
+// With gpu_processes = N each process may hold a share of the budget, and
+// no more than N may hold memory on the GPU: the shares then add up to the
+// budget, so that checking each process's own peak against its share keeps
+// the sum within the budget between samples too.
+func TestCheckHoldsProcessesToTheirShares(t *testing.T) {
+	proc := func(pid int, used uint64) ProcUsage { return ProcUsage{PID: pid, Name: "worker", UsedMiB: used} }
+	usage := func(procs ...ProcUsage) []Usage {
+		u := Usage{UUID: "GPU-a", LimitMiB: 4096, Procs: procs}
+		for _, p := range procs {
+			u.UsedMiB += p.UsedMiB
+		}
+		return []Usage{u}
+	}
+	cases := []struct {
+		name      string
+		processes int
+		usage     []Usage
+		breach    string
+	}{
+		{"one process, the whole budget", 0, usage(proc(7, 4096)), ""},
+		{"a second process the task did not declare", 0, usage(proc(7, 1000), proc(8, 10)),
+			"GPU memory budget exceeded on GPU-a: 2 processes hold memory there and gpu_processes = 1 allows 1, each with 4096 MiB of the 4096 MiB budget, so together they may hold more than it: pid 7 (worker), pid 8 (worker)"},
+		{"two declared, each within its share", 2, usage(proc(7, 2048), proc(8, 2048)), ""},
+		{"two declared, one past its share", 2, usage(proc(7, 2500), proc(8, 1000)),
+			"GPU memory budget exceeded on GPU-a: pid 7 (worker) holds 2500 MiB of its 2048 MiB share of the 4096 MiB budget (gpu_processes = 2); the task holds 3500 MiB"},
+		{"two declared, the sum past the budget is named first", 2, usage(proc(7, 2500), proc(8, 2000)),
+			"task uses 4500 MiB of its 4096 MiB budget; pid 7 (worker) holds 2500 MiB"},
+		{"three where two are declared", 2, usage(proc(7, 100), proc(8, 100), proc(9, 100)),
+			"3 processes hold memory there and gpu_processes = 2 allows 2, each with 2048 MiB"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 4096}}, Processes: tc.processes}
+			br := Check(b, tc.usage)
+			if tc.breach == "" {
+				must.Nil(t, br)
+				return
+			}
+			must.NotNil(t, br)
+			must.StrContains(t, br.Reason(), tc.breach)
+		})
+	}
 }
 
 type fakeSampler map[string][]gpu.Process
@@ -75,16 +131,16 @@ func TestMeasureAndCheckWithUnknownMemory(t *testing.T) {
 		breach  string
 		unknown string
 	}{
-		{"all known, within", []gpu.Process{known(7, 900)}, 900, "", ""},
+		{"all known, within", []gpu.Process{known(7, 450)}, 450, "", ""},
 		{"all known, over", []gpu.Process{known(7, 1200)}, 1200, "pid 7 (python3) holds 1200 MiB", ""},
 		{"unknown alone never breaches", []gpu.Process{unknown(7)}, 0, "",
 			"the GPU does not report the memory of pid 7 (python3) on GPU-a (NVML_VALUE_NOT_AVAILABLE): the budget of 1000 MiB is checked on the task's other processes only (0 MiB known)"},
-		{"unknown beside known within", []gpu.Process{unknown(7), known(8, 600)}, 600, "", "pid 7 (python3)"},
+		{"unknown beside known within", []gpu.Process{unknown(7), known(8, 400)}, 400, "", "pid 7 (python3)"},
 		{"known over beside unknown", []gpu.Process{unknown(7), known(8, 1600)}, 1600,
 			"pid 8 (worker) holds 1600 MiB (and 1 process(es) whose memory the GPU does not report)", "pid 7 (python3)"},
 		{"other tasks' processes are ignored", []gpu.Process{unknown(99), known(98, 5000)}, 0, "", ""},
 	}
-	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}}}
+	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}}, Processes: 2}
 	names := map[int]string{7: "python3", 8: "worker"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,48 +179,60 @@ func TestEnvPolicyOnlyWhenWatched(t *testing.T) {
 	}
 }
 
-// A peak past the budget between two samples is a breach once, when it is
-// first seen; the current figures stay the first thing checked.
+// A peak past a process's share of the budget between two samples is a
+// breach once, when it is first seen; the current figures stay the first
+// thing checked. With one process the share is the whole budget.
 func TestPeaksCatchWhatSamplesMiss(t *testing.T) {
-	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 2048}}}
 	proc := func(pid int, used, peak uint64) gpu.Process {
 		return gpu.Process{PID: pid, UsedMemoryMiB: used, PeakMemoryMiB: peak}
 	}
-	names := map[int]string{7: "caravan-workload", 8: "worker"}
-	samples := []struct {
+	type sample struct {
 		name   string
 		procs  []gpu.Process
 		breach string
-	}{
-		{"within, no peak known", []gpu.Process{proc(7, 1024, 0)}, ""},
-		{"within, peak within", []gpu.Process{proc(7, 1536, 1536)}, ""},
-		{"a spike came and went", []gpu.Process{proc(7, 1024, 2561)},
-			"GPU memory budget exceeded on GPU-a: pid 7 (caravan-workload) peaked at 2561 MiB of its 2048 MiB budget between two samples; the task holds 1024 MiB now"},
-		{"the same peak again is not news", []gpu.Process{proc(7, 1024, 2561)}, ""},
-		{"a higher one is", []gpu.Process{proc(7, 1024, 3000)}, "peaked at 3000 MiB"},
-		{"two processes' peaks are not summed", []gpu.Process{proc(7, 1024, 3000), proc(8, 512, 1500)}, ""},
-		{"another process's own peak", []gpu.Process{proc(7, 1024, 3000), proc(8, 512, 2100)}, "pid 8 (worker) peaked at 2100 MiB"},
-		{"other tasks' peaks are ignored", []gpu.Process{proc(99, 10, 9000)}, ""},
 	}
-	var peaks Peaks
-	for _, s := range samples {
-		usage, err := Measure(fakeSampler{"GPU-a": s.procs}, b, names)
-		must.NoError(t, err)
-		must.Nil(t, Check(b, usage), must.Sprint(s.name))
-		br := peaks.Check(b, usage)
-		if s.breach == "" {
-			must.Nil(t, br, must.Sprint(s.name))
-			continue
+	names := map[int]string{7: "caravan-workload", 8: "worker"}
+	for _, tc := range []struct {
+		budget  Budget
+		samples []sample
+	}{
+		{Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 2048}}}, []sample{
+			{"within, no peak known", []gpu.Process{proc(7, 1024, 0)}, ""},
+			{"within, peak within", []gpu.Process{proc(7, 1536, 1536)}, ""},
+			{"a spike came and went", []gpu.Process{proc(7, 1024, 2561)},
+				"GPU memory budget exceeded on GPU-a: pid 7 (caravan-workload) peaked at 2561 MiB of its 2048 MiB budget between two samples; the task holds 1024 MiB now"},
+			{"the same peak again is not news", []gpu.Process{proc(7, 1024, 2561)}, ""},
+			{"a higher one is", []gpu.Process{proc(7, 1024, 3000)}, "peaked at 3000 MiB"},
+			{"other tasks' peaks are ignored", []gpu.Process{proc(7, 1024, 3000), proc(99, 10, 9000)}, ""},
+		}},
+		// Two processes whose spikes, each within the budget, add up past it.
+		{Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 4096}}, Processes: 2}, []sample{
+			{"both within their shares", []gpu.Process{proc(7, 1024, 2048), proc(8, 1024, 2000)}, ""},
+			{"one spiked past its share", []gpu.Process{proc(7, 1024, 2561), proc(8, 1024, 2000)},
+				"GPU memory budget exceeded on GPU-a: pid 7 (caravan-workload) peaked at 2561 MiB of its 2048 MiB share of the 4096 MiB budget (gpu_processes = 2) between two samples; the task holds 2048 MiB now"},
+			{"the other's own peak", []gpu.Process{proc(7, 1024, 2561), proc(8, 1024, 2100)}, "pid 8 (worker) peaked at 2100 MiB"},
+		}},
+	} {
+		var peaks Peaks
+		for _, s := range tc.samples {
+			usage, err := Measure(fakeSampler{"GPU-a": s.procs}, tc.budget, names)
+			must.NoError(t, err)
+			must.Nil(t, Check(tc.budget, usage), must.Sprint(s.name))
+			br := peaks.Check(tc.budget, usage)
+			if s.breach == "" {
+				must.Nil(t, br, must.Sprint(s.name))
+				continue
+			}
+			must.NotNil(t, br, must.Sprint(s.name))
+			must.StrContains(t, br.Reason(), s.breach, must.Sprint(s.name))
 		}
-		must.NotNil(t, br, must.Sprint(s.name))
-		must.StrContains(t, br.Reason(), s.breach, must.Sprint(s.name))
 	}
 }
 
 // BenchmarkWatchdogSample is the budget side of one watchdog sample: one
 // GPU, 8 task processes among 32, with peaks to compare.
 func BenchmarkWatchdogSample(b *testing.B) {
-	bud := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 80000}}}
+	bud := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 80000}}, Processes: 8}
 	var procs []gpu.Process
 	names := map[int]string{}
 	for pid := 100; pid < 132; pid++ {

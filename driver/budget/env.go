@@ -110,6 +110,7 @@ func Env(grants []reservation.Grant, b Budget, opts EnvOptions) map[string]strin
 	if len(perGPU) > 0 {
 		env[PerGPUEnv] = FormatDeviceLimits(perGPU, "")
 	}
+	env[ProcessesEnv] = strconv.Itoa(b.ProcessCount())
 	if opts.Watchdog {
 		env["CARAVAN_BUDGET_POLICY"] = string(b.Policy)
 	}
@@ -122,7 +123,12 @@ func Env(grants []reservation.Grant, b Budget, opts EnvOptions) map[string]strin
 				share = g.SharePercent
 			}
 		}
-		env[MPSLimitEnv] = FormatDeviceLimits(perGPU, "M")
+		// MPS limits each client process: each gets its share.
+		shares := make(map[int]uint64, len(perGPU))
+		for i, mib := range perGPU {
+			shares[i] = b.ShareMiB(mib)
+		}
+		env[MPSLimitEnv] = FormatDeviceLimits(shares, "M")
 		if share > 0 && share < 100 {
 			env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(share)
 		}
@@ -149,7 +155,7 @@ func Env(grants []reservation.Grant, b Budget, opts EnvOptions) map[string]strin
 	return env
 }
 
-// fraction is the smallest budget/device-memory ratio over the visible GPUs.
+// fraction is the smallest share/device-memory ratio over the visible GPUs.
 func fraction(b Budget, visible []string, total map[string]uint64) (float64, bool) {
 	best, found := 1.0, false
 	for _, uuid := range visible {
@@ -158,7 +164,8 @@ func fraction(b Budget, visible []string, total map[string]uint64) (float64, boo
 		if !ok || mem == 0 {
 			continue
 		}
-		f := float64(g.LimitMiB) / float64(mem)
+		// Frameworks cap each process: a process's fraction is its share.
+		f := float64(b.ShareMiB(g.LimitMiB)) / float64(mem)
 		if f < best {
 			best = f
 		}

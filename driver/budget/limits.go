@@ -13,6 +13,10 @@ import (
 // the smallest of them for scripts that read one number.
 const PerGPUEnv = "CARAVAN_GPU_MEMORY_MIB_PER_GPU"
 
+// ProcessesEnv tells a task how many of its processes may hold memory on
+// one GPU (gpu_processes); each may hold that fraction of the budget.
+const ProcessesEnv = "CARAVAN_GPU_PROCESSES"
+
 // MPSLimitEnv is the MPS client's per-device pinned memory limit.
 const MPSLimitEnv = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 

@@ -46,17 +46,45 @@ func (u Usage) Unknown() []ProcUsage {
 type Breach struct {
 	Usage
 	Policy Policy
-	// Peak, when set, is the process whose recorded peak went past the
-	// budget between two samples that both saw the task within it.
+	// Processes is the budget's gpu_processes (0 reads as 1).
+	Processes int
+	// Peak, when set, is the process whose recorded peak went past its
+	// share between two samples that both saw the task within it.
 	Peak *ProcUsage
+	// OverShare, when set, is a process that holds more than its share of
+	// the budget now, while the task as a whole is within it.
+	OverShare *ProcUsage
+	// TooMany is set when more processes hold memory on the GPU than
+	// gpu_processes allows: their shares no longer add up to the budget.
+	TooMany bool
 }
 
 // Reason says which process used how much of what budget, for task events
 // and the exit message.
 func (b Breach) Reason() string {
-	if p := b.Peak; p != nil {
-		return fmt.Sprintf("GPU memory budget exceeded on %s: pid %d (%s) peaked at %d MiB of its %d MiB budget between two samples; the task holds %d MiB now",
-			b.UUID, p.PID, p.Name, p.PeakMiB, b.LimitMiB, b.UsedMiB)
+	n := max(b.Processes, 1)
+	share := b.LimitMiB / uint64(n)
+	// of names the process's limit: the budget, or its share of it.
+	of := fmt.Sprintf("its %d MiB budget", b.LimitMiB)
+	if n > 1 {
+		of = fmt.Sprintf("its %d MiB share of the %d MiB budget (gpu_processes = %d)", share, b.LimitMiB, n)
+	}
+	switch {
+	case b.Peak != nil:
+		p := b.Peak
+		return fmt.Sprintf("GPU memory budget exceeded on %s: pid %d (%s) peaked at %d MiB of %s between two samples; the task holds %d MiB now",
+			b.UUID, p.PID, p.Name, p.PeakMiB, of, b.UsedMiB)
+	case b.OverShare != nil:
+		p := b.OverShare
+		return fmt.Sprintf("GPU memory budget exceeded on %s: pid %d (%s) holds %d MiB of %s; the task holds %d MiB",
+			b.UUID, p.PID, p.Name, p.UsedMiB, of, b.UsedMiB)
+	case b.TooMany:
+		procs := make([]string, len(b.Procs))
+		for i, p := range b.Procs {
+			procs[i] = fmt.Sprintf("pid %d (%s)", p.PID, p.Name)
+		}
+		return fmt.Sprintf("GPU memory budget exceeded on %s: %d processes hold memory there and gpu_processes = %d allows %d, each with %d MiB of the %d MiB budget, so together they may hold more than it: %s",
+			b.UUID, len(b.Procs), n, n, share, b.LimitMiB, strings.Join(procs, ", "))
 	}
 	top := "no single process"
 	if len(b.Procs) > 0 && !b.Procs[0].MemoryUnknown {
@@ -151,11 +179,31 @@ func watchedGPUs(s Sampler, b Budget) ([]string, error) {
 	return out, nil
 }
 
-// Check returns the first breach among usages, if any.
+// Check returns the first breach among usages, if any: the task over its
+// budget on a GPU; more processes there than gpu_processes allows; or one
+// process over its share. The last two keep the task within its budget
+// between samples too, since each process's peak is then checked against
+// a share and the shares add up to the budget.
 func Check(b Budget, usages []Usage) *Breach {
 	for _, u := range usages {
-		if u.LimitMiB > 0 && u.UsedMiB > u.LimitMiB {
-			return &Breach{Usage: u, Policy: b.Policy}
+		if u.LimitMiB == 0 {
+			continue
+		}
+		breach := &Breach{Usage: u, Policy: b.Policy, Processes: b.Processes}
+		if u.UsedMiB > u.LimitMiB {
+			return breach
+		}
+		if len(u.Procs) > b.ProcessCount() {
+			breach.TooMany = true
+			return breach
+		}
+		share := b.ShareMiB(u.LimitMiB)
+		for _, p := range u.Procs {
+			if !p.MemoryUnknown && p.UsedMiB > share {
+				p := p
+				breach.OverShare = &p
+				return breach
+			}
 		}
 	}
 	return nil
@@ -175,9 +223,10 @@ type peakKey struct {
 }
 
 // Check records the peaks in usages and returns a breach for the first
-// process whose peak is new and past its GPU's budget. A single process's
-// peak is a lower bound of the task's: peaks of several processes need not
-// have come at once, so they are not summed.
+// process whose peak is new and past its share of its GPU's budget. Peaks
+// of several processes need not have come at once, so they are not summed:
+// each is held to its share (Budget.ShareMiB), and the shares add up to the
+// budget.
 func (p *Peaks) Check(b Budget, usages []Usage) *Breach {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -193,9 +242,9 @@ func (p *Peaks) Check(b Budget, usages []Usage) *Breach {
 				continue
 			}
 			p.seen[k] = proc.PeakMiB
-			if breach == nil && u.LimitMiB > 0 && proc.PeakMiB > u.LimitMiB {
+			if breach == nil && u.LimitMiB > 0 && proc.PeakMiB > b.ShareMiB(u.LimitMiB) {
 				proc := proc
-				breach = &Breach{Usage: u, Policy: b.Policy, Peak: &proc}
+				breach = &Breach{Usage: u, Policy: b.Policy, Processes: b.Processes, Peak: &proc}
 			}
 		}
 	}

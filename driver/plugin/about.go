@@ -58,6 +58,7 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"work_dir":          hclspec.NewAttr("work_dir", "string", false),
 	"gpu_memory":        hclspec.NewAttr("gpu_memory", "string", false),
 	"gpu_memory_policy": hclspec.NewAttr("gpu_memory_policy", "string", false),
+	"gpu_processes":     hclspec.NewDefault(hclspec.NewAttr("gpu_processes", "number", false), hclspec.NewLiteral("1")),
 	"memory_profile": hclspec.NewBlock("memory_profile", false, hclspec.NewObject(map[string]*hclspec.Spec{
 		"persistent": hclspec.NewAttr("persistent", "string", false),
 		"ephemeral":  hclspec.NewAttr("ephemeral", "string", false),

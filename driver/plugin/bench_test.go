@@ -80,7 +80,7 @@ func benchTask(b *testing.B, command string, args ...string) *drivers.TaskConfig
 				CpusetCgroupPath: cgroupslib.LinuxResourcesPath(allocID, name, false)},
 		},
 	}
-	if err := cfg.EncodeConcreteDriverConfig(&TaskConfig{Command: command, Args: args, FrameworkHints: true}); err != nil {
+	if err := cfg.EncodeConcreteDriverConfig(&TaskConfig{Command: command, Args: args, FrameworkHints: true, GPUProcesses: 1}); err != nil {
 		b.Fatal(err)
 	}
 	return cfg

@@ -165,6 +165,7 @@ type TaskConfig struct {
 	WorkDir         string        `codec:"work_dir"`
 	GPUMemory       string        `codec:"gpu_memory"`
 	GPUMemoryPolicy string        `codec:"gpu_memory_policy"`
+	GPUProcesses    int           `codec:"gpu_processes"`
 	MemoryProfile   MemoryProfile `codec:"memory_profile"`
 	FrameworkHints  bool          `codec:"framework_hints"`
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/hashicorp/nomad/plugins/drivers"
 )
 
@@ -12,16 +13,16 @@ import (
 // larger than what was granted, never a crash.
 func FuzzPlanSpec(f *testing.F) {
 	grant := reservation.Grant{InstanceID: "GPU-x:lane0:slot0", GPUUUID: "GPU-x", Lane: 0, Slots: 1, MemoryMiB: 20389, SharePercent: 25}
-	f.Add("10GiB", "kill", "9GiB", "2GiB", grant.EnvName(), grant.EnvValue())
-	f.Add("", "warn", "", "", grant.EnvName(), "v1;id=GPU-x:lane0:slot0;gpu=GPU-x;lane=0;slot=0;slots=1;memory_mib=-1;share=25")
-	f.Add("1TB", "bogus", "x", "1e400", "CARAVAN_DEV_", "v9")
+	f.Add("10GiB", "kill", 1, "9GiB", "2GiB", grant.EnvName(), grant.EnvValue())
+	f.Add("", "warn", 3, "", "", grant.EnvName(), "v1;id=GPU-x:lane0:slot0;gpu=GPU-x;lane=0;slot=0;slots=1;memory_mib=-1;share=25")
+	f.Add("1TB", "bogus", -1, "x", "1e400", "CARAVAN_DEV_", "v9")
 	s, err := Config{}.parse()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, gpuMemory, policy, persistent, ephemeral, envName, envValue string) {
+	f.Fuzz(func(t *testing.T, gpuMemory, policy string, processes int, persistent, ephemeral, envName, envValue string) {
 		cfg := &drivers.TaskConfig{DeviceEnv: map[string]string{envName: envValue}}
-		tc := TaskConfig{Command: "/bin/true", GPUMemory: gpuMemory, GPUMemoryPolicy: policy,
+		tc := TaskConfig{Command: "/bin/true", GPUMemory: gpuMemory, GPUMemoryPolicy: policy, GPUProcesses: processes,
 			MemoryProfile: MemoryProfile{Persistent: persistent, Ephemeral: ephemeral}}
 		spec, grants, err := planSpec(s, cfg, tc)
 		if err != nil {
@@ -30,6 +31,9 @@ func FuzzPlanSpec(f *testing.F) {
 		granted := map[string]uint64{}
 		for _, g := range grants {
 			granted[g.GPUUUID] += g.MemoryMiB
+		}
+		if n := spec.Budget.ProcessCount(); n < 1 || n > budget.MaxProcesses {
+			t.Fatalf("gpu_processes %d accepted as %d", processes, n)
 		}
 		for _, g := range spec.Budget.GPUs {
 			// "*" is the budget of a task given no grants: its own word.

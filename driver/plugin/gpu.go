@@ -145,6 +145,10 @@ func planSpec(s *settings, cfg *drivers.TaskConfig, tc TaskConfig) (task.Spec, [
 	if err != nil {
 		return task.Spec{}, nil, err
 	}
+	if tc.GPUProcesses < 1 || tc.GPUProcesses > budget.MaxProcesses {
+		return task.Spec{}, nil, fmt.Errorf("gpu_processes: must be from 1 to %d, got %d", budget.MaxProcesses, tc.GPUProcesses)
+	}
+	b.Processes = tc.GPUProcesses
 	profile, err := tc.MemoryProfile.parse()
 	if err != nil {
 		return task.Spec{}, nil, err

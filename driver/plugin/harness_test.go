@@ -92,6 +92,9 @@ func newTaskWithoutCgroup(t *testing.T, h *dtestutil.DriverHarness, name string,
 	if tc.FrameworkHints == false && tc.GPUMemoryPolicy == "" {
 		tc.FrameworkHints = true
 	}
+	if tc.GPUProcesses == 0 {
+		tc.GPUProcesses = 1 // the hclspec default a jobspec gets
+	}
 	must.NoError(t, cfg.EncodeConcreteDriverConfig(&tc))
 	cleanup := h.MkAllocDir(cfg, true)
 	t.Cleanup(cleanup)

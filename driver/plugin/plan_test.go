@@ -33,7 +33,7 @@ func TestPlanSpecReadsSizesAsTheDevicePluginDoes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.gpuMemory, func(t *testing.T) {
 			cfg := &drivers.TaskConfig{DeviceEnv: map[string]string{grant.EnvName(): grant.EnvValue()}}
-			spec, _, err := planSpec(s, cfg, TaskConfig{Command: "/bin/true", GPUMemory: tc.gpuMemory})
+			spec, _, err := planSpec(s, cfg, TaskConfig{Command: "/bin/true", GPUMemory: tc.gpuMemory, GPUProcesses: 1})
 			if tc.err != "" {
 				must.ErrorContains(t, err, tc.err)
 				return
@@ -41,5 +41,32 @@ func TestPlanSpecReadsSizesAsTheDevicePluginDoes(t *testing.T) {
 			must.NoError(t, err)
 			must.Eq(t, tc.want, spec.Budget.GPUs[0].LimitMiB)
 		})
+	}
+}
+
+// gpu_processes splits each GPU's budget into equal shares; a count the
+// driver cannot honour is refused with the field named.
+func TestPlanSpecGPUProcesses(t *testing.T) {
+	grant := reservation.Grant{InstanceID: "GPU-x", GPUUUID: "GPU-x", Lane: -1, Slots: 1, MemoryMiB: 16000, SharePercent: 100}
+	s, err := Config{}.parse()
+	must.NoError(t, err)
+	for _, tc := range []struct {
+		processes int
+		share     uint64
+		err       string
+	}{
+		{1, 16000, ""},
+		{4, 4000, ""},
+		{0, 0, "gpu_processes: must be from 1 to 48, got 0"},
+		{49, 0, "gpu_processes: must be from 1 to 48, got 49"},
+	} {
+		cfg := &drivers.TaskConfig{DeviceEnv: map[string]string{grant.EnvName(): grant.EnvValue()}}
+		spec, _, err := planSpec(s, cfg, TaskConfig{Command: "/bin/true", GPUProcesses: tc.processes})
+		if tc.err != "" {
+			must.ErrorContains(t, err, tc.err)
+			continue
+		}
+		must.NoError(t, err)
+		must.Eq(t, tc.share, spec.Budget.ShareMiB(spec.Budget.GPUs[0].LimitMiB))
 	}
 }

@@ -72,7 +72,8 @@ type Config struct {
 
 	// GPU is where memory is recorded; empty runs without a GPU.
 	GPU string
-	// BudgetMiB is the budget the driver announced on GPU (0 when unknown).
+	// BudgetMiB is this process's share of the budget the driver announced
+	// on GPU (0 when unknown).
 	BudgetMiB uint64
 	// MPSLimitMiB is the MPS client limit on GPU (0: none): an allocation
 	// past it fails as CUDA's does under MPS.
@@ -127,6 +128,14 @@ func (c *Config) FromEnv(env map[string]string) error {
 		return err
 	} else if mib > 0 {
 		c.BudgetMiB = mib
+	}
+	// Each of a task's gpu_processes may hold its share of the budget.
+	if v := env[budget.ProcessesEnv]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%s: want a whole number of at least 1, got %q", budget.ProcessesEnv, v)
+		}
+		c.BudgetMiB /= uint64(n)
 	}
 	if c.MPSLimitMiB, err = budget.LimitFor(env, budget.MPSLimitEnv, c.GPU); err != nil {
 		return err

@@ -292,4 +292,12 @@ func TestFromEnvReadsItsGPUsBudget(t *testing.T) {
 	c := Config{}
 	must.ErrorContains(t, c.FromEnv(map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "bad"}),
 		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+
+	// One of two processes keeps to half the budget.
+	env["CARAVAN_GPU_PROCESSES"] = "2"
+	c = Config{GPU: "GPU-b"}
+	must.NoError(t, c.FromEnv(env))
+	must.Eq(t, uint64(4000), c.BudgetMiB)
+	env["CARAVAN_GPU_PROCESSES"] = "0"
+	must.ErrorContains(t, c.FromEnv(env), "CARAVAN_GPU_PROCESSES: want a whole number of at least 1")
 }
