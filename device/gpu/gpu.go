@@ -6,6 +6,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -145,4 +146,34 @@ type Checkpointer interface {
 	CheckpointUnavailable() string
 	Checkpoint(ctx context.Context, pid int) error
 	Restore(ctx context.Context, pid int) error
+	// CheckpointState says where a process's CUDA state is now, so that a
+	// driver that restarted in the middle of a checkpoint or a restore can
+	// tell what it left checkpointed.
+	CheckpointState(ctx context.Context, pid int) (CheckpointState, error)
+}
+
+// CheckpointState is where a process's CUDA state is, as CUDA's
+// CUprocessState says.
+type CheckpointState int
+
+const (
+	// CheckpointRunning: on the GPU, the process runs (or has no CUDA state).
+	CheckpointRunning CheckpointState = iota
+	// CheckpointLocked: on the GPU, with the process's CUDA calls locked
+	// (a checkpoint begun but not done, or a restore not finished).
+	CheckpointLocked
+	// CheckpointCheckpointed: in host memory.
+	CheckpointCheckpointed
+)
+
+func (s CheckpointState) String() string {
+	switch s {
+	case CheckpointRunning:
+		return "running"
+	case CheckpointLocked:
+		return "locked"
+	case CheckpointCheckpointed:
+		return "checkpointed"
+	}
+	return fmt.Sprintf("CheckpointState(%d)", int(s))
 }

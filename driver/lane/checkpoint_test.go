@@ -284,3 +284,65 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 	must.NoError(t, err)
 	must.Len(t, 2, procs)
 }
+
+// intentRecorder wraps the checkpoint mechanism and notes, as each suspend
+// starts, what the lane state already says of the task being suspended.
+type intentRecorder struct {
+	switcher.CUDACheckpoint
+	mu      *sync.Mutex
+	states  map[string]MemberState
+	pidTask map[int]string
+	seen    []MemberState
+}
+
+func (r *intentRecorder) Suspend(ctx context.Context, procs switcher.Freezer, gpuPIDs []int) ([]int, error) {
+	r.mu.Lock()
+	if len(gpuPIDs) > 0 {
+		r.seen = append(r.seen, r.states[r.pidTask[gpuPIDs[0]]])
+	}
+	r.mu.Unlock()
+	return r.CUDACheckpoint.Suspend(ctx, procs, gpuPIDs)
+}
+
+// The processes a suspend checkpoints are in the lane state before the
+// first checkpoint call, so that a driver that dies inside it leaves a
+// record for the next one to ask the GPU about; once the suspend is done
+// the record is what it checkpointed.
+func TestSuspendWritesItsProcessesAhead(t *testing.T) {
+	b, state := simGPUBackend(t)
+	var mu sync.Mutex
+	states := map[string]MemberState{}
+	pa, pb := startProc(t), startProc(t)
+	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	mech := &intentRecorder{CUDACheckpoint: switcher.CUDACheckpoint{GPU: b}, mu: &mu, states: states, pidTask: map[int]string{ida: "a", idb: "b"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := New(ctx, Options{Mechanism: mech, Quantum: 50 * time.Millisecond, MeasureIterations: 2, RejoinGrace: time.Second,
+		Hooks: Hooks{Persist: func(id string, _ Key, st MemberState) {
+			mu.Lock()
+			defer mu.Unlock()
+			states[id] = st
+		}}})
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	key := Key{GPU: simGPU, Lane: 3}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(mech.seen) >= 3
+	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	mu.Lock()
+	defer mu.Unlock()
+	for _, st := range mech.seen {
+		must.SliceLen(t, 1, st.Suspending, must.Sprintf("%+v", st))
+		must.False(t, st.Suspended)
+	}
+	for id, st := range states {
+		if st.Suspended {
+			must.SliceEmpty(t, st.Suspending, must.Sprint(id))
+			must.SliceLen(t, 1, st.Checkpointed, must.Sprint(id))
+		}
+	}
+}

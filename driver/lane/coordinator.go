@@ -64,6 +64,10 @@ type MemberState struct {
 	// Checkpointed lists the processes whose GPU state is in host memory;
 	// a resume restores exactly these.
 	Checkpointed []int `json:"checkpointed,omitempty"`
+	// Suspending lists the processes a suspend is checkpointing, written
+	// before it starts: a driver that stops in the middle leaves some of
+	// them checkpointed, and the next one asks the GPU which.
+	Suspending []int `json:"suspending,omitempty"`
 	// Turn is set on the member whose turn it is while time-sliced.
 	Turn       bool      `json:"turn"`
 	SliceStart time.Time `json:"slice_start"`
@@ -182,6 +186,8 @@ type member struct {
 	pendingSince time.Time // quantum over, waiting for an iteration boundary
 	pendingMark  int64
 	persisted    *MemberState
+	// suspending are the processes a suspend in flight checkpoints.
+	suspending []int
 }
 
 // New returns a coordinator whose lanes stop when ctx ends.
@@ -586,13 +592,21 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		return true
 	}
 	gpuPIDs := m.gpuPIDs()
+	if c.opts.Mechanism.Via() != "" && len(gpuPIDs) > 0 {
+		// Written ahead: after a restart in the middle, the processes may
+		// be checkpointed while no state says so.
+		m.suspending = gpuPIDs
+		c.persist(l)
+	}
 	var checkpointed []int
 	d, err := switcher.Timed(func() (err error) {
 		checkpointed, err = c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs)
 		return err
 	})
 	c.switched("suspend", d, err)
+	m.suspending = nil
 	if err != nil {
+		c.persist(l)
 		// The mechanism undid what it did, so the task keeps running; better
 		// to share badly than to lose it.
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("suspend in %s failed, task keeps running: %v", l.key, err),
@@ -696,7 +710,7 @@ func (c *Coordinator) persist(l *laneState) {
 	}
 	for i, m := range l.members {
 		st := MemberState{Profile: m.Profile, Suspended: m.suspended, Checkpointed: m.hold.checkpointedPIDs(),
-			Turn: l.mode == "time-sliced" && i == l.running, Mode: l.mode, Switches: m.switches}
+			Suspending: m.suspending, Turn: l.mode == "time-sliced" && i == l.running, Mode: l.mode, Switches: m.switches}
 		if len(st.Checkpointed) == 0 {
 			st.Checkpointed = nil
 		}

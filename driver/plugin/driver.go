@@ -591,7 +591,7 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if err != nil {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
 	}
-	restored, suspended, checkpointed := recoveredLanes(h.Spec, restored, frozen)
+	restored, suspended, checkpointed := recoveredLanes(h.Spec, restored, frozen, checkpointedNow(d.ctx, backend, restored, logger))
 	if grants, err := reservation.FromEnv(cfg.DeviceEnv); err == nil {
 		recordGrants(h, grants)
 	}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -407,23 +409,20 @@ func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.Lane
 }
 
 // recoveredLanes reconciles a recovered task's lane states with whether its
-// processes are frozen. It returns the states to rejoin with, whether the
-// task is suspended, and what is checkpointed. A task with checkpointed
-// processes is suspended even if not frozen (a restart between the
-// checkpoint and the freeze): its resume restores them. A frozen task that
-// no lane state has suspended (a state from an older driver, or a restart
-// between the freeze and the write) is suspended in all its lanes, so that
-// they resume it.
-func recoveredLanes(spec task.Spec, states laneStates, frozen bool) (laneStates, bool, []int) {
+// processes are frozen and which are checkpointed now (checkpointedNow). It
+// returns the states to rejoin with, whether the task is suspended, and what
+// is checkpointed. A task with checkpointed processes is suspended even if
+// not frozen (a restart between the checkpoint and the freeze): its resume
+// restores them. A frozen task that no lane state has suspended (a state
+// from an older driver, or a restart between the freeze and the write) is
+// suspended in all its lanes, so that they resume it.
+func recoveredLanes(spec task.Spec, states laneStates, frozen bool, checkpointed []int) (laneStates, bool, []int) {
 	out := laneStates{}
-	var checkpointed []int
 	anySuspended := false
 	for _, l := range spec.AllLanes() {
 		st := states[l.Key.String()]
-		if len(st.Checkpointed) > 0 {
-			checkpointed = st.Checkpointed
-		}
-		st.Suspended = st.Suspended && (frozen || len(st.Checkpointed) > 0)
+		st.Checkpointed, st.Suspending = checkpointed, nil
+		st.Suspended = st.Suspended && (frozen || len(checkpointed) > 0)
 		anySuspended = anySuspended || st.Suspended
 		out[l.Key.String()] = st
 	}
@@ -435,6 +434,54 @@ func recoveredLanes(spec task.Spec, states laneStates, frozen bool) (laneStates,
 		anySuspended = true
 	}
 	return out, anySuspended, checkpointed
+}
+
+// checkpointedNow asks the GPU which of the processes the lane states name
+// as checkpointed, or as being checkpointed when the driver stopped, hold
+// their state in host memory now (or are locked half-way): a restart in the
+// middle of a suspend or a resume leaves the states behind the processes,
+// and a resume must restore exactly what is checkpointed. Without a backend
+// that can tell, the states' own list stands.
+func checkpointedNow(ctx context.Context, backend gpu.Backend, states laneStates, logger hclog.Logger) []int {
+	var listed, candidates []int
+	seen := map[int]bool{}
+	for _, key := range slices.Sorted(maps.Keys(states)) {
+		st := states[key]
+		for _, pid := range st.Checkpointed {
+			if !seen[pid] {
+				seen[pid] = true
+				listed = append(listed, pid)
+				candidates = append(candidates, pid)
+			}
+		}
+		for _, pid := range st.Suspending {
+			if !seen[pid] {
+				seen[pid] = true
+				candidates = append(candidates, pid)
+			}
+		}
+	}
+	ckpt, ok := backend.(gpu.Checkpointer)
+	if !ok || ckpt.CheckpointMechanism() == "" {
+		return listed
+	}
+	var out []int
+	for _, pid := range candidates {
+		state, err := ckpt.CheckpointState(ctx, pid)
+		if err != nil {
+			// Better to try a restore that fails than to leave a process
+			// checkpointed.
+			logger.Warn("cannot tell whether a recovered task's process is checkpointed", "pid", pid, "error", err)
+			if slices.Contains(listed, pid) {
+				out = append(out, pid)
+			}
+			continue
+		}
+		if state != gpu.CheckpointRunning {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // freshGPUPIDs lists the task's processes holding memory on any of its
@@ -523,9 +570,11 @@ func readLaneStates(path string) (laneStates, error) {
 		return nil, fmt.Errorf("lane state %s: %w", path, err)
 	}
 	for key, st := range states {
-		for _, pid := range st.Checkpointed {
-			if pid <= 0 {
-				return nil, fmt.Errorf("lane state %s: %s: checkpointed: %d is no process ID", path, key, pid)
+		for field, pids := range map[string][]int{"checkpointed": st.Checkpointed, "suspending": st.Suspending} {
+			for _, pid := range pids {
+				if pid <= 0 {
+					return nil, fmt.Errorf("lane state %s: %s: %s: %d is no process ID", path, key, field, pid)
+				}
 			}
 		}
 	}

@@ -28,6 +28,7 @@ func TestLaneStateRoundTrip(t *testing.T) {
 		{"no path", nil, nil, ""},
 		{"damaged file names itself", ptr(`{"GPU-a/lane0": {"suspended": tru`), nil, "lane state"},
 		{"bad PID names the field", ptr(`{"GPU-a/lane0": {"checkpointed": [0]}}`), nil, "GPU-a/lane0: checkpointed"},
+		{"bad PID of a suspend in flight names the field", ptr(`{"GPU-a/lane0": {"suspending": [-3]}}`), nil, "GPU-a/lane0: suspending: -3"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,6 +67,7 @@ func ptr(s string) *string { return &s }
 func FuzzReadLaneState(f *testing.F) {
 	f.Add([]byte(`{"GPU-a/lane0":{"profile":{"PersistentMiB":1,"EphemeralMiB":2,"Known":true},"suspended":true,"checkpointed":[1,2],"turn":false,"mode":"time-sliced"}}`))
 	f.Add([]byte(`{"GPU-a/lane0":{"checkpointed":[-1]}}`))
+	f.Add([]byte(`{"GPU-a/lane0":{"suspending":[4242],"mode":"time-sliced"}}`))
 	f.Add([]byte(``))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -77,47 +79,79 @@ func FuzzReadLaneState(f *testing.F) {
 	})
 }
 
-// A driver that dies after checkpointing a task but before freezing it
-// leaves the task running with its GPU state in host memory. The new
-// driver reads the checkpointed PIDs from the lane state, counts the task
-// as suspended although it is not frozen, and restores exactly those.
-func TestRecoverTaskRestoresWhatWasCheckpointed(t *testing.T) {
-	conf, stateDir := simConfig(t)
-	h1, _, stopDriver := newStoppableHarness(t, conf)
-	cfg := workloadTask(t, h1, "ckpt", workload.Config{Iterations: 20, IterationTime: 100 * time.Millisecond,
-		PersistentMiB: 1024, EphemeralMiB: 256}, TaskConfig{}, grantEnv(laneGrant(0)))
-	handle, _, err := h1.StartTask(cfg)
-	must.NoError(t, err)
-	must.NoError(t, h1.WaitUntilStarted(cfg.ID, 5*time.Second))
-	b, err := sim.New(conf.Sim.FleetFile, stateDir)
-	must.NoError(t, err)
-	var pid int
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		procs, _ := b.Processes("GPU-test")
-		if len(procs) == 1 {
-			pid = procs[0].PID
-		}
-		return pid != 0
-	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
-	stopDriver()
-
-	must.NoError(t, b.Checkpoint(context.Background(), pid))
-	var state task.State
-	must.NoError(t, handle.GetDriverState(&state))
-	must.NotEq(t, "", state.LaneStateFile)
-	must.NoError(t, writeLaneStates(state.LaneStateFile, laneStates{"GPU-test/lane0": {Checkpointed: []int{pid}, Mode: "alone"}}))
-
-	h2, _ := newHarness(t, conf)
-	events := collectEvents(t, h2)
-	must.NoError(t, h2.RecoverTask(handle))
-	res := waitExit(t, h2, cfg.ID, 30*time.Second)
-	must.Eq(t, 0, res.ExitCode)
-	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second))
-	var all []string
-	for _, e := range events(cfg.ID, "") {
-		all = append(all, e.Message)
+// A driver that dies in the middle of a switch leaves the lane state behind
+// the processes. The new driver asks the GPU which processes are
+// checkpointed, counts the task as suspended when any is (although it is
+// not frozen), restores exactly those, and restores nothing that runs.
+func TestRecoverTaskRestoresWhatIsCheckpointed(t *testing.T) {
+	cases := []struct {
+		name       string
+		checkpoint bool
+		state      func(pid int) lane.MemberState
+		suspended  bool
+	}{
+		// Died after the checkpoint, before the freeze.
+		{"checkpointed and recorded", true, func(pid int) lane.MemberState {
+			return lane.MemberState{Checkpointed: []int{pid}, Mode: "alone"}
+		}, true},
+		// Died inside the checkpoint call: only the state written ahead of
+		// it names the process.
+		{"checkpointed, only the suspend's intent recorded", true, func(pid int) lane.MemberState {
+			return lane.MemberState{Suspending: []int{pid}, Mode: "alone"}
+		}, true},
+		// Died after the thaw and the restore, before the state was written.
+		{"recorded, but restored already", false, func(pid int) lane.MemberState {
+			return lane.MemberState{Suspended: true, Checkpointed: []int{pid}, Mode: "alone"}
+		}, false},
 	}
-	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			conf, stateDir := simConfig(t)
+			h1, _, stopDriver := newStoppableHarness(t, conf)
+			cfg := workloadTask(t, h1, "ckpt", workload.Config{Iterations: 20, IterationTime: 100 * time.Millisecond,
+				PersistentMiB: 1024, EphemeralMiB: 256}, TaskConfig{}, grantEnv(laneGrant(0)))
+			handle, _, err := h1.StartTask(cfg)
+			must.NoError(t, err)
+			must.NoError(t, h1.WaitUntilStarted(cfg.ID, 5*time.Second))
+			b, err := sim.New(conf.Sim.FleetFile, stateDir)
+			must.NoError(t, err)
+			var pid int
+			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+				procs, _ := b.Processes("GPU-test")
+				if len(procs) == 1 {
+					pid = procs[0].PID
+				}
+				return pid != 0
+			}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+			stopDriver()
+
+			if tc.checkpoint {
+				must.NoError(t, b.Checkpoint(context.Background(), pid))
+			}
+			var state task.State
+			must.NoError(t, handle.GetDriverState(&state))
+			must.NotEq(t, "", state.LaneStateFile)
+			must.NoError(t, writeLaneStates(state.LaneStateFile, laneStates{"GPU-test/lane0": tc.state(pid)}))
+
+			h2, _ := newHarness(t, conf)
+			events := collectEvents(t, h2)
+			must.NoError(t, h2.RecoverTask(handle))
+			res := waitExit(t, h2, cfg.ID, 30*time.Second)
+			var all []string
+			for _, e := range events(cfg.ID, "") {
+				all = append(all, e.Message)
+			}
+			must.Eq(t, 0, res.ExitCode, must.Sprint(all))
+			must.False(t, sim.Checkpointed(stateDir, pid))
+			if !tc.suspended {
+				must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: false", 5*time.Second), must.Sprint(all))
+				must.SliceEmpty(t, events(cfg.ID, "resume"), must.Sprint(all))
+				return
+			}
+			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
+			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
+		})
+	}
 }
 
 func TestRecoveredLanes(t *testing.T) {
@@ -127,18 +161,21 @@ func TestRecoveredLanes(t *testing.T) {
 		name          string
 		states        laneStates
 		frozen        bool
+		checkpointed  []int
 		wantSuspended map[string]bool
 		wantAny       bool
 	}{
-		{"running, no state", nil, false, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
-		{"frozen, no state: every lane resumes it", nil, true, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": true}, true},
-		{"frozen by one lane", laneStates{"GPU-a/lane0": {Suspended: true}}, true, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
-		{"state says suspended but the task runs", laneStates{"GPU-a/lane0": {Suspended: true}}, false, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
-		{"checkpointed, not frozen", laneStates{"GPU-a/lane0": {Suspended: true, Checkpointed: []int{7}}}, false, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+		{"running, no state", nil, false, nil, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
+		{"frozen, no state: every lane resumes it", nil, true, nil, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": true}, true},
+		{"frozen by one lane", laneStates{"GPU-a/lane0": {Suspended: true}}, true, nil, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+		{"state says suspended but the task runs", laneStates{"GPU-a/lane0": {Suspended: true}}, false, nil, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
+		{"checkpointed, not frozen", laneStates{"GPU-a/lane0": {Suspended: true, Checkpointed: []int{7}}}, false, []int{7}, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": false}, true},
+		{"checkpointed mid-suspend, no lane says so", laneStates{"GPU-a/lane0": {Suspending: []int{7}}}, false, []int{7}, map[string]bool{"GPU-a/lane0": true, "GPU-b/lane1": true}, true},
+		{"state says checkpointed but all was restored", laneStates{"GPU-a/lane0": {Suspended: true, Checkpointed: []int{7}}}, false, nil, map[string]bool{"GPU-a/lane0": false, "GPU-b/lane1": false}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, any, _ := recoveredLanes(spec, tc.states, tc.frozen)
+			got, any, _ := recoveredLanes(spec, tc.states, tc.frozen, tc.checkpointed)
 			must.Eq(t, tc.wantAny, any)
 			for key, want := range tc.wantSuspended {
 				must.Eq(t, want, got[key].Suspended, must.Sprint(key))

@@ -82,6 +82,9 @@ func (g fakeGPU) Checkpoint(_ context.Context, pid int) error {
 func (g fakeGPU) Restore(_ context.Context, pid int) error {
 	return g.note(fmt.Sprint("restore ", pid))
 }
+func (g fakeGPU) CheckpointState(context.Context, int) (gpu.CheckpointState, error) {
+	return gpu.CheckpointRunning, nil
+}
 
 // fakeBackend is a GPU backend that can checkpoint.
 type fakeBackend struct {

@@ -74,6 +74,14 @@ func (b *Backend) Restore(ctx context.Context, pid int) error {
 	return c.Restore(ctx, pid)
 }
 
+func (b *Backend) CheckpointState(ctx context.Context, pid int) (gpu.CheckpointState, error) {
+	c, why := b.checkpointer()
+	if c == nil {
+		return 0, fmt.Errorf("checkpoint state of pid %d: %s", pid, why)
+	}
+	return c.CheckpointState(ctx, pid)
+}
+
 // CLI checkpoints with NVIDIA's cuda-checkpoint utility (driver 550 or
 // later). Each call attaches to the driver anew, which costs seconds.
 type CLI struct {
@@ -94,17 +102,41 @@ func (c CLI) Checkpoint(ctx context.Context, pid int) error { return c.toggle(ct
 func (c CLI) Restore(ctx context.Context, pid int) error { return c.toggle(ctx, pid) }
 
 func (c CLI) toggle(ctx context.Context, pid int) error {
+	_, err := c.run(ctx, "--toggle", "--pid", strconv.Itoa(pid))
+	return err
+}
+
+// CheckpointState asks the utility (--get-state), which prints running,
+// locked, checkpointed or failed.
+func (c CLI) CheckpointState(ctx context.Context, pid int) (gpu.CheckpointState, error) {
+	out, err := c.run(ctx, "--get-state", "--pid", strconv.Itoa(pid))
+	if err != nil {
+		return 0, err
+	}
+	switch state := strings.TrimSpace(out); state {
+	case "running":
+		return gpu.CheckpointRunning, nil
+	case "locked":
+		return gpu.CheckpointLocked, nil
+	case "checkpointed":
+		return gpu.CheckpointCheckpointed, nil
+	default:
+		return 0, fmt.Errorf("cuda-checkpoint --get-state --pid %d: the process is in state %q", pid, state)
+	}
+}
+
+func (c CLI) run(ctx context.Context, args ...string) (string, error) {
 	timeout := c.Timeout
 	if timeout == 0 {
 		timeout = checkpointTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, c.Path, "--toggle", "--pid", strconv.Itoa(pid)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.Path, args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("cuda-checkpoint --toggle --pid %d: %v: %s", pid, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("cuda-checkpoint %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return string(out), nil
 }
 
 func findCheckpointCLI(path string) (string, error) {

@@ -55,6 +55,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
 )
 
 // cudaAPI checkpoints through the CUDA driver API, with no attach per call.
@@ -108,6 +110,23 @@ func (a *cudaAPI) Restore(_ context.Context, pid int) error {
 		return fmt.Errorf("cuCheckpointProcessUnlock pid %d: CUresult %d", pid, int(r))
 	}
 	return nil
+}
+
+// CheckpointState reads cuCheckpointProcessGetState.
+func (a *cudaAPI) CheckpointState(_ context.Context, pid int) (gpu.CheckpointState, error) {
+	var state C.int
+	if r := C.cu_ckpt_state(a.api.state, C.int(pid), &state); r != 0 {
+		return 0, fmt.Errorf("cuCheckpointProcessGetState pid %d: CUresult %d", pid, int(r))
+	}
+	switch state {
+	case 0: // CU_PROCESS_STATE_RUNNING
+		return gpu.CheckpointRunning, nil
+	case 1: // CU_PROCESS_STATE_LOCKED
+		return gpu.CheckpointLocked, nil
+	case 2: // CU_PROCESS_STATE_CHECKPOINTED
+		return gpu.CheckpointCheckpointed, nil
+	}
+	return 0, fmt.Errorf("cuCheckpointProcessGetState pid %d: the process is in state %d (CU_PROCESS_STATE_FAILED is 3)", pid, int(state))
 }
 
 func timeoutMs(ctx context.Context) uint {

@@ -5,6 +5,8 @@ package nvml
 import (
 	"context"
 	"errors"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
 )
 
 type cudaAPI struct{}
@@ -17,3 +19,6 @@ func (*cudaAPI) CheckpointMechanism() string           { return "" }
 func (*cudaAPI) CheckpointUnavailable() string         { return "built without cgo" }
 func (*cudaAPI) Checkpoint(context.Context, int) error { return errors.ErrUnsupported }
 func (*cudaAPI) Restore(context.Context, int) error    { return errors.ErrUnsupported }
+func (*cudaAPI) CheckpointState(context.Context, int) (gpu.CheckpointState, error) {
+	return 0, errors.ErrUnsupported
+}

@@ -21,6 +21,20 @@ func (b *Backend) CheckpointMechanism() string { return "sim" }
 
 func (b *Backend) CheckpointUnavailable() string { return "" }
 
+// CheckpointState is checkpointed while pid's memory is set aside, else
+// running. The sim's checkpoint and restore are one step each, so it never
+// shows a process locked.
+func (b *Backend) CheckpointState(_ context.Context, pid int) (gpu.CheckpointState, error) {
+	held, err := b.holding(filepath.Join(b.stateDir, "checkpointed"), pid)
+	if err != nil {
+		return 0, err
+	}
+	if len(held) > 0 {
+		return gpu.CheckpointCheckpointed, nil
+	}
+	return gpu.CheckpointRunning, nil
+}
+
 // Checkpoint moves pid's GPU memory to host memory on every simulated GPU it
 // uses: the process leaves Processes and its memory is freed, as with
 // cuCheckpointProcessCheckpoint. As on the hardware it fails for a process
