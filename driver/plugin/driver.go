@@ -591,7 +591,11 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if err != nil {
 		logger.Warn("cannot tell whether the recovered task is frozen", "error", err)
 	}
-	restored, suspended, checkpointed := recoveredLanes(h.Spec, restored, frozen, checkpointedNow(d.ctx, backend, restored, logger))
+	own, err := procs.PIDs()
+	if err != nil {
+		logger.Warn("cannot list the recovered task's processes", "error", err)
+	}
+	restored, suspended, checkpointed := recoveredLanes(h.Spec, restored, frozen, checkpointedNow(d.ctx, backend, restored, own, logger))
 	if grants, err := reservation.FromEnv(cfg.DeviceEnv); err == nil {
 		recordGrants(h, grants)
 	}

@@ -441,24 +441,32 @@ func recoveredLanes(spec task.Spec, states laneStates, frozen bool, checkpointed
 // their state in host memory now (or are locked half-way): a restart in the
 // middle of a suspend or a resume leaves the states behind the processes,
 // and a resume must restore exactly what is checkpointed. Without a backend
-// that can tell, the states' own list stands.
-func checkpointedNow(ctx context.Context, backend gpu.Backend, states laneStates, logger hclog.Logger) []int {
+// that can tell, the states' own list stands. Only the task's own processes
+// (own) count: the file lies in the task's directory, and a task that wrote
+// a neighbour's PIDs there must not have the driver restore them.
+func checkpointedNow(ctx context.Context, backend gpu.Backend, states laneStates, own []int, logger hclog.Logger) []int {
 	var listed, candidates []int
 	seen := map[int]bool{}
-	for _, key := range slices.Sorted(maps.Keys(states)) {
-		st := states[key]
-		for _, pid := range st.Checkpointed {
-			if !seen[pid] {
-				seen[pid] = true
-				listed = append(listed, pid)
-				candidates = append(candidates, pid)
-			}
+	note := func(pid int, isListed bool) {
+		if seen[pid] {
+			return
 		}
-		for _, pid := range st.Suspending {
-			if !seen[pid] {
-				seen[pid] = true
-				candidates = append(candidates, pid)
-			}
+		seen[pid] = true
+		if !slices.Contains(own, pid) {
+			logger.Warn("the lane state names a process that is not the task's; ignored", "pid", pid)
+			return
+		}
+		if isListed {
+			listed = append(listed, pid)
+		}
+		candidates = append(candidates, pid)
+	}
+	for _, key := range slices.Sorted(maps.Keys(states)) {
+		for _, pid := range states[key].Checkpointed {
+			note(pid, true)
+		}
+		for _, pid := range states[key].Suspending {
+			note(pid, false)
 		}
 	}
 	ckpt, ok := backend.(gpu.Checkpointer)

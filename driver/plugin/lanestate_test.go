@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/lane"
@@ -182,4 +185,30 @@ func TestRecoveredLanes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Recovery asks the GPU only about the task's own processes: the lane state
+// file lies in the task's directory, and PIDs a task wrote there of a
+// neighbour's checkpointed process are ignored rather than restored.
+func TestCheckpointedNowAsksOnlyOfTheTasksOwnProcesses(t *testing.T) {
+	conf, stateDir := simConfig(t)
+	b, err := sim.New(conf.Sim.FleetFile, stateDir)
+	must.NoError(t, err)
+	var pids []int
+	for range 3 {
+		cmd := exec.Command("sleep", "60")
+		must.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		pids = append(pids, cmd.Process.Pid)
+		must.NoError(t, sim.SetProcessMemory(stateDir, "GPU-test", cmd.Process.Pid, 1000))
+	}
+	mine, mineRunning, neighbour := pids[0], pids[1], pids[2]
+	must.NoError(t, b.Checkpoint(context.Background(), mine))
+	must.NoError(t, b.Checkpoint(context.Background(), neighbour))
+	states := laneStates{"GPU-test/lane0": {Checkpointed: []int{mine, neighbour}, Suspending: []int{mineRunning}}}
+	got := checkpointedNow(context.Background(), b, states, []int{mine, mineRunning}, hclog.NewNullLogger())
+	must.Eq(t, []int{mine}, got)
+	// Without a backend that can tell, the file's list stands, the task's
+	// own processes only.
+	must.Eq(t, []int{mine}, checkpointedNow(context.Background(), nil, states, []int{mine, mineRunning}, hclog.NewNullLogger()))
 }
