@@ -269,7 +269,7 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
 	}
 	pid := os.Getpid()
-	mem := &recorder{cfg: c, pid: pid}
+	mem := &recorder{ctx: ctx, cfg: c, pid: pid}
 	defer mem.release()
 	enc := json.NewEncoder(out)
 	first := 1
@@ -360,17 +360,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 type recorder struct {
+	ctx     context.Context
 	cfg     Config
 	pid     int
 	current uint64
 }
 
 // set allocates or frees down to mib. Past an MPS client limit the
-// allocation fails and the process keeps what it held.
+// allocation fails and the process keeps what it held. While the process
+// is checkpointed the call waits for its restore, as a CUDA call does.
 func (r *recorder) set(mib uint64) error {
 	if r.cfg.GPU == "" || r.cfg.SimStateDir == "" {
 		r.current = mib
 		return nil
+	}
+	if err := sim.WaitRestored(r.ctx, r.cfg.SimStateDir, r.cfg.GPU, r.pid); err != nil {
+		return err
 	}
 	if err := sim.AllocateProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib, r.cfg.MPSLimitMiB); err != nil {
 		return err

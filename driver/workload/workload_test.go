@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
@@ -300,4 +302,51 @@ func TestFromEnvReadsItsGPUsBudget(t *testing.T) {
 	must.Eq(t, uint64(4000), c.BudgetMiB)
 	env["CARAVAN_GPU_PROCESSES"] = "0"
 	must.ErrorContains(t, c.FromEnv(env), "CARAVAN_GPU_PROCESSES: want a whole number of at least 1")
+}
+
+// lockedLines counts the lines written to it, safe to read while Run writes.
+type lockedLines struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *lockedLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n += bytes.Count(p, []byte("\n"))
+	return len(p), nil
+}
+
+func (l *lockedLines) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// While the process is checkpointed its next allocation waits for the
+// restore, as a CUDA call does, so a run left checkpointed stops making
+// progress; it goes on once restored.
+func TestCheckpointedRunWaitsForItsRestore(t *testing.T) {
+	b, state := simBackend(t)
+	c := Config{Iterations: 10000, IterationTime: 2 * time.Millisecond, Steps: 1, PersistentMiB: 1024, EphemeralMiB: 256, Mode: ModeNormal,
+		GPU: "GPU-a", SimStateDir: state}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lines := &lockedLines{}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c, lines) }()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return lines.count() > 3 }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+
+	must.NoError(t, b.Checkpoint(context.Background(), os.Getpid()))
+	time.Sleep(50 * time.Millisecond) // an allocation under way when it came ends
+	held := lines.count()
+	time.Sleep(200 * time.Millisecond)
+	must.Eq(t, held, lines.count(), must.Sprint("the run went on while checkpointed"))
+
+	must.NoError(t, b.Restore(context.Background(), os.Getpid()))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return lines.count() > held+3 }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	cancel()
+	must.ErrorIs(t, <-done, context.Canceled)
 }

@@ -5,6 +5,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -306,6 +307,24 @@ func AllocateProcessMemory(stateDir, uuid string, pid int, mib, limitMiB uint64)
 		return fmt.Errorf("%w: %d MiB is past the MPS pinned device memory limit of %d MiB on %s", ErrOutOfMemory, mib, limitMiB, uuid)
 	}
 	return SetProcessMemory(stateDir, uuid, pid, mib)
+}
+
+// WaitRestored blocks while pid is checkpointed on uuid, as a CUDA call of
+// a checkpointed process blocks until its state is restored: a process
+// left checkpointed makes no progress, on the simulated GPU as on a real
+// one.
+func WaitRestored(ctx context.Context, stateDir, uuid string, pid int) error {
+	path := filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid))
+	for {
+		if _, err := os.Stat(path); err != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // SetProcessMemoryNotAvailable records that pid holds memory on uuid that the
