@@ -3,10 +3,12 @@ package lane
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -131,16 +133,48 @@ type Coordinator struct {
 }
 
 // hold is how many lanes have a task suspended; mu serialises the task's
-// switches across its lanes.
+// switches across its lanes. lanes changes only under mu, and is atomic so
+// that a lane can see whether the task runs without waiting for a switch.
 type hold struct {
 	mu    sync.Mutex
-	lanes int
+	lanes atomic.Int32
 	// checkpointed are the processes the task's suspend checkpointed; the
 	// resume restores exactly these, never a fresh list from the GPU, from
 	// which checkpointed processes are gone. ckMu guards it alone, so that
 	// its lanes' states can be persisted while a switch holds mu.
 	ckMu         sync.Mutex
 	checkpointed []int
+
+	// The task's run clock: how long it has really run, for turns that
+	// count run time. runMu guards it alone, as ckMu does checkpointed.
+	runMu    sync.Mutex
+	runSince time.Time // zero while suspended
+	runTotal time.Duration
+}
+
+// ran is how long the task has really run, up to now.
+func (h *hold) ran(now time.Time) time.Duration {
+	h.runMu.Lock()
+	defer h.runMu.Unlock()
+	t := h.runTotal
+	if !h.runSince.IsZero() {
+		t += now.Sub(h.runSince)
+	}
+	return t
+}
+
+// setRunning starts or stops the run clock; it is called when the task
+// really starts or stops, not when one of several lanes releases it.
+func (h *hold) setRunning(running bool, now time.Time) {
+	h.runMu.Lock()
+	defer h.runMu.Unlock()
+	switch {
+	case running && h.runSince.IsZero():
+		h.runSince = now
+	case !running && !h.runSince.IsZero():
+		h.runTotal += now.Sub(h.runSince)
+		h.runSince = time.Time{}
+	}
 }
 
 func (h *hold) setCheckpointed(pids []int) {
@@ -174,18 +208,22 @@ type laneState struct {
 type member struct {
 	Member
 	// hold is shared by the task's members in all its lanes.
-	hold         *hold
-	suspended    bool
-	sliceStart   time.Time
-	runTime      time.Duration
-	lastTick     time.Time
-	measure      measurement
-	switches     int
-	lastSuspend  time.Duration
-	lastResume   time.Duration
-	pendingSince time.Time // quantum over, waiting for an iteration boundary
-	pendingMark  int64
-	persisted    *MemberState
+	hold       *hold
+	suspended  bool
+	sliceStart time.Time
+	// ranAtSliceStart is the task's run clock when its current turn began:
+	// on several lanes it runs only while none of them holds it. heldLimit
+	// ends a turn that long without it running.
+	ranAtSliceStart, heldLimit time.Duration
+	runTime                    time.Duration
+	lastTick                   time.Time
+	measure                    measurement
+	switches                   int
+	lastSuspend                time.Duration
+	lastResume                 time.Duration
+	pendingSince               time.Time // quantum over, waiting for an iteration boundary
+	pendingMark                int64
+	persisted                  *MemberState
 	// suspending are the processes a suspend in flight checkpoints.
 	suspending []int
 }
@@ -234,11 +272,13 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 	h := c.holds[m.TaskID]
 	if h == nil {
 		h = &hold{}
+		h.setRunning(true, time.Now())
 		c.holds[m.TaskID] = h
 	}
 	if restored.Suspended {
 		h.mu.Lock()
-		h.lanes++
+		h.lanes.Add(1)
+		h.setRunning(false, time.Now())
 		h.mu.Unlock()
 	}
 	if len(restored.Checkpointed) > 0 && len(h.checkpointedPIDs()) == 0 {
@@ -249,9 +289,12 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 	if !m.Profile.Known && restored.Profile.Known {
 		m.Profile = restored.Profile
 	}
-	mem := &member{Member: m, hold: h, suspended: restored.Suspended, switches: restored.Switches, sliceStart: now, lastTick: now}
+	mem := &member{Member: m, hold: h, suspended: restored.Suspended, switches: restored.Switches, sliceStart: now, lastTick: now,
+		ranAtSliceStart: h.ran(now)}
 	if !restored.SliceStart.IsZero() {
+		// The turn goes on from where it was: count it as run since then.
 		mem.sliceStart = restored.SliceStart
+		mem.ranAtSliceStart -= now.Sub(restored.SliceStart)
 	}
 	delete(l.awaiting, m.TaskID)
 	for _, peer := range restored.Peers {
@@ -307,10 +350,11 @@ func (c *Coordinator) leave(key Key, taskID string) {
 		if m.suspended {
 			h := m.hold
 			h.mu.Lock()
-			h.lanes = max(0, h.lanes-1)
-			if h.lanes == 0 {
+			h.lanes.Store(max(0, h.lanes.Load()-1))
+			if h.lanes.Load() == 0 {
 				left, _ := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
 				h.setCheckpointed(left)
+				h.setRunning(true, time.Now())
 			}
 			h.mu.Unlock()
 			m.suspended = false
@@ -494,10 +538,22 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 			l.running = (l.running + 1) % len(l.members)
 			return c.tick()
 		}
-		cur.sliceStart = now
+		cur.sliceStart, cur.ranAtSliceStart, cur.heldLimit = now, cur.hold.ran(now), 0
 	}
-	if now.Sub(cur.sliceStart) < c.opts.Quantum {
-		return min(c.tick(), c.opts.Quantum-now.Sub(cur.sliceStart))
+	// A turn counts the time the task really ran. A task on several lanes
+	// runs only while none of them holds it, and lanes whose turns fall
+	// out of step would otherwise each spend its turn while another holds
+	// it, for good. A turn held (not run) for two to three quanta, drawn
+	// per turn, ends all the same: two tasks that each wait for the other's lane
+	// cannot stall both, and the draw keeps the two lanes from giving up
+	// at the same moment and crossing again.
+	if cur.heldLimit == 0 {
+		cur.heldLimit = 2*c.opts.Quantum + rand.N(c.opts.Quantum+1)
+	}
+	ran := cur.hold.ran(now) - cur.ranAtSliceStart
+	held := now.Sub(cur.sliceStart) - ran
+	if ran < c.opts.Quantum && held < cur.heldLimit {
+		return min(c.tick(), c.opts.Quantum-ran, cur.heldLimit-held)
 	}
 	// Quantum over: wait for an iteration boundary when the task marks them.
 	if cur.Iterations != nil && cur.Iterations.Count() > 0 && c.opts.IterationGrace > 0 {
@@ -510,6 +566,9 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		}
 	}
 	reason := "quantum of " + c.opts.Quantum.String() + " used"
+	if ran < c.opts.Quantum {
+		reason = "turn held by another of its lanes for " + cur.heldLimit.Round(time.Millisecond).String()
+	}
 	if !cur.pendingSince.IsZero() {
 		if cur.Iterations.Count() > cur.pendingMark {
 			reason += ", at an iteration boundary"
@@ -525,7 +584,8 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		idx := (l.running + i) % len(l.members)
 		if c.resume(l, l.members[idx], "its turn in the lane") {
 			l.running = idx
-			l.members[idx].sliceStart = time.Now()
+			next, now := l.members[idx], time.Now()
+			next.sliceStart, next.ranAtSliceStart, next.heldLimit = now, next.hold.ran(now), 0
 			break
 		}
 	}
@@ -582,9 +642,9 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	h := m.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lanes > 0 {
+	if h.lanes.Load() > 0 {
 		// Another of the task's lanes has it stopped already.
-		h.lanes++
+		h.lanes.Add(1)
 		m.suspended = true
 		m.switches++
 		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s (%s); it was stopped by another of its lanes already", l.key, why),
@@ -613,7 +673,8 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return false
 	}
-	h.lanes = 1
+	h.lanes.Store(1)
+	h.setRunning(false, time.Now())
 	h.setCheckpointed(checkpointed)
 	m.suspended = true
 	m.switches++
@@ -652,9 +713,9 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	h := m.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lanes > 1 {
+	if h.lanes.Load() > 1 {
 		// Its turn here; it runs when its other lanes give it theirs.
-		h.lanes--
+		h.lanes.Add(-1)
 		m.suspended = false
 		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("released in %s (%s); it stays stopped until its other lanes give it a turn", l.key, why),
 			Annotations: map[string]string{"lane": l.key.String()}})
@@ -691,7 +752,8 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		}
 		return false
 	}
-	h.lanes = 0
+	h.lanes.Store(0)
+	h.setRunning(true, time.Now())
 	m.suspended = false
 	m.lastResume = d
 	c.persist(l)

@@ -312,6 +312,64 @@ func TestTaskInTwoLanesRunsOnlyWithBothTurns(t *testing.T) {
 	must.Eq(t, []string{"z"}, c.Members(laneB))
 }
 
+// Two lanes whose turns for a shared task fall out of step: lane A gives x
+// its first turn while lane B gives it to z. Were a turn counted in wall
+// time, each lane would spend x's turn while the other held x, and x would
+// never run. A turn counts the time x really ran, so lane A keeps x's turn
+// until lane B gives x its own, and from then on the two lanes' turns for x
+// coincide: x runs about half the time, as it would on one lane.
+func TestTaskInTwoLanesOutOfStepStillRuns(t *testing.T) {
+	quantum := 100 * time.Millisecond
+	c := newCoordinator(t, switcher.Freeze{}, quantum, Hooks{})
+	x, y, z := startProc(t), startProc(t), startProc(t)
+	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+	laneA, laneB := Key{GPU: "GPU-0", Lane: 0}, Key{GPU: "GPU-1", Lane: 0}
+	c.Join(laneA, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()}, MemberState{})
+	c.Join(laneB, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes()}, MemberState{})
+	c.Join(laneA, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes()}, MemberState{})
+	c.Join(laneB, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()}, MemberState{})
+
+	samples, ran := 0, 0
+	for deadline := time.Now().Add(20 * quantum); time.Now().Before(deadline); samples++ {
+		if !x.stopped() {
+			ran++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("x ran in %d of %d samples", ran, samples)
+	must.Greater(t, 0.25, float64(ran)/float64(samples), must.Sprintf("x ran in %d of %d samples", ran, samples))
+}
+
+// Two tasks on the same two lanes, each given its first turn on a
+// different lane: each waits for the lane the other holds. A turn held
+// too long ends, after a drawn two to three quanta so that the two lanes do
+// not give up together and cross again, and from then on both run.
+func TestTwoTasksCrossedOnTwoLanesBothRun(t *testing.T) {
+	quantum := 50 * time.Millisecond
+	c := newCoordinator(t, switcher.Freeze{}, quantum, Hooks{})
+	x, w := startProc(t), startProc(t)
+	big := Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
+	laneA, laneB := Key{GPU: "GPU-0", Lane: 0}, Key{GPU: "GPU-1", Lane: 0}
+	c.Join(laneA, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()}, MemberState{})
+	c.Join(laneB, 8000, Member{TaskID: "w", Profile: big, Processes: w.processes()}, MemberState{})
+	c.Join(laneA, 8000, Member{TaskID: "w", Profile: big, Processes: w.processes()}, MemberState{})
+	c.Join(laneB, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()}, MemberState{})
+
+	samples, ranX, ranW := 0, 0, 0
+	for deadline := time.Now().Add(40 * quantum); time.Now().Before(deadline); samples++ {
+		if !x.stopped() {
+			ranX++
+		}
+		if !w.stopped() {
+			ranW++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("x ran in %d, w in %d of %d samples", ranX, ranW, samples)
+	must.Greater(t, 0.2, float64(ranX)/float64(samples), must.Sprintf("x ran in %d of %d samples", ranX, samples))
+	must.Greater(t, 0.2, float64(ranW)/float64(samples), must.Sprintf("w ran in %d of %d samples", ranW, samples))
+}
+
 // waitUntil polls ok until it holds, failing after timeout.
 func waitUntil(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
