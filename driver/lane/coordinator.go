@@ -386,18 +386,36 @@ func (c *Coordinator) leave(key Key, taskID string) {
 
 // Status returns a member's status in its first lane.
 func (c *Coordinator) Status(taskID string) (Status, bool) {
-	c.mu.Lock()
-	keys := c.members[taskID]
-	var l *laneState
-	var key Key
-	if len(keys) > 0 {
-		key = keys[0]
-		l = c.lanes[key]
-	}
-	c.mu.Unlock()
-	if l == nil {
+	all := c.Statuses(taskID)
+	if len(all) == 0 {
 		return Status{}, false
 	}
+	return all[0], true
+}
+
+// Statuses is the task's view in each of its lanes, in the order it joined
+// them.
+func (c *Coordinator) Statuses(taskID string) []Status {
+	c.mu.Lock()
+	keys := append([]Key(nil), c.members[taskID]...)
+	lanes := make([]*laneState, len(keys))
+	for i, key := range keys {
+		lanes[i] = c.lanes[key]
+	}
+	c.mu.Unlock()
+	var out []Status
+	for i, l := range lanes {
+		if l == nil {
+			continue
+		}
+		if s, ok := l.status(keys[i], taskID); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (l *laneState) status(key Key, taskID string) (Status, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, m := range l.members {

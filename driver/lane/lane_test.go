@@ -305,6 +305,14 @@ func TestTaskInTwoLanesRunsOnlyWithBothTurns(t *testing.T) {
 	must.True(t, sawX, must.Sprint("x never ran alone on its two GPUs"))
 	must.True(t, sawYZ, must.Sprint("y and z never ran while x waited"))
 
+	// x has a status in each of its lanes, for its metrics.
+	var lanes []Key
+	for _, st := range c.Statuses("x") {
+		lanes = append(lanes, st.Lane)
+		must.Positive(t, st.Switches, must.Sprint(st.Lane))
+	}
+	must.Eq(t, []Key{laneA, laneB}, lanes)
+
 	// Leaving resumes x once, however many lanes had it suspended.
 	c.Leave("x")
 	waitUntil(t, 5*time.Second, "x resumed", func() bool { return !x.stopped() })

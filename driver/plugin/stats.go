@@ -15,15 +15,14 @@ func (d *Driver) taskLanes() []metrics.TaskLane {
 	}
 	var out []metrics.TaskLane
 	for _, h := range d.tasks.All() {
-		st, ok := coord.Status(h.Config.ID)
-		if !ok {
-			continue
+		// A task on several GPUs has a series per lane.
+		for _, st := range coord.Statuses(h.Config.ID) {
+			out = append(out, metrics.TaskLane{
+				AllocID: h.Config.AllocID, Task: h.Config.Name, Lane: st.Lane.String(),
+				Suspended: st.Suspended, Switches: st.Switches, Iterations: st.Iterations,
+				LastSuspend: st.LastSuspend, LastResume: st.LastResume,
+			})
 		}
-		out = append(out, metrics.TaskLane{
-			AllocID: h.Config.AllocID, Task: h.Config.Name, Lane: st.Lane.String(),
-			Suspended: st.Suspended, Switches: st.Switches, Iterations: st.Iterations,
-			LastSuspend: st.LastSuspend, LastResume: st.LastResume,
-		})
 	}
 	return out
 }
