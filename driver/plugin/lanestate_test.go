@@ -212,3 +212,17 @@ func TestCheckpointedNowAsksOnlyOfTheTasksOwnProcesses(t *testing.T) {
 	// own processes only.
 	must.Eq(t, []int{mine}, checkpointedNow(context.Background(), nil, states, []int{mine, mineRunning}, hclog.NewNullLogger()))
 }
+
+// BenchmarkWriteLaneStates is one write of a task's lane state file: a
+// suspend with cuda-checkpoint writes it twice (its intent before the first
+// checkpoint call, its result after), a resume once.
+func BenchmarkWriteLaneStates(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "caravan-lane-state.json")
+	states := laneStates{"GPU-a/lane0": {Profile: lane.Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true},
+		Suspended: true, Checkpointed: []int{4242, 4243}, Mode: "time-sliced", Switches: 12, Peers: []string{"b"}}}
+	for b.Loop() {
+		if err := writeLaneStates(path, states); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
