@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 )
 
 // dynamicUserTask is a task that runs script as the dynamic workload user
@@ -51,8 +52,14 @@ func TestDynamicUserRunsTaskAndExecAsItsOwnUID(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "80101", strings.TrimSpace(string(res.Stdout)))
 
-	st, err := os.Stat(filepath.Join(cfg.TaskDir().LocalDir, "mine"))
-	must.NoError(t, err)
+	// The script touches the file after its echo; on a loaded machine
+	// that can come after the exec session.
+	mine := filepath.Join(cfg.TaskDir().LocalDir, "mine")
+	var st os.FileInfo
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() (err error) {
+		st, err = os.Stat(mine)
+		return err
+	}), wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)))
 	must.Eq(t, uint32(80101), st.Sys().(*syscall.Stat_t).Uid)
 	must.NoError(t, h.StopTask(cfg.ID, time.Second, "SIGKILL"))
 }
