@@ -421,7 +421,10 @@ func TestDriverFrozenLaneSurvivesRestart(t *testing.T) {
 		DriverConfig: timeSlicing("5s"),
 	})
 	vars := workloadVars(c)
-	vars["iterations"] = "25"
+	// 40 iterations of 200 ms outlast a 5 s turn: with 25 the first task
+	// could finish at the end of its first turn, and no task would ever
+	// be suspended with a checkpoint.
+	vars["iterations"] = "40"
 	jobs := []*api.Job{c.RunJobspec(t, c.Jobspec("driver-lane-a.nomad.hcl"), vars), c.RunJobspec(t, c.Jobspec("driver-lane-b.nomad.hcl"), vars)}
 	// events joins the job's task events, oldest first.
 	events := func(job *api.Job) string { return strings.Join(taskEvents(t, c, *job.ID), "\n") }
