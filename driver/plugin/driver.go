@@ -475,8 +475,7 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restore
 	describe(h, d.unenforced())
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
-		h.Run()
-		d.killLeftovers(h)
+		h.Run(func() { d.killLeftovers(h) })
 		if d.coord != nil {
 			d.coord.Leave(h.Config.ID)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,14 +115,24 @@ func waitExit(t *testing.T, h *dtestutil.DriverHarness, id string, timeout time.
 	}
 }
 
+// readLog returns a task's log once it holds whole lines, or what it holds
+// after 5 s.
 func readLog(t *testing.T, cfg *drivers.TaskConfig, stream string) string {
+	t.Helper()
+	return waitLog(t, cfg, stream, "\n")
+}
+
+// waitLog returns a task's log once it ends with suffix (and is not
+// empty), or what it holds after 5 s: a running task's log can be read
+// between two of its writes.
+func waitLog(t *testing.T, cfg *drivers.TaskConfig, stream, suffix string) string {
 	t.Helper()
 	path := filepath.Join(cfg.TaskDir().LogDir, cfg.Name+"."+stream+".0")
 	var data []byte
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		data, _ = os.ReadFile(path)
-		if len(data) > 0 {
+		if len(data) > 0 && strings.HasSuffix(string(data), suffix) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)

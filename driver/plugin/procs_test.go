@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/cgroup"
@@ -73,7 +75,7 @@ func TestSetsidEscapeIsKilledOverBudget(t *testing.T) {
 	must.SliceLen(t, 2, m, must.Sprintf("no pid in %q", res.Err.Error()))
 	escaped, _ := strconv.Atoi(m[1])
 	must.NotEq(t, state.Pid, escaped)
-	must.False(t, running(escaped), must.Sprintf("escaped pid %d outlived the kill", escaped))
+	mustBeDead(t, escaped, "the kill")
 	must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "killing the task", 5*time.Second))
 	status, err := h.InspectTask(cfg.ID)
 	must.NoError(t, err)
@@ -148,9 +150,17 @@ func TestLeftoversAreKilledWhenTheMainProcessExits(t *testing.T) {
 	cfg := newTask(t, h, "leaver", TaskConfig{Command: "/bin/sh", Args: []string{"-c",
 		`sh -c 'setsid sh -c "echo \$\$ > $0; exec sleep 300" &' "$NOMAD_TASK_DIR/escaped.pid"; sleep 0.5`}}, nil)
 	cfg.Env["NOMAD_TASK_DIR"] = cfg.TaskDir().LocalDir
-	_, _, err := h.StartTask(cfg)
+	handle, _, err := h.StartTask(cfg)
 	must.NoError(t, err)
+	var state task.State
+	must.NoError(t, handle.GetDriverState(&state))
+	must.NotEq(t, "", state.Cgroup)
 	must.Eq(t, 0, waitExit(t, h, cfg.ID, 10*time.Second).ExitCode)
+	// The exit is published only once nothing is left in the cgroup.
+	left, err := os.ReadFile(filepath.Join(state.Cgroup, "cgroup.procs"))
+	if err == nil {
+		must.Eq(t, "", strings.TrimSpace(string(left)), must.Sprint("the exit came before the leftovers were killed"))
+	}
 	data, err := os.ReadFile(cfg.TaskDir().LocalDir + "/escaped.pid")
 	must.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
@@ -158,5 +168,14 @@ func TestLeftoversAreKilledWhenTheMainProcessExits(t *testing.T) {
 	found := waitEvents(events, cfg.ID, "killed 1 process(es) left in the task's cgroup", 5*time.Second)
 	must.SliceNotEmpty(t, found)
 	must.Eq(t, "["+strconv.Itoa(pid)+"]", found[0].Annotations["pids"])
-	must.False(t, running(pid), must.Sprintf("escaped pid %d outlived the task", pid))
+	mustBeDead(t, pid, "the task")
+}
+
+// mustBeDead fails unless pid is gone or a zombie within a second. A task's
+// exit is published once its cgroup is empty, and the kernel drops a dying
+// process from cgroup.procs a moment before it is a zombie.
+func mustBeDead(t *testing.T, pid int, what string) {
+	t.Helper()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return !running(pid) }),
+		wait.Timeout(time.Second), wait.Gap(10*time.Millisecond)), must.Sprintf("escaped pid %d outlived %s", pid, what))
 }

@@ -45,7 +45,7 @@ func TestDynamicUserRunsTaskAndExecAsItsOwnUID(t *testing.T) {
 	_, _, err := h.StartTask(cfg)
 	must.NoError(t, err)
 	must.NoError(t, h.WaitUntilStarted(cfg.ID, 5*time.Second))
-	must.Eq(t, "80101\n80101\n80101\nnomad-80101 /nonexistent\n", readLog(t, cfg, "stdout"))
+	must.Eq(t, "80101\n80101\n80101\nnomad-80101 /nonexistent\n", waitLog(t, cfg, "stdout", "/nonexistent\n"))
 
 	// An exec session runs as the task's user too, not as root.
 	res, err := h.ExecTask(cfg.ID, []string{"id", "-u"}, 5*time.Second)

@@ -119,11 +119,16 @@ func NewHandle(exec executor.Executor, client *plugin.Client, pid int, procs Pro
 	}
 }
 
-// Run waits for the process to exit and records the result. It returns when
-// the task has exited.
-func (h *Handle) Run() {
+// Run waits for the process to exit, runs cleanup, and then records the
+// result. It returns when the task has exited. The exit is published only
+// after cleanup, so that whoever waits on the task (Nomad, a restart) finds
+// nothing of it left, such as a process that escaped the main one's tree.
+func (h *Handle) Run(cleanup func()) {
 	defer close(h.Done)
 	ps, err := h.Exec.Wait(context.Background())
+	if cleanup != nil {
+		cleanup()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.completedAt = time.Now()
