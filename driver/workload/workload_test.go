@@ -339,8 +339,14 @@ func TestCheckpointedRunWaitsForItsRestore(t *testing.T) {
 		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
 
 	must.NoError(t, b.Checkpoint(context.Background(), os.Getpid()))
-	time.Sleep(50 * time.Millisecond) // an allocation under way when it came ends
+	// An iteration under way when it came ends; then the run stops.
 	held := lines.count()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		was := held
+		time.Sleep(60 * time.Millisecond)
+		held = lines.count()
+		return held == was
+	}), wait.Timeout(5*time.Second), wait.Gap(time.Millisecond)), must.Sprint("the run went on while checkpointed"))
 	time.Sleep(200 * time.Millisecond)
 	must.Eq(t, held, lines.count(), must.Sprint("the run went on while checkpointed"))
 
