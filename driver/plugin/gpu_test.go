@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/workload"
@@ -90,8 +91,12 @@ func workloadTask(t *testing.T, h *dtestutil.DriverHarness, name string, w workl
 	return cfg
 }
 
-// collectEvents gathers task events until the test ends.
+// collectEvents gathers task events until the test ends. It returns once
+// the driver's side of the event stream is open: the harness opens it over
+// gRPC after TaskEvents returns, and an event the driver emits before then
+// reaches no one.
 func collectEvents(t *testing.T, h *dtestutil.DriverHarness) func(taskID, sub string) []*drivers.TaskEvent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ch, err := h.TaskEvents(ctx)
@@ -106,7 +111,7 @@ func collectEvents(t *testing.T, h *dtestutil.DriverHarness) func(taskID, sub st
 			mu <- struct{}{}
 		}
 	}()
-	return func(taskID, sub string) []*drivers.TaskEvent {
+	find := func(taskID, sub string) []*drivers.TaskEvent {
 		<-mu
 		defer func() { mu <- struct{}{} }()
 		var out []*drivers.TaskEvent
@@ -117,6 +122,14 @@ func collectEvents(t *testing.T, h *dtestutil.DriverHarness) func(taskID, sub st
 		}
 		return out
 	}
+	d, ok := harnessDrivers.Load(h)
+	must.True(t, ok, must.Sprint("collectEvents needs a harness from newHarness"))
+	const probe = "collectEvents-probe"
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		_ = d.(*Driver).eventer.EmitEvent(&drivers.TaskEvent{TaskID: probe, Message: probe, Timestamp: time.Now()})
+		return len(find(probe, probe)) > 0
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)), must.Sprint("the driver's event stream did not open"))
+	return find
 }
 
 func TestBudgetBreachKillsTaskAndSaysWhy(t *testing.T) {

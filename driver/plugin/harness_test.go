@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,10 @@ import (
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
 )
+
+// harnessDrivers maps each harness to the driver behind it, for helpers
+// that need both.
+var harnessDrivers sync.Map
 
 // newHarness starts a driver behind Nomad's gRPC plugin harness, configured
 // with conf (defaults filled in).
@@ -33,6 +38,8 @@ func newStoppableHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *
 	t.Cleanup(cancel)
 	d := New(ctx, hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: os.Stderr}))
 	h := dtestutil.NewDriverHarness(t, d)
+	harnessDrivers.Store(h, d)
+	t.Cleanup(func() { harnessDrivers.Delete(h) })
 	// A task a test leaves running keeps its executor process alive after
 	// the test binary exits: destroy what is left.
 	t.Cleanup(func() {
