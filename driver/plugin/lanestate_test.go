@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/lane"
@@ -139,20 +140,29 @@ func TestRecoverTaskRestoresWhatIsCheckpointed(t *testing.T) {
 			h2, _ := newHarness(t, conf)
 			events := collectEvents(t, h2)
 			must.NoError(t, h2.RecoverTask(handle))
-			res := waitExit(t, h2, cfg.ID, 30*time.Second)
-			var all []string
-			for _, e := range events(cfg.ID, "") {
-				all = append(all, e.Message)
+			all := func() (out []string) {
+				for _, e := range events(cfg.ID, "") {
+					out = append(out, e.Message)
+				}
+				return out
 			}
-			must.Eq(t, 0, res.ExitCode, must.Sprint(all))
+			ch, err := h2.WaitTask(context.Background(), cfg.ID)
+			must.NoError(t, err)
+			var res *drivers.ExitResult
+			select {
+			case res = <-ch:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the task did not exit within 30 s; checkpointed: %v; events: %q", sim.Checkpointed(stateDir, pid), all())
+			}
+			must.Eq(t, 0, res.ExitCode, must.Sprint(all()))
 			must.False(t, sim.Checkpointed(stateDir, pid))
 			if !tc.suspended {
-				must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: false", 5*time.Second), must.Sprint(all))
-				must.SliceEmpty(t, events(cfg.ID, "resume"), must.Sprint(all))
+				must.SliceNotEmpty(t, waitEvents(events, cfg.ID, "(suspended: false", 5*time.Second), must.Sprint(all()))
+				must.SliceEmpty(t, events(cfg.ID, "resume"), must.Sprint(all()))
 				return
 			}
-			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
-			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all))
+			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second), must.Sprint(all()))
+			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all()))
 		})
 	}
 }
