@@ -93,6 +93,9 @@ type sizeWindow struct {
 }
 
 func (w *sizeWindow) add(v float64) {
+	// from is the first position whose size changed; the sums before it
+	// hold, and the ones after are summed again in the same order.
+	from := len(w.sorted)
 	if len(w.ring) < cap(w.ring) {
 		w.ring = append(w.ring, v)
 	} else {
@@ -101,11 +104,16 @@ func (w *sizeWindow) add(v float64) {
 		w.next = (w.next + 1) % len(w.ring)
 		i, _ := slices.BinarySearch(w.sorted, old)
 		w.sorted = slices.Delete(w.sorted, i, i+1)
+		from = i
 	}
 	i, _ := slices.BinarySearch(w.sorted, v)
 	w.sorted = slices.Insert(w.sorted, i, v)
-	w.prefix = append(w.prefix[:0], 0)
-	for _, s := range w.sorted {
+	from = min(from, i)
+	if len(w.prefix) == 0 {
+		w.prefix = append(w.prefix, 0)
+	}
+	w.prefix = w.prefix[:from+1]
+	for _, s := range w.sorted[from:] {
 		w.prefix = append(w.prefix, w.prefix[len(w.prefix)-1]+s)
 	}
 }

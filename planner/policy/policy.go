@@ -147,6 +147,14 @@ func (p *Policy) Enter(j *Job, rank int) {
 	}
 }
 
+// ReadsHistory says p reads Snapshot.History, so that a caller with no
+// other use for it may leave finished jobs unrecorded. Only the predict
+// order reads it; it is told by name, which an orderer that wraps another
+// keeps.
+func (p *Policy) ReadsHistory() bool {
+	return p.Order.Name() == predictOrder{}.Name()
+}
+
 // Result is the outcome of one planning round.
 type Result struct {
 	// Decisions has one entry per job, indexed like Snapshot.Jobs.
@@ -181,8 +189,11 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	}
 	n := len(s.Jobs)
 	if cap(r.Decisions) < n {
-		r.Decisions = make([]Decision, n)
-		r.Order = make([]int, n)
+		// With room to grow: a simulator's rounds add a job or two at a
+		// time, and growing to n exactly would copy them every round.
+		c := n + n/4 + 16
+		r.Decisions = make([]Decision, n, c)
+		r.Order = make([]int, n, c)
 	}
 	r.Decisions, r.Order = r.Decisions[:n], r.Order[:n]
 	for i := range r.Decisions {

@@ -172,3 +172,32 @@ func TestPredictReadsNoDuration(t *testing.T) {
 		}
 	}
 }
+
+// A window's sums are carried over from the first changed size on: they
+// must be, bit for bit, the sums of its sorted sizes added up in order.
+func TestSizeWindowSumsMatchAFreshSum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := &sizeWindow{ring: make([]float64, 0, 7)}
+	for step := range 500 {
+		v := float64(rng.IntN(20)) // repeats, so equal sizes come and go
+		if rng.IntN(3) == 0 {
+			v = rng.ExpFloat64() * 1e4
+		}
+		w.add(v)
+		sum := 0.0
+		must.Eq(t, len(w.sorted)+1, len(w.prefix), must.Sprintf("step %d", step))
+		for i, s := range w.sorted {
+			must.Eq(t, sum, w.prefix[i], must.Sprintf("step %d, prefix %d", step, i))
+			sum += s
+		}
+		must.Eq(t, sum, w.prefix[len(w.sorted)], must.Sprintf("step %d", step))
+	}
+}
+
+func TestOnlyPredictReadsHistory(t *testing.T) {
+	for _, name := range []string{"fifo", "las", "gittins", "srsf", "hare", "predict"} {
+		p, err := Parse(name, Config{})
+		must.NoError(t, err)
+		must.Eq(t, name == "predict", p.ReadsHistory(), must.Sprint(name))
+	}
+}

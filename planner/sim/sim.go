@@ -137,7 +137,8 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("sim: cluster %q has no GPUs", cfg.Cluster.Name)
 	}
-	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes)}
+	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes),
+		recordHistory: cfg.Policy.ReadsHistory()}
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
@@ -207,10 +208,13 @@ type simulator struct {
 
 	sizes      []float64
 	sizesBuilt int
-	anyLanes   bool
-	laneOcc    map[gpuKey][]int
-	blocked    bool // the last round left a job waiting
-	head       int  // strict FIFO: the first job the last round left waiting
+	// recordHistory: the policy reads Snapshot.History, which costs a
+	// sorted insert per finished job to keep.
+	recordHistory bool
+	anyLanes      bool
+	laneOcc       map[gpuKey][]int
+	blocked       bool // the last round left a job waiting
+	head          int  // strict FIFO: the first job the last round left waiting
 	// startsAt and startsThen count the starts at one moment, for
 	// StartSpread.
 	startsAt   float64
@@ -476,7 +480,9 @@ func (s *simulator) completeAt(t float64) bool {
 		s.done++
 		any = true
 		s.sizes = append(s.sizes, js.isolated*float64(js.GPUs))
-		s.snap.History.Add(js.Group, js.GPUs, js.isolated*float64(js.GPUs))
+		if s.recordHistory {
+			s.snap.History.Add(js.Group, js.GPUs, js.isolated*float64(js.GPUs))
+		}
 		if js.laneShare > 0 {
 			s.releaseLane(e.job)
 		}
