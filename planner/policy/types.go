@@ -80,15 +80,12 @@ func (s JobState) String() string {
 
 // Job is one GPU job as the planner tracks it.
 type Job struct {
-	ID          string
-	Arrival     float64 // seconds, same clock as Snapshot.Now
-	GPUs        int     // GPUs requested
-	GPUMemoryMB int     // memory needed per GPU; 0 = unknown, fits anywhere
-	Weight      float64 // for weighted JCT; 0 means 1
-	State       JobState
-	// Group is the team, virtual cluster or user the job belongs to, "" if
-	// unknown; jobs of one group tend to be alike in size.
-	Group string
+	// The fields every round reads come first, so that they share a cache
+	// line: planning is bound by memory access to the jobs.
+
+	Arrival float64 // seconds, same clock as Snapshot.Now
+	GPUs    int     // GPUs requested
+	State   JobState
 
 	// Attained is the service in GPU-seconds counted for queueing since
 	// the job last entered the top queue: executed time × GPUs, where a
@@ -101,6 +98,24 @@ type Job struct {
 	// Wait is the current wait in seconds: time pending since the job last
 	// ran, or since arrival if it never ran.
 	Wait float64
+
+	// Remaining is the oracle remaining run time in seconds on the
+	// reference GPU; negative when unknown. Only srtf, srsf, hare and
+	// matching read it.
+	Remaining float64
+
+	// PrevQueue and PrevRank are the Queue and Rank of this job's decision
+	// in the previous round, or -1 for a job not planned before. Queue
+	// policies keep order stable within a queue with them.
+	PrevQueue int
+	PrevRank  int
+
+	ID          string
+	GPUMemoryMB int     // memory needed per GPU; 0 = unknown, fits anywhere
+	Weight      float64 // for weighted JCT; 0 means 1
+	// Group is the team, virtual cluster or user the job belongs to, "" if
+	// unknown; jobs of one group tend to be alike in size.
+	Group string
 
 	// Placement is where a running job is now; empty for pending jobs and
 	// for count-only callers that do not track GPUs.
@@ -118,19 +133,9 @@ type Job struct {
 	// user's own choice, which every placer keeps.
 	Models []string
 
-	// Remaining is the oracle remaining run time in seconds on the
-	// reference GPU; negative when unknown. Only srtf, srsf, hare and
-	// matching read it.
-	Remaining float64
 	// RemainingWork is the work left in Throughput's unit (e.g. steps);
 	// with Throughput it gives the remaining time on each GPU model.
 	RemainingWork float64
-
-	// PrevQueue and PrevRank are the Queue and Rank of this job's decision
-	// in the previous round, or -1 for a job not planned before. Queue
-	// policies keep order stable within a queue with them.
-	PrevQueue int
-	PrevRank  int
 }
 
 // allows says whether the job may run on model.
@@ -207,6 +212,9 @@ type Slot struct {
 
 // Decision is a policy's verdict for one job.
 type Decision struct {
+	// The fields every round reads come first, so that they share a cache
+	// line (see Job).
+
 	Job int // index into Snapshot.Jobs
 
 	Rank  int // position in the policy's order, 0 first
@@ -219,15 +227,18 @@ type Decision struct {
 	// Promoted tells the caller to reset the job's Attained, Executed and
 	// Wait: the starvation knob moved it back to the top queue.
 	Promoted bool
+	// Migrate says a running job moves to GPUModel: the caller stops it
+	// and starts it there (see Migration).
+	Migrate bool
+	Lane    bool // runs on a lane (co-located) rather than whole GPUs
+
+	// Sort keys set by the Orderer, compared in turn, lower first.
+	k1, k2, k3 float64
 
 	// GPUModel is the chosen GPU model when Run, "" if any; for a job that
 	// waits, the model it waits for, when the placer matched it to one.
 	GPUModel string
-	Lane     bool   // runs on a lane (co-located) rather than whole GPUs
 	Slots    []Slot // concrete GPUs when the placer picks them
-	// Migrate says a running job moves to GPUModel: the caller stops it
-	// and starts it there (see Migration).
-	Migrate bool
 
 	// CPUs and MemoryGB are the host resources sized for the job (0 when
 	// no sizer ran: the caller's default share applies). Speedup is the
@@ -238,9 +249,6 @@ type Decision struct {
 
 	// Reason says in words why the job got this decision.
 	Reason string
-
-	// Sort keys set by the Orderer, compared in turn, lower first.
-	k1, k2, k3 float64
 }
 
 // NomadPriority maps a band to a Nomad job priority (1..100, higher wins),

@@ -105,27 +105,29 @@ type Result struct {
 }
 
 type jobState struct {
+	// settle's fields first, next to the Job's own counters at the start
+	// of policy.Job: every round settles every active job.
+	lastUpdate float64
+	work       float64 // remaining, in the unit of rate
+	rate       float64 // current progress per second
+	laneShare  float64 // GPU share counted per second when on a lane
+	latency    float64 // StartLatency (and spread) left before the task runs
+	queued     float64 // total pending time
+	promoWait  float64 // compat: pending time since the last promotion
+	done       bool
 	policy.Job
 	trace       *trace.Job
-	work        float64 // remaining, in the unit of rate
 	rates       map[string]float64
-	rate        float64 // current progress per second
-	lastUpdate  float64
 	finishAt    float64
 	version     int
 	pendingFrom float64
-	queued      float64 // total pending time
 	started     bool
 	start       float64
 	preempts    int
 	migrations  int
-	promoWait   float64 // compat: pending time since the last promotion
-	laneShare   float64 // GPU share counted per second when on a lane
 	speedup     float64
-	done        bool
 	finish      float64
 	isolated    float64
-	latency     float64 // StartLatency (and spread) left before the task runs
 }
 
 // Run simulates jobs (sorted by arrival) under cfg.
