@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -131,5 +132,29 @@ func TestHareRoundBoundIsTheRelaxation(t *testing.T) {
 		}
 		r := plan(t, "hare", Config{}, s)
 		must.InDelta(t, WeightedFlowBound(relaxed, 5), r.Bound, 1e-6*r.Bound, must.Sprintf("seed %d", seed))
+	}
+}
+
+// TestFloatHeapKthWithReusedScratch checks kth against a sort, with one
+// scratch front reused across heaps and calls, as the timeline reuses it.
+func TestFloatHeapKthWithReusedScratch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	var scratch []int
+	for range 200 {
+		var h floatHeap
+		var vals []float64
+		for range rng.IntN(40) + 1 {
+			v := float64(rng.IntN(20)) // ties included
+			h.push(v)
+			vals = append(vals, v)
+		}
+		slices.Sort(vals)
+		for k := 0; k <= len(vals)+1; k++ {
+			want := inf
+			if k >= 1 && k <= len(vals) {
+				want = vals[k-1]
+			}
+			must.EqOp(t, want, h.kth(k, &scratch), must.Sprintf("k=%d of %v", k, vals))
+		}
 	}
 }

@@ -52,10 +52,8 @@ func (earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 			blocked = blocking
 			continue
 		}
-		if d.Run {
-			d.Reason = r.join(d.Reason, "; starts on "+d.GPUModel+", where it finishes earliest")
-		} else {
-			d.Reason = r.join(d.Reason, "; waits for a "+d.GPUModel+" to free up: it finishes earlier there")
+		d.Reason = r.join(d.Reason, tl.note(d.GPUModel, d.Run))
+		if !d.Run {
 			blocked = blocking
 		}
 	}
@@ -71,11 +69,53 @@ type timeline struct {
 	now   float64
 	busy  []floatHeap // per model: when each busy or planned GPU frees
 	holes [][]float64 // per model: end of each free-now GPU's hole
+	front []int       // kth's scratch
+	notes map[[2]string]string
 }
 
+// note is the reason's note for a job placed on model: kept across
+// rounds, since building it for every waiting job of every round was most
+// of a run's allocation.
+func (tl *timeline) note(model string, starts bool) string {
+	key := [2]string{model, "waits"}
+	if starts {
+		key[1] = "starts"
+	}
+	if n, ok := tl.notes[key]; ok {
+		return n
+	}
+	n := "; waits for a " + model + " to free up: it finishes earlier there"
+	if starts {
+		n = "; starts on " + model + ", where it finishes earliest"
+	}
+	if tl.notes == nil {
+		tl.notes = map[[2]string]string{}
+	}
+	tl.notes[key] = n
+	return n
+}
+
+// newTimeline builds the round's timeline in r's scratch timeline, whose
+// storage it reuses: a timeline per round was most of a run's allocation.
 func newTimeline(s *Snapshot, r *Result, k *keeper) *timeline {
 	c := s.capacity()
-	tl := &timeline{s: s, c: c, k: k, now: s.Now, busy: make([]floatHeap, len(c.models)), holes: make([][]float64, len(c.models))}
+	tl := &r.timeline
+	busy, holes := tl.busy[:0], tl.holes[:0]
+	for range c.models {
+		if len(busy) < cap(busy) {
+			busy = busy[:len(busy)+1]
+			busy[len(busy)-1] = busy[len(busy)-1][:0]
+		} else {
+			busy = append(busy, nil)
+		}
+		if len(holes) < cap(holes) {
+			holes = holes[:len(holes)+1]
+			holes[len(holes)-1] = holes[len(holes)-1][:0]
+		} else {
+			holes = append(holes, nil)
+		}
+	}
+	*tl = timeline{s: s, c: c, k: k, now: s.Now, busy: busy, holes: holes, front: tl.front, notes: tl.notes}
 	for i := range s.Jobs {
 		if j, d := &s.Jobs[i], &r.Decisions[i]; j.State == Running && d.Run {
 			tl.running(j, d)
@@ -128,7 +168,7 @@ func (tl *timeline) place(j *Job, d *Decision) bool {
 		room := tl.k.room(j, m, g) + tl.holesFitting(m, tl.now+t)
 		now, finish := room >= g, tl.now+t
 		if !now {
-			finish = max(tl.busy[m].kth(g-tl.k.free[m]), tl.now) + t
+			finish = max(tl.busy[m].kth(g-tl.k.free[m], &tl.front), tl.now) + t
 		}
 		// Earliest finish; on a tie, starting now, then the most room.
 		better := finish < bestFinish || (finish == bestFinish && (now && !bestNow || now == bestNow && room > bestRoom))
@@ -244,26 +284,30 @@ func (h *floatHeap) pop() float64 {
 
 // kth is the k-th smallest value (1-based), +Inf when there are fewer. It
 // walks the heap from the root, O(k log k): k is a job's GPU count.
-func (h floatHeap) kth(k int) float64 {
+// scratch holds the walk's front between calls.
+func (h floatHeap) kth(k int, scratch *[]int) float64 {
 	if k <= 0 || k > len(h) {
 		return inf
 	}
-	front := []int{0} // heap indices whose parents were taken, smallest first
+	// front[head:] are heap indices whose parents were taken, smallest
+	// first.
+	front, head := append((*scratch)[:0], 0), 0
+	defer func() { *scratch = front }()
 	for {
-		i := front[0]
+		i := front[head]
 		if k--; k == 0 {
 			return h[i]
 		}
-		front = front[1:]
-		for _, c := range []int{2*i + 1, 2*i + 2} {
+		head++
+		for _, c := range [2]int{2*i + 1, 2*i + 2} {
 			if c < len(h) {
-				at, _ := slices.BinarySearchFunc(front, h[c], func(x int, v float64) int {
+				at, _ := slices.BinarySearchFunc(front[head:], h[c], func(x int, v float64) int {
 					if h[x] < v {
 						return -1
 					}
 					return 1
 				})
-				front = slices.Insert(front, at, c)
+				front = slices.Insert(front, head+at, c)
 			}
 		}
 	}

@@ -176,6 +176,8 @@ type Result struct {
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
 
+	timeline timeline // the earliest placer's, reused across rounds
+
 	movers         []mover   // migration scratch
 	moverValues    []float64 // backs movers' values
 	migrationGains []gainTo
