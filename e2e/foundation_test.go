@@ -6,7 +6,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,4 +68,42 @@ func TestFoundation(t *testing.T) {
 		must.NoError(t, json.Unmarshal(resp, &services))
 		must.MapContainsKeys(t, services, []string{"nomad", "nomad-client"})
 	})
+}
+
+// A port taken between the harness picking it and an agent binding it
+// (another process got there first) makes the agent exit as it starts.
+// The harness then starts a fresh cluster on new ports in its place.
+func TestHarnessStartsAgainWhenAPortIsTaken(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	defer held.Close()
+	taken := held.Addr().(*net.TCPAddr).Port
+	var mu sync.Mutex
+	var picks [][]int
+	var lines []string
+	c := harness.StartT(t, harness.Options{
+		Logf: func(format string, args ...any) {
+			mu.Lock()
+			lines = append(lines, fmt.Sprintf(format, args...))
+			mu.Unlock()
+			t.Logf(format, args...)
+		},
+		PickPorts: func(n int) ([]int, error) {
+			ports, err := harness.FreePorts(n)
+			if err == nil && len(picks) == 0 {
+				ports[0] = taken
+			}
+			picks = append(picks, ports)
+			return ports, err
+		},
+	})
+	must.Len(t, 2, picks, must.Sprintf("picks: %v", picks))
+	must.SliceNotContains(t, picks[1], taken)
+	mu.Lock()
+	log := strings.Join(lines, "\n")
+	mu.Unlock()
+	must.StrContains(t, log, "lost a port to another process before binding it")
+	must.StrContains(t, log, fmt.Sprintf("127.0.0.1:%d", taken))
+	_, err = c.WaitNodeReady(t.Context())
+	must.NoError(t, err)
 }

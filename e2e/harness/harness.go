@@ -60,6 +60,9 @@ type Options struct {
 	// a CA and certificate made for the cluster (Cluster.TLS); Env gives
 	// the standard NOMAD_CACERT, CONSUL_CACERT, ... for them.
 	TLS bool
+	// PickPorts, when set, picks the n ports the agents bind in place of
+	// FreePorts; it is called again for each start the harness retries.
+	PickPorts func(n int) ([]int, error)
 }
 
 // Cluster is a running Consul and Nomad pair.
@@ -127,6 +130,34 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	// Ports are picked free and released before the agents bind them, so
+	// another process can take one in between: Nomad then exits at start
+	// with "address already in use". A fresh cluster on fresh ports is
+	// started in its place, a few times at most.
+	for attempt := 1; ; attempt++ {
+		c, err := startOnce(ctx, opts, root)
+		if err == nil {
+			return c, nil
+		}
+		var lost *lostPortError
+		if !errors.As(err, &lost) || attempt == 3 || ctx.Err() != nil {
+			return nil, err
+		}
+		opts.Logf("%s lost a port to another process before binding it (%s); starting again on new ports", lost.agent, lost.line)
+	}
+}
+
+// lostPortError is a start that failed because an agent found a port it
+// was given already taken.
+type lostPortError struct {
+	agent, line string
+	err         error
+}
+
+func (e *lostPortError) Error() string { return e.err.Error() }
+func (e *lostPortError) Unwrap() error { return e.err }
+
+func startOnce(ctx context.Context, opts Options, root string) (*Cluster, error) {
 	c := &Cluster{
 		RepoRoot:  root,
 		BinDir:    filepath.Join(root, "bin"),
@@ -155,10 +186,31 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if err := c.start(ctx); err != nil {
 		err = fmt.Errorf("%w\n%s", err, c.logTails(60))
+		// Only a cluster in a directory of its own can start again afresh.
+		if agent, line := c.portTaken(); agent != "" && c.ownDir {
+			err = &lostPortError{agent: agent, line: line, err: err}
+		}
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
+}
+
+// portTaken names the agent whose log says a port it was to bind was
+// taken, and that line; "" when none says so.
+func (c *Cluster) portTaken() (agent, line string) {
+	for _, path := range c.LogPaths() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "address already in use") {
+				return strings.TrimSuffix(filepath.Base(path), ".log"), strings.TrimSpace(l)
+			}
+		}
+	}
+	return "", ""
 }
 
 func (c *Cluster) start(ctx context.Context) error {
@@ -185,7 +237,11 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 
-	ports, err := freePorts(11)
+	pick := c.opts.PickPorts
+	if pick == nil {
+		pick = FreePorts
+	}
+	ports, err := pick(11)
 	if err != nil {
 		return err
 	}
@@ -842,7 +898,8 @@ func newUUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts picks n ports that are free now, on 127.0.0.1.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
