@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&c.Steps, "steps", 4, "steps of the ephemeral ramp per pass")
 	flag.StringVar(&mode, "mode", "normal", "normal, exceed, leak, crash or ignore-signals")
 	flag.IntVar(&c.ExceedAfter, "after", 3, "iteration at which exceed and crash modes act")
+	flag.StringVar(&c.ActWhen, "act-when", "", "exceed and crash modes act only once this file exists (and from -after on)")
 	flag.Uint64Var(&c.LeakMiB, "leak-mib", 256, "memory leaked per iteration in leak mode")
 	flag.DurationVar(&c.SpikeTime, "spike-time", 0, "exceed mode frees its excess after this long (e.g. 2ms); 0: after the next step")
 	flag.StringVar(&c.GPU, "gpu", "", "GPU UUID (default: from the caravan env)")

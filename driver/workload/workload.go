@@ -63,6 +63,10 @@ type Config struct {
 	Mode  Mode
 	// ExceedAfter is the iteration at which exceed and crash modes act.
 	ExceedAfter int
+	// ActWhen, when set, is a file that must exist before exceed and crash
+	// modes act, so that a test decides the moment (after a restart, say)
+	// rather than an iteration count that load can move.
+	ActWhen string
 	// LeakMiB is leaked per iteration in leak mode.
 	LeakMiB uint64
 	// SpikeTime, when set, is how long exceed mode holds its excess before
@@ -301,7 +305,7 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 				return mem.outOfMemory(enc, it, err)
 			}
 		}
-		if c.Mode == ModeExceed && it >= c.ExceedAfter {
+		if c.Mode == ModeExceed && c.acts(it) {
 			over := c.BudgetMiB + c.BudgetMiB/4 + 1
 			if c.BudgetMiB == 0 {
 				over = 2 * (c.PersistentMiB + c.EphemeralMiB + 1)
@@ -341,11 +345,23 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		}
 		_ = enc.Encode(p)
 		writeProgress(c.ProgressFile, p)
-		if c.Mode == ModeCrash && it >= c.ExceedAfter {
+		if c.Mode == ModeCrash && c.acts(it) {
 			return fmt.Errorf("crash mode: failing at iteration %d", it)
 		}
 	}
 	return nil
+}
+
+// acts says exceed and crash modes act at iteration it.
+func (c *Config) acts(it int) bool {
+	if it < c.ExceedAfter {
+		return false
+	}
+	if c.ActWhen == "" {
+		return true
+	}
+	_, err := os.Stat(c.ActWhen)
+	return err == nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
