@@ -243,8 +243,15 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 		DriverConfig: timeSlicing("3s"),
 	})
 	vars := workloadVars(c)
-	vars["iterations"] = "60"
+	// 90 iterations, 18 s of each task's own running: on a loaded machine
+	// the sixteen start over several seconds, and the first of a lane must
+	// still run when its partner starts, so that the lane switches.
+	vars["iterations"] = "90"
 	exceeds := map[string]bool{"lane-00": true, "lane-08": true}
+	// The two break their budget once this file exists, which the test
+	// makes after the restart: an iteration count would have them break it
+	// before, when their lane's partner starts late on a loaded machine.
+	actNow := filepath.Join(c.Dir, "act-now")
 	var ids []string
 	for i := 0; i < 16; i++ {
 		job, err := c.ParseJobspec(c.Jobspec("driver-lane-a.nomad.hcl"), vars)
@@ -253,10 +260,13 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 		job.ID, job.Name = &id, &id
 		task := job.TaskGroups[0].Tasks[0]
 		if exceeds[id] {
-			// Its 11 GiB budget is broken at iteration 50 of 60: 10 s of
-			// its own running, 20 s or more after the start.
+			// 150 iterations, 30 s of its own running: it is still there
+			// after the restart, and breaks its budget at its next
+			// iteration then.
 			args := task.Config["args"].([]any)
-			task.Config["args"] = append(args, "-mode", "exceed", "-after", "50")
+			must.Eq[any](t, "-iterations", args[0])
+			args[1] = "150"
+			task.Config["args"] = append(args, "-mode", "exceed", "-after", "0", "-act-when", actNow)
 			task.Config["gpu_memory_policy"] = "kill"
 		}
 		_, _, err = c.Nomad.Jobs().Register(job, nil)
@@ -280,6 +290,7 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 	restarted := time.Now()
 	c.RestartClientT(t)
 	t.Logf("client restarted in %s with %d tasks suspended: %v", time.Since(restarted).Round(time.Millisecond), len(suspended), suspended)
+	must.NoError(t, os.WriteFile(actNow, nil, 0o644))
 
 	// Every task is recovered; a suspended one says so, with its checkpoint.
 	recovered := map[string]string{}
