@@ -57,10 +57,11 @@ type Driver struct {
 	switchWhy   string
 	metricsSrv  *http.Server
 
-	// recoveryEvents holds each recovered task's event until Nomad waits on
-	// the task: while a client restores its allocations it has no handler for
-	// task events yet and drops them.
-	recoveryEvents sync.Map // task ID → message
+	// recoveryEvents holds each recovered task's events, its recovery
+	// first, until Nomad waits on the task: while a client restores its
+	// allocations it has no handler for task events yet and drops them,
+	// and a recovered task's lanes and watchdog act at once.
+	recoveryEvents sync.Map // task ID → *heldEvents
 	// laneStateMu serialises the writes of tasks' lane state files.
 	laneStateMu sync.Mutex
 }
@@ -598,8 +599,6 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if grants, err := reservation.FromEnv(cfg.DeviceEnv); err == nil {
 		recordGrants(h, grants)
 	}
-	d.adopt(h, backend, s, restored)
-	h.SetAttr("caravan.recovered", "true")
 	msg := fmt.Sprintf("recovered by a new driver process; budget re-attached (suspended: %v", suspended)
 	if len(checkpointed) > 0 {
 		msg += fmt.Sprintf(", checkpointed PIDs %v", checkpointed)
@@ -613,7 +612,13 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if fallbackWhy != "" {
 		msg += "; " + fallbackMessage(fallbackWhy)
 	}
-	d.recoveryEvents.Store(handle.Config.ID, msg)
+	// Held before the task rejoins its lanes, so that a resume or a kill
+	// at once comes after the recovery, and reaches Nomad.
+	held := &heldEvents{events: []*drivers.TaskEvent{taskEvent(h, msg, nil, nil)}}
+	d.recoveryEvents.Store(handle.Config.ID, held)
+	h.Logger.Info(msg)
+	d.adopt(h, backend, s, restored)
+	h.SetAttr("caravan.recovered", "true")
 	return nil
 }
 
@@ -622,8 +627,8 @@ func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *drivers.E
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
-	if msg, ok := d.recoveryEvents.LoadAndDelete(taskID); ok {
-		d.emit(h, msg.(string), nil, nil)
+	if held, ok := d.recoveryEvents.Load(taskID); ok {
+		held.(*heldEvents).release(d.eventer, h.Logger)
 	}
 	ch := make(chan *drivers.ExitResult, 1)
 	go func() {
@@ -683,6 +688,7 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	}
 	forgetGrants(h)
 	d.tasks.Delete(taskID)
+	d.recoveryEvents.Delete(taskID)
 	return nil
 }
 

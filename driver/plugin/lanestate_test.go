@@ -146,6 +146,15 @@ func TestRecoverTaskRestoresWhatIsCheckpointed(t *testing.T) {
 				}
 				return out
 			}
+			if tc.suspended {
+				// Alone in its lane, the task is restored at once.
+				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return !sim.Checkpointed(stateDir, pid) }),
+					wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+				time.Sleep(200 * time.Millisecond)
+			}
+			// A Nomad client drops a task's events until it waits on the
+			// task: the driver holds them, the recovery first, till then.
+			must.SliceEmpty(t, all(), must.Sprint("events sent before Nomad waits on the task"))
 			ch, err := h2.WaitTask(context.Background(), cfg.ID)
 			must.NoError(t, err)
 			var res *drivers.ExitResult
@@ -163,6 +172,8 @@ func TestRecoverTaskRestoresWhatIsCheckpointed(t *testing.T) {
 			}
 			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("(suspended: true, checkpointed PIDs [%d]", pid), 5*time.Second), must.Sprint(all()))
 			must.SliceNotEmpty(t, waitEvents(events, cfg.ID, fmt.Sprintf("restored PIDs [%d]", pid), 5*time.Second), must.Sprint(all()))
+			got := all()
+			must.StrHasPrefix(t, "recovered by a new driver process", got[0], must.Sprint(got))
 		})
 	}
 }
