@@ -315,12 +315,23 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 	// Each suspended task is resumed on schedule, restored from its
 	// checkpoint, and every task ends as it should.
 	resumed := map[string]time.Duration{}
+	last := map[string][]string{} // each task's events when last looked at
+	defer func() {
+		if t.Failed() {
+			for id := range suspended {
+				if _, ok := resumed[id]; !ok {
+					t.Logf("%s, not seen resumed; its last events: %q", id, last[id])
+				}
+			}
+		}
+	}()
 	waitFor(t, 2*time.Minute, "every suspended task resumed", func() bool {
 		for id := range suspended {
 			if _, ok := resumed[id]; ok {
 				continue
 			}
 			events := taskEvents(t, c, id)
+			last[id] = events
 			for i, ev := range events {
 				if strings.HasPrefix(ev, "recovered by a new driver process") {
 					for _, later := range events[i+1:] {
