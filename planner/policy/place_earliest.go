@@ -67,32 +67,29 @@ type timeline struct {
 	c     *capacity
 	k     *keeper
 	now   float64
-	busy  []floatHeap // per model: when each busy or planned GPU frees
-	holes [][]float64 // per model: end of each free-now GPU's hole
-	front []int       // kth's scratch
-	notes map[[2]string]string
+	busy  []floatHeap          // per model: when each busy or planned GPU frees
+	holes [][]float64          // per model: end of each free-now GPU's hole
+	front []int                // kth's scratch
+	notes map[string][2]string // model → its notes for a job that waits, starts
 }
 
 // note is the reason's note for a job placed on model: kept across
 // rounds, since building it for every waiting job of every round was most
 // of a run's allocation.
 func (tl *timeline) note(model string, starts bool) string {
-	key := [2]string{model, "waits"}
+	n, ok := tl.notes[model]
+	if !ok {
+		n = [2]string{"; waits for a " + model + " to free up: it finishes earlier there",
+			"; starts on " + model + ", where it finishes earliest"}
+		if tl.notes == nil {
+			tl.notes = map[string][2]string{}
+		}
+		tl.notes[model] = n
+	}
 	if starts {
-		key[1] = "starts"
+		return n[1]
 	}
-	if n, ok := tl.notes[key]; ok {
-		return n
-	}
-	n := "; waits for a " + model + " to free up: it finishes earlier there"
-	if starts {
-		n = "; starts on " + model + ", where it finishes earliest"
-	}
-	if tl.notes == nil {
-		tl.notes = map[[2]string]string{}
-	}
-	tl.notes[key] = n
-	return n
+	return n[0]
 }
 
 // newTimeline builds the round's timeline in r's scratch timeline, whose
@@ -100,22 +97,8 @@ func (tl *timeline) note(model string, starts bool) string {
 func newTimeline(s *Snapshot, r *Result, k *keeper) *timeline {
 	c := s.capacity()
 	tl := &r.timeline
-	busy, holes := tl.busy[:0], tl.holes[:0]
-	for range c.models {
-		if len(busy) < cap(busy) {
-			busy = busy[:len(busy)+1]
-			busy[len(busy)-1] = busy[len(busy)-1][:0]
-		} else {
-			busy = append(busy, nil)
-		}
-		if len(holes) < cap(holes) {
-			holes = holes[:len(holes)+1]
-			holes[len(holes)-1] = holes[len(holes)-1][:0]
-		} else {
-			holes = append(holes, nil)
-		}
-	}
-	*tl = timeline{s: s, c: c, k: k, now: s.Now, busy: busy, holes: holes, front: tl.front, notes: tl.notes}
+	*tl = timeline{s: s, c: c, k: k, now: s.Now, busy: emptied(tl.busy, len(c.models)),
+		holes: emptied(tl.holes, len(c.models)), front: tl.front, notes: tl.notes}
 	for i := range s.Jobs {
 		if j, d := &s.Jobs[i], &r.Decisions[i]; j.State == Running && d.Run {
 			tl.running(j, d)
@@ -240,6 +223,16 @@ func (tl *timeline) holesFitting(m int, end float64) int {
 		}
 	}
 	return n
+}
+
+// emptied is s resized to n slices, each emptied, keeping the storage
+// that s and its slices hold.
+func emptied[S ~[]E, E any](s []S, n int) []S {
+	s = slices.Grow(s[:0], n)[:n]
+	for i := range s {
+		s[i] = s[i][:0]
+	}
+	return s
 }
 
 // floatHeap is a binary min-heap.
