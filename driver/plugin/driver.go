@@ -614,9 +614,8 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	}
 	// Held before the task rejoins its lanes, so that a resume or a kill
 	// at once comes after the recovery, and reaches Nomad.
-	held := &heldEvents{events: []*drivers.TaskEvent{taskEvent(h, msg, nil, nil)}}
-	d.recoveryEvents.Store(handle.Config.ID, held)
-	h.Logger.Info(msg)
+	d.recoveryEvents.Store(handle.Config.ID, &heldEvents{})
+	d.emit(h, msg, nil, nil)
 	d.adopt(h, backend, s, restored)
 	h.SetAttr("caravan.recovered", "true")
 	return nil

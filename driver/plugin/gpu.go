@@ -360,20 +360,16 @@ func (d *Driver) kill(h *task.Handle, reason string) {
 
 // emit sends a task event that Nomad shows in `nomad alloc status`.
 func (d *Driver) emit(h *task.Handle, msg string, annotations map[string]string, err error) {
-	ev := taskEvent(h, msg, annotations, err)
+	ev := &drivers.TaskEvent{
+		TaskID: h.Config.ID, AllocID: h.Config.AllocID, TaskName: h.Config.Name,
+		Timestamp: time.Now(), Message: msg, Annotations: annotations, Err: err,
+	}
 	h.Logger.Info(msg)
 	if held, ok := d.recoveryEvents.Load(h.Config.ID); ok {
 		held.(*heldEvents).add(ev, d.eventer, h.Logger)
 		return
 	}
 	sendEvent(d.eventer, ev, h.Logger)
-}
-
-func taskEvent(h *task.Handle, msg string, annotations map[string]string, err error) *drivers.TaskEvent {
-	return &drivers.TaskEvent{
-		TaskID: h.Config.ID, AllocID: h.Config.AllocID, TaskName: h.Config.Name,
-		Timestamp: time.Now(), Message: msg, Annotations: annotations, Err: err,
-	}
 }
 
 func sendEvent(e *eventer.Eventer, ev *drivers.TaskEvent, logger hclog.Logger) {
