@@ -185,6 +185,14 @@ func move(stateDir, from, to, uuid string, pid int) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(stateDir, "procs", uuid), 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockGPU(stateDir, uuid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	return os.Rename(filepath.Join(stateDir, from, uuid, strconv.Itoa(pid)), filepath.Join(dst, strconv.Itoa(pid)))
 }
 

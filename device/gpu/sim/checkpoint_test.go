@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -113,3 +114,39 @@ func TestInjectedCheckpointFaultCounts(t *testing.T) {
 func (b *Backend) checkpoint(pid int) error { return b.Checkpoint(context.Background(), pid) }
 
 func (b *Backend) restore(pid int) error { return b.Restore(context.Background(), pid) }
+
+// A process's allocations race its checkpoint: an allocation in flight
+// when the checkpoint moves its record must land in host memory, as CUDA's
+// checkpoint lock waits for the calls in flight, and never leave the
+// process on the GPU and checkpointed at once.
+func TestAllocationsInFlightDuringACheckpointStayOffTheGPU(t *testing.T) {
+	b := simBackend(t, "15360")
+	ctx := context.Background()
+	pid := sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 1000))
+	onGPU := filepath.Join(b.stateDir, "procs", "GPU-a", strconv.Itoa(pid))
+	stop := make(chan struct{})
+	writes := make(chan error, 1)
+	go func() {
+		for mib := uint64(1000); ; mib++ {
+			select {
+			case <-stop:
+				writes <- nil
+				return
+			default:
+			}
+			if err := SetProcessMemory(b.stateDir, "GPU-a", pid, mib); err != nil {
+				writes <- err
+				return
+			}
+		}
+	}()
+	for i := range 300 {
+		must.NoError(t, b.Checkpoint(ctx, pid), must.Sprintf("checkpoint %d", i))
+		_, err := os.Stat(onGPU)
+		must.True(t, os.IsNotExist(err), must.Sprintf("checkpoint %d: an allocation in flight put the process back on the GPU", i))
+		must.NoError(t, b.Restore(ctx, pid), must.Sprintf("restore %d", i))
+	}
+	close(stop)
+	must.NoError(t, <-writes)
+}

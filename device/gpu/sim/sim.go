@@ -348,12 +348,17 @@ func recordedPeak(stateDir, uuid string, pid int) uint64 {
 
 func writeProcess(stateDir, uuid string, pid int, content string) error {
 	dir := filepath.Join(stateDir, "procs", uuid)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockGPU(stateDir, uuid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	// A checkpointed process's memory lives in host memory until restored.
 	if _, err := os.Stat(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid))); err == nil {
 		dir = filepath.Join(stateDir, "checkpointed", uuid)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
 	}
 	tmp, err := os.CreateTemp(dir, ".tmp-")
 	if err != nil {
@@ -369,6 +374,26 @@ func writeProcess(stateDir, uuid string, pid int, content string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), filepath.Join(dir, strconv.Itoa(pid)))
+}
+
+// lockGPU holds uuid's process records against the other processes that
+// change them: a workload recording an allocation, and a checkpoint or a
+// restore moving its record. CUDA's checkpoint waits for a process's calls
+// in flight in the same way; without it an allocation decided before a
+// checkpoint and written after it left the process both on the GPU and
+// checkpointed. The lock is a file beside the records (procs/<uuid>,
+// which the driver makes writable by every task's user); a read-only open
+// is enough to lock it.
+func lockGPU(stateDir, uuid string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, "procs", uuid, ".lock"), os.O_RDONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock the records of %s: %w", uuid, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock the records of %s: %w", uuid, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // ReleaseProcess forgets pid's memory on uuid.
