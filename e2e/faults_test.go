@@ -294,12 +294,23 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 
 	// Every task is recovered; a suspended one says so, with its checkpoint.
 	recovered := map[string]string{}
+	seen := map[string][]string{} // each task's events when last looked at
+	defer func() {
+		if t.Failed() {
+			for _, id := range ids {
+				if _, ok := recovered[id]; !ok {
+					t.Logf("%s, not seen recovered; its last events: %q", id, seen[id])
+				}
+			}
+		}
+	}()
 	waitFor(t, time.Minute, "all sixteen tasks recovered", func() bool {
 		for _, id := range ids {
 			if _, ok := recovered[id]; ok {
 				continue
 			}
-			for _, ev := range taskEvents(t, c, id) {
+			seen[id] = taskEvents(t, c, id)
+			for _, ev := range seen[id] {
 				if strings.HasPrefix(ev, "recovered by a new driver process") {
 					recovered[id] = ev
 				}
