@@ -15,16 +15,22 @@ func (o shortestRemainingOrder) Name() string {
 func (shortestRemainingOrder) Preemptive() bool      { return true }
 func (shortestRemainingOrder) keyFallsWhileRunning() {}
 
+// key is the remaining time, times the GPUs under srsf.
+func (o shortestRemainingOrder) key(j *Job) float64 {
+	k := j.bestTime()
+	if o.gpuTime {
+		k *= float64(max(j.GPUs, 1))
+	}
+	return k
+}
+
 func (o shortestRemainingOrder) Order(s *Snapshot, ds []Decision) float64 {
+	reason := "shortest remaining time first"
+	if o.gpuTime {
+		reason = "shortest remaining GPU-time first"
+	}
 	for i := range ds {
-		j := &s.Jobs[i]
-		k := j.bestTime()
-		reason := "shortest remaining time first"
-		if o.gpuTime {
-			k *= float64(max(j.GPUs, 1))
-			reason = "shortest remaining GPU-time first"
-		}
-		ds[i].k1 = k
+		ds[i].k1 = o.key(&s.Jobs[i])
 		ds[i].Reason = reason
 	}
 	return inf

@@ -130,6 +130,35 @@ func (p *Policy) CanStartArrivalsPastWaiting() bool {
 	return falls && fits && p.CanStartArrivals()
 }
 
+// keyed is implemented by preemptive orderers without wake-ups that rank
+// each job by a key of its own alone, which stays the same while the job
+// waits: the remaining (GPU-)time.
+type keyed interface{ key(j *Job) float64 }
+
+// RanksByKey says a round of p on a cluster of one GPU model, with whole
+// GPUs and no job limited to some models, runs exactly the jobs a
+// first-fit walk picks: visiting every job, running or pending, in order
+// of RankKey, then arrival, then index in the Snapshot, each one that the
+// GPUs not yet taken hold runs (a running job keeps its GPUs, a pending
+// one starts) and every other one waits (a running one is preempted). A
+// job's key does not change while it waits, so a caller may keep the
+// pending jobs ordered from round to round and carry out the round without
+// a Snapshot of every job.
+func (p *Policy) RanksByKey() bool {
+	_, keys := p.Order.(keyed)
+	_, fits := p.Place.(firstFit)
+	return keys && fits && p.Order.Preemptive() && !p.Blocking && p.Migrate == nil && p.CanStartArrivals()
+}
+
+// RankKey is the key of an order that ranks by one (lower ranks first;
+// see RanksByKey), or nil.
+func (p *Policy) RankKey() func(j *Job) float64 {
+	if o, ok := p.Order.(keyed); ok {
+		return o.key
+	}
+	return nil
+}
+
 // Settled says job j, planned in an earlier round, keeps the place in the
 // order that round gave it, so a round that only starts arrivals leaves
 // its order be.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -805,6 +806,81 @@ func TestArrivalsStartPastWaitingJobs(t *testing.T) {
 				}
 			}
 			must.Greater(t, 50, tried)
+		})
+	}
+}
+
+// A round of a policy that RanksByKey, on one GPU model, runs exactly the
+// jobs the first-fit walk picks: every job, running or pending, in order
+// of (RankKey, arrival, index), runs if the GPUs not yet taken hold it.
+// Random snapshots with ties in key and arrival, unknown durations, jobs
+// larger than the cluster, and running jobs that together fill it.
+func TestRanksByKeyIsARound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"srsf", true}, {"srtf", true}, {"srsf+fastest", true},
+		{"srsf+consolidated", false}, {"srsf+earliest", false}, {"las", false}, {"gittins", false},
+		{"fifo", false}, {"fjf", false}, {"hare", false}, {"predict", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse(tc.name, Config{})
+			must.NoError(t, err)
+			must.Eq(t, tc.want, p.RanksByKey())
+			must.Eq(t, tc.want || strings.HasPrefix(tc.name, "srsf+"), p.RankKey() != nil)
+			if !tc.want {
+				return
+			}
+			rng := rand.New(rand.NewPCG(3, 5))
+			for round := 0; round < 400; round++ {
+				s := &Snapshot{}
+				for n := 0; n < 1+rng.IntN(4); n++ {
+					node := Node{Healthy: true}
+					for g := 0; g < 8; g++ {
+						node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
+					}
+					s.Nodes = append(s.Nodes, node)
+				}
+				total := 8 * len(s.Nodes)
+				free := total
+				for k := 0; k < 40; k++ {
+					j := job(fmt.Sprint(k), float64(rng.IntN(10)), 1<<rng.IntN(7))
+					if rng.IntN(8) > 0 {
+						j.Remaining = float64(rng.IntN(30))
+					}
+					if rng.IntN(2) == 0 && j.GPUs <= free {
+						j.State, j.GPUModel = Running, "V100"
+						free -= j.GPUs
+					}
+					s.Jobs = append(s.Jobs, j)
+				}
+				order := make([]int, len(s.Jobs))
+				for i := range order {
+					order[i] = i
+				}
+				key := p.RankKey()
+				slices.SortStableFunc(order, func(a, b int) int {
+					ja, jb := &s.Jobs[a], &s.Jobs[b]
+					return cmp.Or(cmp.Compare(key(ja), key(jb)), cmp.Compare(ja.Arrival, jb.Arrival))
+				})
+				want, left := map[int]bool{}, total
+				for _, i := range order {
+					if g := s.Jobs[i].GPUs; g <= left {
+						want[i] = true
+						left -= g
+					}
+				}
+				r := p.Plan(s, nil)
+				for i := range s.Jobs {
+					d := r.Decisions[i]
+					must.Eq(t, want[i], d.Run, must.Sprintf("round %d job %d", round, i))
+					if d.Run {
+						must.Eq(t, "V100", d.GPUModel)
+						must.False(t, d.Lane)
+					}
+				}
+			}
 		})
 	}
 }

@@ -14,6 +14,10 @@ func (s *simulator) planRound() {
 		s.arrivalRound()
 		return
 	}
+	if s.keyed != nil {
+		s.keyedRound()
+		return
+	}
 	s.rounds++
 	s.dropFinished()
 	s.refreshSnapshot()
@@ -105,12 +109,7 @@ func (s *simulator) refreshSnapshot() {
 		}
 		j := &jobs[w]
 		w++
-		if js.rates != nil {
-			j.RemainingWork = max(js.work, 0)
-			j.Remaining = j.RemainingWork / maxRate(js.rates)
-		} else {
-			j.Remaining = max(js.work, 0)
-		}
+		setRemaining(j, js)
 		if s.cfg.Compat {
 			j.Wait = js.promoWait
 		}
@@ -118,6 +117,17 @@ func (s *simulator) refreshSnapshot() {
 	s.snap.Jobs, s.snapOf = jobs[:w], of[:w]
 	if s.cfg.checkSnapshot && s.snapErr == nil && compareKeptSnapshot != nil {
 		s.snapErr = compareKeptSnapshot(s)
+	}
+}
+
+// setRemaining sets j's remaining time (and work, for a job given in
+// steps) from js's progress, as a round's Snapshot shows them.
+func setRemaining(j *policy.Job, js *jobState) {
+	if js.inSteps {
+		j.RemainingWork = max(js.work, 0)
+		j.Remaining = j.RemainingWork / maxRate(js.rates)
+	} else {
+		j.Remaining = max(js.work, 0)
 	}
 }
 
@@ -211,6 +221,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	}
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)
+	if s.keyed != nil {
+		s.keyed.started = append(s.keyed.started, i)
+	}
 }
 
 func (s *simulator) preempt(i int) {
@@ -227,6 +240,9 @@ func (s *simulator) preempt(i int) {
 	js.version++
 	js.Placement = nil
 	s.pending++
+	if s.keyed != nil {
+		s.wait(i)
+	}
 }
 
 // migrate moves a running job to d's GPU model: it stops and starts again

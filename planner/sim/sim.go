@@ -115,6 +115,7 @@ type jobState struct {
 	queued     float64 // total pending time
 	promoWait  float64 // compat: pending time since the last promotion
 	done       bool
+	inSteps    bool // given in steps: rates is set (kept here, read every round)
 	policy.Job
 	trace       *trace.Job
 	rates       map[string]float64
@@ -146,6 +147,8 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	}
 	if s.useArrivalQueue() {
 		s.arrivals = newArrivalQueue(s.jobs)
+	} else if s.useKeyedQueue() {
+		s.keyed = newKeyedQueue(s.jobs, cfg.Policy.RankKey())
 	}
 	s.run()
 	return s.result(), nil
@@ -224,6 +227,9 @@ type simulator struct {
 	// arrivals, when set, holds the pending jobs in place of active, and
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue
+	// keyed, when set, keeps the waiting jobs ordered by key, and rounds
+	// are carried out on it (see keyedRound).
+	keyed *keyedQueue
 }
 
 type slot = policy.Slot
@@ -262,6 +268,7 @@ func (s *simulator) load(jobs []trace.Job) error {
 			}
 			js.work = tj.Steps
 			js.Throughput = js.rates
+			js.inSteps = true
 			best := 0.0
 			for _, r := range js.rates {
 				best = max(best, r)
@@ -366,6 +373,9 @@ func (s *simulator) startArrivals(from, to int) bool {
 		s.startInArrivalOrder() // nothing else waits: it starts them all
 		return true
 	}
+	if s.keyed != nil {
+		s.settlePlanned() // its orders do not remember rounds
+	}
 	// Refresh the learned sizes exactly when a round would have.
 	s.learnSizes()
 	s.dropFinished()
@@ -457,9 +467,12 @@ func (s *simulator) admit(i int) {
 	js.State = policy.Pending
 	js.lastUpdate = js.Arrival
 	js.pendingFrom = js.Arrival
-	if s.arrivals != nil {
+	switch {
+	case s.arrivals != nil:
 		s.arrivals.add(i, js.GPUs)
-	} else {
+	case s.keyed != nil:
+		s.wait(i)
+	default:
 		s.active = append(s.active, i)
 	}
 	s.pending++

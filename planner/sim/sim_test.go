@@ -190,6 +190,34 @@ func TestShortcutsChangeNothing(t *testing.T) {
 	}
 }
 
+// Rounds carried out on the keyed queue (Policy.RanksByKey) start, keep
+// and preempt what full rounds do, with the costs a start adds (whose
+// order the spread depends on) and a preemption cost.
+func TestKeyedRoundsChangeNothing(t *testing.T) {
+	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 2000, Seed: 5, Load: 70})
+	for _, spec := range []string{"n6g8", "n8g8"} {
+		for _, name := range []string{"srsf", "srtf", "srsf+fastest"} {
+			for _, costs := range []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7}} {
+				t.Run(fmt.Sprintf("%s/%s/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost), func(t *testing.T) {
+					run := func(noShortcut bool) *Result {
+						cfg := costs
+						cfg.Cluster, cfg.Policy, cfg.noShortcut = cluster(t, spec), mustPolicy(t, name, policy.Config{}), noShortcut
+						res, err := Run(cfg, jobs)
+						must.NoError(t, err)
+						return res
+					}
+					with, without := run(false), run(true)
+					must.Positive(t, with.Summary.Preemptions)
+					for i := range with.Jobs {
+						must.Eq(t, without.Jobs[i], with.Jobs[i], must.Sprintf("job %d", i))
+					}
+					must.Eq(t, without.Summary, with.Summary)
+				})
+			}
+		}
+	}
+}
+
 // The same on the head of the Philly trace, whose arrivals come in bursts
 // and whose jobs take 1 to 128 GPUs, on clusters where queues grow long.
 func TestShortcutsChangeNothingOnPhilly(t *testing.T) {
