@@ -118,7 +118,7 @@ func (q *queues) wake(s *Snapshot, r *Result) float64 {
 				// multi-GPU jobs are checked early and demote late.
 				t = math.Floor((q.cuts[d.Queue] - executed) / g)
 			} else {
-				t = (q.cuts[d.Queue] - attained) / g
+				t = q.toCut(attained, g, d.Queue)
 			}
 			w = min(w, max(t, 0))
 		case !d.Run && q.promoteKnob > 0 && d.Queue > 0 && executed > 0:
@@ -132,6 +132,12 @@ func (q *queues) wake(s *Snapshot, r *Result) float64 {
 		}
 	}
 	return w
+}
+
+// toCut is how long a job with the attained service on g GPUs takes to
+// reach queue qi's cut.
+func (q *queues) toCut(attained, g float64, qi int) float64 {
+	return (q.cuts[qi] - attained) / g
 }
 
 // counters are a job's attained service, executed time and wait as the
@@ -156,6 +162,8 @@ func (lasOrder) Preemptive() bool { return true }
 // keeps its place while its attained service stays in the same queue.
 func (o lasOrder) settled(_ *Snapshot, j *Job) bool { return o.q.settled(j) }
 func (o lasOrder) entryQueue() int                  { return o.q.queueOf(0) }
+
+func (o lasOrder) queueRule() *queues { return &o.q }
 
 func (o lasOrder) Order(s *Snapshot, ds []Decision) float64 {
 	o.q.assign(s, ds)

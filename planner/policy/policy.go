@@ -159,6 +159,53 @@ func (p *Policy) RankKey() func(j *Job) float64 {
 	return nil
 }
 
+// queueRanked is implemented by orderers that rank by multi-level queue
+// alone, keeping each queue's order from round to round (2D-LAS without
+// the promote knob).
+type queueRanked interface{ queueRule() *queues }
+
+// QueueRule is what a caller needs to carry out the rounds of a policy
+// that ranks by queue (see Policy.RanksByQueue).
+type QueueRule struct{ q *queues }
+
+// Queue is the queue j's attained service puts it in.
+func (r QueueRule) Queue(j *Job) int { return r.q.queueOf(j.Attained) }
+
+// Entry is the queue a new job enters.
+func (r QueueRule) Entry() int { return r.q.queueOf(0) }
+
+// RunWake is how many seconds j, running this round in queue qi (its
+// Queue), takes to reach the queue's cut; +Inf in the last queue. A
+// round's wake-up is the least.
+func (r QueueRule) RunWake(j *Job, qi int) float64 {
+	if qi >= len(r.q.cuts) {
+		return inf
+	}
+	return max(r.q.toCut(j.Attained, float64(max(j.GPUs, 1)), qi), 0)
+}
+
+// RanksByQueue says a round of p on a cluster of one GPU model, with
+// whole GPUs and no job limited to some models, runs exactly the jobs a
+// first-fit walk picks (each job that the GPUs not yet taken hold runs),
+// visiting the queues in turn and, within queue q (QueueRule.Queue):
+// first the jobs the last round put in q that run, then those that wait,
+// each in the last round's rank order (PrevRank); then the jobs new to q,
+// arrivals first, each group by arrival, then index in the Snapshot. Its
+// wake-up is the least RunWake of the jobs it runs. The rule is returned
+// with ok; a job's queue does not change while it waits.
+func (p *Policy) RanksByQueue() (rule QueueRule, ok bool) {
+	o, ranked := p.Order.(queueRanked)
+	_, fits := p.Place.(firstFit)
+	if !ranked || !fits || !p.Order.Preemptive() || p.Blocking || p.Migrate != nil || !p.CanStartArrivals() {
+		return QueueRule{}, false
+	}
+	q := o.queueRule()
+	if q.promoteKnob > 0 || q.compat {
+		return QueueRule{}, false
+	}
+	return QueueRule{q: q}, true
+}
+
 // Settled says job j, planned in an earlier round, keeps the place in the
 // order that round gave it, so a round that only starts arrivals leaves
 // its order be.

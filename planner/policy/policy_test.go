@@ -884,3 +884,108 @@ func TestRanksByKeyIsARound(t *testing.T) {
 		})
 	}
 }
+
+// A round of a policy that RanksByQueue, on one GPU model, runs exactly
+// the jobs the rule's first-fit walk picks, and wakes at the least
+// RunWake of the jobs it runs. Random snapshots with jobs that crossed a
+// cut while running, arrivals, ties in arrival, and last rounds' ranks.
+func TestRanksByQueueIsARound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want bool
+	}{
+		{"las", Config{QueueCuts: []float64{10, 50}}, true},
+		{"las", Config{}, true},
+		{"las+fastest", Config{}, true},
+		{"las", Config{PromoteKnob: 2}, false},
+		{"las", Config{Compat: true}, false},
+		{"las+consolidated", Config{}, false},
+		{"gittins", Config{}, false}, {"srsf", Config{}, false}, {"fifo", Config{}, false},
+	} {
+		t.Run(fmt.Sprintf("%s/%v/%v/%v", tc.name, tc.cfg.QueueCuts, tc.cfg.PromoteKnob, tc.cfg.Compat), func(t *testing.T) {
+			p, err := Parse(tc.name, tc.cfg)
+			must.NoError(t, err)
+			rule, ok := p.RanksByQueue()
+			must.Eq(t, tc.want, ok)
+			if !ok {
+				return
+			}
+			scale := 1.0
+			if tc.cfg.QueueCuts == nil {
+				scale = 100
+			}
+			rng := rand.New(rand.NewPCG(9, 2))
+			for round := 0; round < 400; round++ {
+				s := &Snapshot{}
+				for n := 0; n < 1+rng.IntN(4); n++ {
+					node := Node{Healthy: true}
+					for g := 0; g < 8; g++ {
+						node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
+					}
+					s.Nodes = append(s.Nodes, node)
+				}
+				total := 8 * len(s.Nodes)
+				free := total
+				ranks := rng.Perm(40)
+				for k := 0; k < 40; k++ {
+					j := job(fmt.Sprint(k), float64(rng.IntN(10)), 1<<rng.IntN(7))
+					j.Attained = scale * float64(rng.IntN(80))
+					j.Executed = j.Attained / float64(j.GPUs)
+					qi := rule.Queue(&j)
+					switch {
+					case rng.IntN(2) == 0 && j.GPUs <= free:
+						j.State, j.GPUModel = Running, "V100"
+						free -= j.GPUs
+						j.PrevQueue = max(qi-rng.IntN(2), 0) // some crossed a cut
+					case j.Attained == 0 && rng.IntN(2) == 0:
+						// an arrival
+					default:
+						j.PrevQueue = qi
+					}
+					if j.PrevQueue >= 0 {
+						j.PrevRank = ranks[k]
+					}
+					s.Jobs = append(s.Jobs, j)
+				}
+				type place struct{ queue, group, rank int }
+				placeOf := func(i int) place {
+					j := &s.Jobs[i]
+					qi := rule.Queue(j)
+					switch {
+					case j.PrevQueue == qi && j.State == Running:
+						return place{qi, 0, j.PrevRank}
+					case j.PrevQueue == qi:
+						return place{qi, 1, j.PrevRank}
+					case j.PrevQueue < 0:
+						return place{qi, 2, 0}
+					}
+					return place{qi, 3, 0}
+				}
+				order := make([]int, len(s.Jobs))
+				for i := range order {
+					order[i] = i
+				}
+				slices.SortStableFunc(order, func(a, b int) int {
+					pa, pb := placeOf(a), placeOf(b)
+					return cmp.Or(cmp.Compare(pa.queue, pb.queue), cmp.Compare(pa.group, pb.group),
+						cmp.Compare(pa.rank, pb.rank), cmp.Compare(s.Jobs[a].Arrival, s.Jobs[b].Arrival))
+				})
+				want, left, wake := map[int]bool{}, total, math.Inf(1)
+				for _, i := range order {
+					if g := s.Jobs[i].GPUs; g <= left {
+						want[i] = true
+						left -= g
+						wake = min(wake, rule.RunWake(&s.Jobs[i], rule.Queue(&s.Jobs[i])))
+					}
+				}
+				r := p.Plan(s, nil)
+				for i := range s.Jobs {
+					must.Eq(t, want[i], r.Decisions[i].Run, must.Sprintf("round %d job %d", round, i))
+					must.Eq(t, rule.Queue(&s.Jobs[i]), r.Decisions[i].Queue)
+				}
+				must.Eq(t, wake, r.Wake, must.Sprintf("round %d", round))
+			}
+		})
+	}
+}

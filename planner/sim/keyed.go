@@ -7,40 +7,80 @@ import (
 	"github.com/caravan-gpu/caravan/planner/policy"
 )
 
-// keyedQueue holds the jobs of a run whose rounds are first-fit walks by
-// key (Policy.RanksByKey): the waiting jobs in one heap per GPU count,
-// ordered by their key, which does not change while they wait, and the
-// running jobs in last round's rank order. A round then visits the
-// running jobs and only the waiting jobs that start, rather than sorting
-// every job.
+// keyedQueue holds the jobs of a run whose rounds are first-fit walks in
+// an order where a waiting job keeps its place among the other waiting
+// jobs: by a key of each job (Policy.RanksByKey), or by queue and the
+// last round's order in it (Policy.RanksByQueue). It keeps the waiting
+// jobs in one heap per GPU count and the running jobs in the last round's
+// rank order. A round then visits the running jobs and only the waiting
+// jobs that start, rather than sorting every job.
+//
+// Under RanksByQueue an item's key is its queue, then its group there
+// (those that ran in it, those that wait, those that entered it while
+// running), then a sequence number (jobState.seq) whose order is the last
+// round's rank order within the group. Each round numbers the jobs it
+// visits (those that ran before it, and those it starts), in rank order,
+// from a block below every number given so far: in their queue they
+// ranked before every job it left waiting. Jobs that entered a queue while
+// running ranked after those, and take numbers from a counter that only
+// rises, as does an arrival when it arrives.
 type keyedQueue struct {
 	sizes   []int                     // GPU counts, ascending
 	waiting [][]keyedItem             // per size: a heap of waiting jobs, least first
 	stamp   []int32                   // per job: its one current heap entry
 	ran     []int                     // the jobs the last round kept running, in rank order
-	started []int                     // the jobs started since
-	waits   []int                     // the pending jobs, and some that no longer are
+	started []int                     // the jobs started since, out of a round
+	pend    []waitCounters            // the pending jobs' counters
 	items   []keyedItem               // round scratch
 	fresh   []keyedItem               // round scratch
 	merged  []keyedItem               // round scratch
 	preempt []int                     // round scratch
 	starts  []int                     // round scratch
-	key     func(*policy.Job) float64 // the policy's RankKey
+	key     func(*policy.Job) float64 // the policy's RankKey, or nil
+	byQueue bool                      // rule is the order (RanksByQueue)
+	rule    policy.QueueRule
+	front   int64 // falls: numbers for the jobs a round visits
+	back    int64 // rises: numbers for arrivals and jobs new to a queue
 }
 
-// keyedItem is a job with its rank: key, then arrival, then index.
+// waitCounters are a pending job's counters, kept out of its jobState
+// while it waits (jobState.pendAt says where): every round settles every
+// pending job, and a dense list costs a fraction of reaching each job.
+// They are settled with the same arithmetic as settle's.
+type waitCounters struct {
+	lastUpdate, wait, queued, promoWait float64
+	job                                 int32
+	ran                                 bool // Executed > 0: promoWait counts
+	planned                             bool // PrevQueue >= 0
+}
+
+// keyedItem is a job with its rank: key, then group, then k2, then
+// arrival, then index.
 type keyedItem struct {
 	key     float64
+	k2      float64
 	arrival float64
 	job     int32
 	gpus    int32
 	stamp   int32
+	group   int32
 }
+
+// The groups of a queue under RanksByQueue, in rank order.
+const (
+	ranInQueue   = 0 // running jobs the last round planned in this queue
+	waitsInQueue = 1 // waiting jobs
+	enteredQueue = 2 // running jobs that crossed into it since, by arrival
+)
 
 func (a *keyedItem) before(b *keyedItem) bool {
 	switch {
 	case a.key != b.key:
 		return a.key < b.key
+	case a.group != b.group:
+		return a.group < b.group
+	case a.k2 != b.k2:
+		return a.k2 < b.k2
 	case a.arrival != b.arrival:
 		return a.arrival < b.arrival
 	}
@@ -54,8 +94,9 @@ func compareKeyed(a, b keyedItem) int {
 	return 1
 }
 
-func newKeyedQueue(jobs []jobState, key func(*policy.Job) float64) *keyedQueue {
-	q := &keyedQueue{stamp: make([]int32, len(jobs)), key: key}
+func newKeyedQueue(jobs []jobState, p *policy.Policy) *keyedQueue {
+	q := &keyedQueue{stamp: make([]int32, len(jobs)), key: p.RankKey()}
+	q.rule, q.byQueue = p.RanksByQueue()
 	for i := range jobs {
 		if g := jobs[i].GPUs; !slices.Contains(q.sizes, g) {
 			q.sizes = append(q.sizes, g)
@@ -67,10 +108,13 @@ func newKeyedQueue(jobs []jobState, key func(*policy.Job) float64) *keyedQueue {
 }
 
 // useKeyedQueue says rounds may be carried out on a keyedQueue: the
-// policy ranks by key (Policy.RanksByKey), on one GPU model, with whole
-// GPUs, and no job is limited to some models.
+// policy ranks by key or by queue (Policy.RanksByKey, RanksByQueue), on
+// one GPU model, with whole GPUs, and no job is limited to some models.
 func (s *simulator) useKeyedQueue() bool {
-	if !s.maySkipRounds() || s.cfg.noShortcut || s.model == "" || !s.cfg.Policy.RanksByKey() {
+	if !s.maySkipRounds() || s.cfg.noShortcut || s.model == "" {
+		return false
+	}
+	if _, byQueue := s.cfg.Policy.RanksByQueue(); !byQueue && !s.cfg.Policy.RanksByKey() {
 		return false
 	}
 	for i := range s.jobs {
@@ -81,22 +125,43 @@ func (s *simulator) useKeyedQueue() bool {
 	return true
 }
 
-// appendKeyed appends job i with its key now. It fills the new item in
-// place: an item returned by value and copied costs a stall every round.
+// appendKeyed appends job i with its key now; a running job takes its
+// queue now as the one it was planned in (PrevQueue). It fills the new
+// item in place: an item returned by value and copied costs a stall every
+// round.
 func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
-	js := &s.jobs[i]
-	setRemaining(&js.Job, js)
+	q, js := s.keyed, &s.jobs[i]
 	items = append(items, keyedItem{})
 	it := &items[len(items)-1]
-	it.key, it.arrival, it.job, it.gpus = s.keyed.key(&js.Job), js.Arrival, int32(i), int32(js.GPUs)
+	it.arrival, it.job, it.gpus = js.Arrival, int32(i), int32(js.GPUs)
+	if !q.byQueue {
+		setRemaining(&js.Job, js)
+		it.key = q.key(&js.Job)
+		return items
+	}
+	qi := q.rule.Queue(&js.Job)
+	it.key, it.group, it.k2 = float64(qi), waitsInQueue, float64(js.seq)
+	if js.State == policy.Running {
+		it.group = ranInQueue
+		if js.PrevQueue != qi {
+			it.group, it.k2 = enteredQueue, 0
+		}
+		js.PrevQueue = qi
+	}
 	return items
 }
 
 // wait puts job i, which has just become pending, in its size's heap; an
 // entry it may have from an earlier wait is dropped when it surfaces.
 func (s *simulator) wait(i int) {
-	q := s.keyed
-	q.waits = append(q.waits, i)
+	q, js := s.keyed, &s.jobs[i]
+	js.pendAt = int32(len(q.pend))
+	q.pend = append(q.pend, waitCounters{lastUpdate: js.lastUpdate, wait: js.Wait, queued: js.queued, promoWait: js.promoWait,
+		job: int32(i), ran: js.Executed > 0, planned: js.PrevQueue >= 0})
+	if js.PrevQueue < 0 { // an arrival
+		js.seq = q.back
+		q.back++
+	}
 	q.stamp[i]++
 	k, _ := slices.BinarySearch(q.sizes, s.jobs[i].GPUs)
 	h := s.appendKeyed(q.waiting[k], i)
@@ -165,27 +230,60 @@ func (s *simulator) first(free int) int {
 	return best
 }
 
-// settleWaiting brings the pending jobs' counters up to date, or only
-// those of jobs planned before (PrevQueue) with plannedOnly, as the
-// arrival shortcut does; after a round every job has been planned. It
-// drops the jobs that are no longer pending.
+// unwait gives job i, which starts, its counters back.
+func (s *simulator) unwait(i int) {
+	q, js := s.keyed, &s.jobs[i]
+	k := js.pendAt
+	c := &q.pend[k]
+	js.lastUpdate, js.Wait, js.queued, js.promoWait = c.lastUpdate, c.wait, c.queued, c.promoWait
+	last := len(q.pend) - 1
+	q.pend[k] = q.pend[last]
+	s.jobs[q.pend[k].job].pendAt = k
+	q.pend = q.pend[:last]
+}
+
+// flush gives every pending job its counters back, for the results.
+func (s *simulator) flushWaiting() {
+	for _, c := range s.keyed.pend {
+		js := &s.jobs[c.job]
+		js.lastUpdate, js.Wait, js.queued, js.promoWait = c.lastUpdate, c.wait, c.queued, c.promoWait
+	}
+}
+
+// settleWaiting brings the pending jobs' counters up to date, as settle
+// does, or only those of jobs planned before (PrevQueue) with
+// plannedOnly, as the arrival shortcut does; after a round every job has
+// been planned.
 func (s *simulator) settleWaiting(plannedOnly bool) {
 	q := s.keyed
-	w := 0
-	for _, i := range q.waits {
-		js := &s.jobs[i]
-		if js.done || js.State != policy.Pending {
+	for k := range q.pend {
+		c := &q.pend[k]
+		if !c.planned {
+			if plannedOnly {
+				continue
+			}
+			c.planned = true
+			s.jobs[c.job].PrevQueue = q.entry()
+		}
+		dt := s.now - c.lastUpdate
+		if dt <= 0 {
 			continue
 		}
-		q.waits[w] = i
-		w++
-		if plannedOnly && js.PrevQueue < 0 {
-			continue
+		c.lastUpdate = s.now
+		c.wait += dt
+		c.queued += dt
+		if c.ran {
+			c.promoWait += dt
 		}
-		s.settle(js)
-		js.PrevQueue = 0
 	}
-	q.waits = q.waits[:w]
+}
+
+// entry is the queue a new job enters (0 for orders without queues).
+func (q *keyedQueue) entry() int {
+	if q.byQueue {
+		return q.rule.Entry()
+	}
+	return 0
 }
 
 // settleRunning settles job i if it still runs, and says whether it does.
@@ -198,22 +296,28 @@ func (s *simulator) settleRunning(i int) bool {
 	return true
 }
 
-// settlePlanned settles every planned job, as the arrival shortcut does.
-func (s *simulator) settlePlanned() {
+// settlePlanned settles every planned job, as the arrival shortcut does,
+// and says whether each one keeps its place (Policy.Settled). Jobs keep
+// their queue while they wait.
+func (s *simulator) settlePlanned() bool {
 	s.settleWaiting(true)
-	for _, i := range s.keyed.ran {
-		s.settleRunning(i)
+	settled := true
+	for _, list := range [][]int{s.keyed.ran, s.keyed.started} {
+		for _, i := range list {
+			if s.settleRunning(i) && !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
+				settled = false
+			}
+		}
 	}
-	for _, i := range s.keyed.started {
-		s.settleRunning(i)
-	}
+	return settled
 }
 
-// keyedRound is a planning round of a policy that ranks by key (see
-// Policy.RanksByKey): it walks the running jobs, in order of their key
-// now, together with the waiting jobs that rank among them, and each one
-// the GPUs not yet taken hold runs. Waiting jobs that do not start are
-// not visited, as none of them fits once a round's walk reaches them.
+// keyedRound is a planning round of a policy that ranks by key or by
+// queue (see Policy.RanksByKey, RanksByQueue): it walks the running jobs,
+// in their order now, together with the waiting jobs that rank among
+// them, and each one the GPUs not yet taken hold runs. Waiting jobs that
+// do not start are not visited, as none of them fits once a round's walk
+// reaches them.
 func (s *simulator) keyedRound() {
 	s.rounds++
 	q := s.keyed
@@ -257,14 +361,34 @@ func (s *simulator) keyedRound() {
 		q.merged, run = run, merged
 	}
 
+	// Under RanksByQueue the jobs this round visits are numbered in rank
+	// order, below every number given so far, except that jobs new to
+	// their queue take numbers above every one.
+	q.front -= int64(len(run) + s.gpus)
+	seq := q.front
+	wake := math.Inf(1)
 	kept, preempt, starts := q.ran[:0], q.preempt[:0], q.starts[:0]
 	free := s.gpus
 	best := s.first(free)
 	for r := 0; r < len(run) || best >= 0; {
 		if r < len(run) && (best < 0 || run[r].before(&q.waiting[best][0])) {
-			it := run[r]
+			it := &run[r]
 			r++
-			if g := int(it.gpus); g <= free {
+			g := int(it.gpus)
+			if q.byQueue {
+				js := &s.jobs[it.job]
+				if it.group == enteredQueue {
+					js.seq = q.back
+					q.back++
+				} else {
+					js.seq = seq
+					seq++
+				}
+				if g <= free {
+					wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
+				}
+			}
+			if g <= free {
 				free -= g
 				kept = append(kept, int(it.job))
 				if best >= 0 && q.sizes[best] > free {
@@ -279,12 +403,20 @@ func (s *simulator) keyedRound() {
 		q.pop(best)
 		free -= int(it.gpus)
 		starts = append(starts, int(it.job))
+		kept = append(kept, int(it.job)) // runs next round in this order
+		if q.byQueue {
+			js := &s.jobs[it.job]
+			js.seq = seq
+			seq++
+			wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
+		}
 		best = s.first(free)
 	}
 	q.ran, q.items, q.fresh = kept, run, fresh
 
 	// As a round carries out its decisions: preemptions first, then the
-	// starts in the order of the Snapshot.
+	// starts, each in the order of the Snapshot.
+	slices.Sort(preempt)
 	for _, i := range preempt {
 		s.preempt(i)
 	}
@@ -293,8 +425,12 @@ func (s *simulator) keyedRound() {
 	for _, i := range starts {
 		s.start(i, &start)
 	}
+	q.started = q.started[:0] // they are in q.ran already
 	q.preempt, q.starts = preempt, starts
 	s.blocked = s.pending > 0
 	s.head = -1
 	s.wakeAt = math.Inf(1)
+	if !math.IsInf(wake, 1) {
+		s.wakeAt = s.now + max(wake, 1e-3)
+	}
 }

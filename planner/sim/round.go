@@ -190,6 +190,9 @@ func (s *simulator) gpuUse(js *jobState) float64 {
 }
 
 func (s *simulator) start(i int, d *policy.Decision) {
+	if s.keyed != nil {
+		s.unwait(i)
+	}
 	js := &s.jobs[i]
 	s.settle(js)
 	js.State = policy.Running

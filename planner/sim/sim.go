@@ -115,7 +115,9 @@ type jobState struct {
 	queued     float64 // total pending time
 	promoWait  float64 // compat: pending time since the last promotion
 	done       bool
-	inSteps    bool // given in steps: rates is set (kept here, read every round)
+	inSteps    bool  // given in steps: rates is set (kept here, read every round)
+	pendAt     int32 // keyedQueue: where a pending job's counters are
+	seq        int64 // keyedQueue under RanksByQueue: the job's place in its queue
 	policy.Job
 	trace       *trace.Job
 	rates       map[string]float64
@@ -148,7 +150,7 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if s.useArrivalQueue() {
 		s.arrivals = newArrivalQueue(s.jobs)
 	} else if s.useKeyedQueue() {
-		s.keyed = newKeyedQueue(s.jobs, cfg.Policy.RankKey())
+		s.keyed = newKeyedQueue(s.jobs, cfg.Policy)
 	}
 	s.run()
 	return s.result(), nil
@@ -326,6 +328,9 @@ func (s *simulator) run() {
 		}
 	}
 	s.advanceTo(s.now)
+	if s.keyed != nil {
+		s.flushWaiting()
+	}
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, total)
 	}
@@ -373,8 +378,8 @@ func (s *simulator) startArrivals(from, to int) bool {
 		s.startInArrivalOrder() // nothing else waits: it starts them all
 		return true
 	}
-	if s.keyed != nil {
-		s.settlePlanned() // its orders do not remember rounds
+	if s.keyed != nil && !s.settlePlanned() {
+		return false
 	}
 	// Refresh the learned sizes exactly when a round would have.
 	s.learnSizes()
