@@ -92,17 +92,46 @@ func (d *SizeDistribution) firstAbove(v float64) int {
 	return lo
 }
 
+// IndexHint remembers where one job's last Gittins index lookups ended.
+// A running job's next lookup, at a little more attained service, mostly
+// ends at the same samples, or a few further on.
+type IndexHint struct{ lo, hi int32 }
+
+// firstAboveFrom is firstAbove(v), tried first from at and the few
+// samples after it.
+func (d *SizeDistribution) firstAboveFrom(v float64, at *int32) int {
+	n, i := len(d.sorted), int(*at)
+	if i >= 0 && i <= n && (i == 0 || d.sorted[i-1] <= v) {
+		for step := 0; step < 4 && i < n && d.sorted[i] <= v; step++ {
+			i++
+		}
+		if i == n || d.sorted[i] > v {
+			*at = int32(i)
+			return i
+		}
+	}
+	i = d.firstAbove(v)
+	*at = int32(i)
+	return i
+}
+
 // Gittins is the Gittins index of a job that has attained a GPU-seconds,
 // for a service quantum delta: the chance it finishes within delta more,
 // divided by the service it is expected to use in that quantum. Higher
 // runs first; a job beyond every sample gets 0.
 func (d *SizeDistribution) Gittins(a, delta float64) float64 {
+	return d.GittinsFrom(a, delta, &IndexHint{lo: -1, hi: -1})
+}
+
+// GittinsFrom is Gittins, with the lookups started from where h says the
+// job's last ones ended, and h updated.
+func (d *SizeDistribution) GittinsFrom(a, delta float64, h *IndexHint) float64 {
 	n := len(d.sorted)
-	lo := d.firstAbove(a)
+	lo := d.firstAboveFrom(a, &h.lo)
 	if lo >= n {
 		return 0
 	}
-	hi := d.firstAbove(a + delta)
+	hi := d.firstAboveFrom(a+delta, &h.hi)
 	done := float64(hi - lo)
 	// E[min(S-a, delta)] over samples above a, times their count.
 	used := d.prefix[hi] - d.prefix[lo] - a*done + delta*float64(n-hi)
@@ -189,6 +218,14 @@ func (o *gittinsOrder) index(d *SizeDistribution, a float64) float64 {
 	return d.Gittins(a, o.delta)
 }
 
+// indexFrom is index, with the lookups started from h (see GittinsFrom).
+func (o *gittinsOrder) indexFrom(d *SizeDistribution, a float64, h *IndexHint) float64 {
+	if o.table != nil {
+		return o.index(d, a)
+	}
+	return d.GittinsFrom(a, o.delta, h)
+}
+
 func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 	o.q.assign(s, ds)
 	dist := o.sizes
@@ -227,5 +264,7 @@ func (o *gittinsOrder) settled(s *Snapshot, j *Job) bool {
 	return o.sizes.Len() > 0 || s.CompletedSizes.Len() > 0 || o.q.settled(j)
 }
 func (o *gittinsOrder) entryQueue() int { return o.q.queueOf(0) }
+
+func (o *gittinsOrder) queueRule() QueueRule { return QueueRule{q: &o.q, g: o} }
 
 func (o *gittinsOrder) Wake(s *Snapshot, r *Result) float64 { return o.q.wake(s, r) }

@@ -163,7 +163,7 @@ func (lasOrder) Preemptive() bool { return true }
 func (o lasOrder) settled(_ *Snapshot, j *Job) bool { return o.q.settled(j) }
 func (o lasOrder) entryQueue() int                  { return o.q.queueOf(0) }
 
-func (o lasOrder) queueRule() *queues { return &o.q }
+func (o lasOrder) queueRule() QueueRule { return QueueRule{q: &o.q} }
 
 func (o lasOrder) Order(s *Snapshot, ds []Decision) float64 {
 	o.q.assign(s, ds)

@@ -159,14 +159,41 @@ func (p *Policy) RankKey() func(j *Job) float64 {
 	return nil
 }
 
-// queueRanked is implemented by orderers that rank by multi-level queue
-// alone, keeping each queue's order from round to round (2D-LAS without
-// the promote knob).
-type queueRanked interface{ queueRule() *queues }
+// queueRanked is implemented by the orderers that rank by multi-level
+// queue first: 2D-LAS and 2D-Gittins.
+type queueRanked interface{ queueRule() QueueRule }
 
 // QueueRule is what a caller needs to carry out the rounds of a policy
 // that ranks by queue (see Policy.RanksByQueue).
-type QueueRule struct{ q *queues }
+type QueueRule struct {
+	q *queues
+	g *gittinsOrder // 2D-Gittins; nil for 2D-LAS
+}
+
+// Sizes is the size distribution 2D-Gittins ranks by in a round of s, or
+// nil while it has none (and ranks as 2D-LAS does), and under 2D-LAS.
+func (r QueueRule) Sizes(s *Snapshot) *SizeDistribution {
+	if r.g == nil {
+		return nil
+	}
+	if d := r.g.sizes; d.Len() > 0 {
+		return d
+	}
+	if d := s.CompletedSizes; d.Len() > 0 {
+		return d
+	}
+	return nil
+}
+
+// Key is j's rank within its queue under 2D-Gittins with the sizes d
+// (lower first): its Gittins index at its attained service, negated. The
+// index's lookups start from h, which a caller keeps per job (nil: none).
+func (r QueueRule) Key(d *SizeDistribution, j *Job, h *IndexHint) float64 {
+	if h == nil {
+		return -r.g.index(d, j.Attained)
+	}
+	return -r.g.indexFrom(d, j.Attained, h)
+}
 
 // Queue is the queue j's attained service puts it in.
 func (r QueueRule) Queue(j *Job) int { return r.q.queueOf(j.Attained) }
@@ -190,20 +217,23 @@ func (r QueueRule) RunWake(j *Job, qi int) float64 {
 // visiting the queues in turn and, within queue q (QueueRule.Queue):
 // first the jobs the last round put in q that run, then those that wait,
 // each in the last round's rank order (PrevRank); then the jobs new to q,
-// arrivals first, each group by arrival, then index in the Snapshot. Its
-// wake-up is the least RunWake of the jobs it runs. The rule is returned
-// with ok; a job's queue does not change while it waits.
+// arrivals first, each group by arrival, then index in the Snapshot.
+// Under 2D-Gittins with sizes (QueueRule.Sizes), the jobs of a queue go
+// by QueueRule.Key instead, then arrival, then index. Its wake-up is the
+// least RunWake of the jobs it runs. The rule is returned with ok; a
+// job's queue and key do not change while it waits, nor while the sizes
+// stay the same.
 func (p *Policy) RanksByQueue() (rule QueueRule, ok bool) {
 	o, ranked := p.Order.(queueRanked)
 	_, fits := p.Place.(firstFit)
 	if !ranked || !fits || !p.Order.Preemptive() || p.Blocking || p.Migrate != nil || !p.CanStartArrivals() {
 		return QueueRule{}, false
 	}
-	q := o.queueRule()
-	if q.promoteKnob > 0 || q.compat {
+	rule = o.queueRule()
+	if rule.q.promoteKnob > 0 || rule.q.compat {
 		return QueueRule{}, false
 	}
-	return QueueRule{q: q}, true
+	return rule, true
 }
 
 // Settled says job j, planned in an earlier round, keeps the place in the

@@ -901,7 +901,9 @@ func TestRanksByQueueIsARound(t *testing.T) {
 		{"las", Config{PromoteKnob: 2}, false},
 		{"las", Config{Compat: true}, false},
 		{"las+consolidated", Config{}, false},
-		{"gittins", Config{}, false}, {"srsf", Config{}, false}, {"fifo", Config{}, false},
+		{"gittins", Config{QueueCuts: []float64{10, 50}}, true},
+		{"gittins", Config{PromoteKnob: 2}, false},
+		{"srsf", Config{}, false}, {"fifo", Config{}, false},
 	} {
 		t.Run(fmt.Sprintf("%s/%v/%v/%v", tc.name, tc.cfg.QueueCuts, tc.cfg.PromoteKnob, tc.cfg.Compat), func(t *testing.T) {
 			p, err := Parse(tc.name, tc.cfg)
@@ -948,19 +950,32 @@ func TestRanksByQueueIsARound(t *testing.T) {
 					}
 					s.Jobs = append(s.Jobs, j)
 				}
-				type place struct{ queue, group, rank int }
+				if tc.name == "gittins" && round%2 == 1 {
+					var sizes []float64
+					for k := 0; k < 30; k++ {
+						sizes = append(sizes, float64(1+rng.IntN(100)))
+					}
+					s.CompletedSizes = NewSizeDistribution(sizes)
+				}
+				type place struct {
+					queue, group, rank int
+					key                float64
+				}
 				placeOf := func(i int) place {
 					j := &s.Jobs[i]
 					qi := rule.Queue(j)
+					if d := rule.Sizes(s); d != nil {
+						return place{queue: qi, key: rule.Key(d, j, nil)}
+					}
 					switch {
 					case j.PrevQueue == qi && j.State == Running:
-						return place{qi, 0, j.PrevRank}
+						return place{qi, 0, j.PrevRank, 0}
 					case j.PrevQueue == qi:
-						return place{qi, 1, j.PrevRank}
+						return place{qi, 1, j.PrevRank, 0}
 					case j.PrevQueue < 0:
-						return place{qi, 2, 0}
+						return place{qi, 2, 0, 0}
 					}
-					return place{qi, 3, 0}
+					return place{qi, 3, 0, 0}
 				}
 				order := make([]int, len(s.Jobs))
 				for i := range order {
@@ -968,7 +983,7 @@ func TestRanksByQueueIsARound(t *testing.T) {
 				}
 				slices.SortStableFunc(order, func(a, b int) int {
 					pa, pb := placeOf(a), placeOf(b)
-					return cmp.Or(cmp.Compare(pa.queue, pb.queue), cmp.Compare(pa.group, pb.group),
+					return cmp.Or(cmp.Compare(pa.queue, pb.queue), cmp.Compare(pa.key, pb.key), cmp.Compare(pa.group, pb.group),
 						cmp.Compare(pa.rank, pb.rank), cmp.Compare(s.Jobs[a].Arrival, s.Jobs[b].Arrival))
 				})
 				want, left, wake := map[int]bool{}, total, math.Inf(1)
@@ -987,5 +1002,35 @@ func TestRanksByQueueIsARound(t *testing.T) {
 				must.Eq(t, wake, r.Wake, must.Sprintf("round %d", round))
 			}
 		})
+	}
+}
+
+// GittinsFrom gives Gittins' index bit for bit, with one hint carried
+// along a job's growing attained service (small steps, jumps, and a fall
+// back when the sizes change) and with hints that point anywhere.
+func TestGittinsFromMatchesGittins(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 8))
+	for trial := 0; trial < 50; trial++ {
+		var sizes []float64
+		for k := 0; k < 1+rng.IntN(300); k++ {
+			sizes = append(sizes, float64(1+rng.IntN(5000))) // with repeats
+		}
+		d := NewSizeDistribution(sizes)
+		delta := float64(1 + rng.IntN(3000))
+		h := IndexHint{}
+		a := 0.0
+		for step := 0; step < 500; step++ {
+			switch rng.IntN(10) {
+			case 0:
+				a += float64(rng.IntN(2000))
+			case 1:
+				a = float64(rng.IntN(6000))
+			default:
+				a += rng.Float64() * 20
+			}
+			must.Eq(t, d.Gittins(a, delta), d.GittinsFrom(a, delta, &h), must.Sprintf("trial %d step %d a %v", trial, step, a))
+			odd := IndexHint{lo: int32(rng.IntN(400) - 50), hi: int32(rng.IntN(400) - 50)}
+			must.Eq(t, d.Gittins(a, delta), d.GittinsFrom(a, delta, &odd))
+		}
 	}
 }

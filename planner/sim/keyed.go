@@ -18,12 +18,13 @@ import (
 // Under RanksByQueue an item's key is its queue, then its group there
 // (those that ran in it, those that wait, those that entered it while
 // running), then a sequence number (jobState.seq) whose order is the last
-// round's rank order within the group. Each round numbers the jobs it
-// visits (those that ran before it, and those it starts), in rank order,
-// from a block below every number given so far: in their queue they
-// ranked before every job it left waiting. Jobs that entered a queue while
-// running ranked after those, and take numbers from a counter that only
-// rises, as does an arrival when it arrives.
+// round's rank order within the group. A round numbers, in rank order, the
+// jobs it preempts in the queue they ran in from a block below every
+// number given so far (they ranked before every job that waited there),
+// and the jobs it starts and those that entered a queue while running
+// from a counter that only rises (they ranked after the jobs that kept
+// running, and after those that waited), as an arrival is numbered when
+// it arrives. Jobs that keep running keep their numbers.
 type keyedQueue struct {
 	sizes   []int                     // GPU counts, ascending
 	waiting [][]keyedItem             // per size: a heap of waiting jobs, least first
@@ -31,6 +32,7 @@ type keyedQueue struct {
 	ran     []int                     // the jobs the last round kept running, in rank order
 	started []int                     // the jobs started since, out of a round
 	pend    []waitCounters            // the pending jobs' counters
+	arrived []int                     // arrivals not in the heaps yet: most start before a round
 	items   []keyedItem               // round scratch
 	fresh   []keyedItem               // round scratch
 	merged  []keyedItem               // round scratch
@@ -39,8 +41,12 @@ type keyedQueue struct {
 	key     func(*policy.Job) float64 // the policy's RankKey, or nil
 	byQueue bool                      // rule is the order (RanksByQueue)
 	rule    policy.QueueRule
-	front   int64 // falls: numbers for the jobs a round visits
-	back    int64 // rises: numbers for arrivals and jobs new to a queue
+	// ranked is the size distribution 2D-Gittins ranks by (the waiting
+	// jobs' keys were worked out with it), or nil while it ranks as
+	// 2D-LAS does.
+	ranked *policy.SizeDistribution
+	front  int64 // falls: numbers for the jobs a round visits
+	back   int64 // rises: numbers for arrivals and jobs new to a queue
 }
 
 // waitCounters are a pending job's counters, kept out of its jobState
@@ -140,6 +146,13 @@ func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
 		return items
 	}
 	qi := q.rule.Queue(&js.Job)
+	if q.ranked != nil {
+		it.key, it.k2 = float64(qi), q.rule.Key(q.ranked, &js.Job, &js.hint)
+		if js.State == policy.Running {
+			js.PrevQueue = qi
+		}
+		return items
+	}
 	it.key, it.group, it.k2 = float64(qi), waitsInQueue, float64(js.seq)
 	if js.State == policy.Running {
 		it.group = ranInQueue
@@ -158,10 +171,31 @@ func (s *simulator) wait(i int) {
 	js.pendAt = int32(len(q.pend))
 	q.pend = append(q.pend, waitCounters{lastUpdate: js.lastUpdate, wait: js.Wait, queued: js.queued, promoWait: js.promoWait,
 		job: int32(i), ran: js.Executed > 0, planned: js.PrevQueue >= 0})
-	if js.PrevQueue < 0 { // an arrival
+	if js.PrevQueue < 0 { // an arrival: in the heaps by the next round
 		js.seq = q.back
 		q.back++
+		q.arrived = append(q.arrived, i)
+		return
 	}
+	s.push(i)
+}
+
+// rekey puts the waiting jobs in the heaps again, with their keys now:
+// 2D-Gittins has new sizes.
+func (s *simulator) rekey() {
+	q := s.keyed
+	for k := range q.waiting {
+		q.waiting[k] = q.waiting[k][:0]
+	}
+	for _, c := range q.pend {
+		s.push(int(c.job))
+	}
+	q.arrived = q.arrived[:0]
+}
+
+// push puts waiting job i in its size's heap.
+func (s *simulator) push(i int) {
+	q := s.keyed
 	q.stamp[i]++
 	k, _ := slices.BinarySearch(q.sizes, s.jobs[i].GPUs)
 	h := s.appendKeyed(q.waiting[k], i)
@@ -298,16 +332,26 @@ func (s *simulator) settleRunning(i int) bool {
 
 // settlePlanned settles every planned job, as the arrival shortcut does,
 // and says whether each one keeps its place (Policy.Settled). Jobs keep
-// their queue while they wait.
+// their queue while they wait. It drops the jobs that no longer run from
+// the running lists: on a cluster with room, rounds are rare and the
+// shortcut starts most jobs.
 func (s *simulator) settlePlanned() bool {
 	s.settleWaiting(true)
 	settled := true
-	for _, list := range [][]int{s.keyed.ran, s.keyed.started} {
-		for _, i := range list {
-			if s.settleRunning(i) && !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
+	q := s.keyed
+	for _, list := range []*[]int{&q.ran, &q.started} {
+		w := 0
+		for _, i := range *list {
+			if !s.settleRunning(i) {
+				continue
+			}
+			(*list)[w] = i
+			w++
+			if !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
 				settled = false
 			}
 		}
+		*list = (*list)[:w]
 	}
 	return settled
 }
@@ -321,10 +365,23 @@ func (s *simulator) settlePlanned() bool {
 func (s *simulator) keyedRound() {
 	s.rounds++
 	q := s.keyed
+	if q.byQueue {
+		s.learnSizes()
+		if d := q.rule.Sizes(&s.snap); d != q.ranked {
+			q.ranked = d
+			s.rekey()
+		}
+	}
+	for _, i := range q.arrived {
+		if js := &s.jobs[i]; js.State == policy.Pending && !js.done {
+			s.push(i)
+		}
+	}
+	q.arrived = q.arrived[:0]
 	s.settleWaiting(false)
 	// The running jobs' keys now, each job settled as a round's Snapshot
-	// brings it up to date: those the last round kept, in its order, and
-	// those started since.
+	// brings it up to date: those the last round kept (or started), in its
+	// order.
 	run := q.items[:0]
 	for _, i := range q.ran {
 		if s.settleRunning(i) {
@@ -332,7 +389,8 @@ func (s *simulator) keyedRound() {
 		}
 	}
 	// Keys change little between rounds: insertion sort of the old order
-	// is near linear. Jobs started since are sorted apart and merged in.
+	// is near linear. Jobs started out of a round (the arrival shortcut)
+	// are sorted apart and merged in.
 	for a := 1; a < len(run); a++ {
 		for b := a; b > 0 && run[b].before(&run[b-1]); b-- {
 			run[b], run[b-1] = run[b-1], run[b]
@@ -360,11 +418,12 @@ func (s *simulator) keyedRound() {
 		}
 		q.merged, run = run, merged
 	}
+	q.fresh = fresh
 
-	// Under RanksByQueue the jobs this round visits are numbered in rank
-	// order, below every number given so far, except that jobs new to
-	// their queue take numbers above every one.
-	q.front -= int64(len(run) + s.gpus)
+	// Under RanksByQueue, jobs preempted in the queue they ran in are
+	// numbered in rank order below every number given so far; jobs that
+	// start, and those new to their queue, above every one.
+	q.front -= int64(len(run))
 	seq := q.front
 	wake := math.Inf(1)
 	kept, preempt, starts := q.ran[:0], q.preempt[:0], q.starts[:0]
@@ -377,10 +436,11 @@ func (s *simulator) keyedRound() {
 			g := int(it.gpus)
 			if q.byQueue {
 				js := &s.jobs[it.job]
-				if it.group == enteredQueue {
+				switch {
+				case it.group == enteredQueue:
 					js.seq = q.back
 					q.back++
-				} else {
+				case g > free:
 					js.seq = seq
 					seq++
 				}
@@ -406,13 +466,13 @@ func (s *simulator) keyedRound() {
 		kept = append(kept, int(it.job)) // runs next round in this order
 		if q.byQueue {
 			js := &s.jobs[it.job]
-			js.seq = seq
-			seq++
+			js.seq = q.back
+			q.back++
 			wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
 		}
 		best = s.first(free)
 	}
-	q.ran, q.items, q.fresh = kept, run, fresh
+	q.ran, q.items = kept, run
 
 	// As a round carries out its decisions: preemptions first, then the
 	// starts, each in the order of the Snapshot.

@@ -105,20 +105,22 @@ type Result struct {
 }
 
 type jobState struct {
-	// settle's fields first, next to the Job's own counters at the start
-	// of policy.Job: every round settles every active job.
+	// The fields every round reads first (settle's, the keyed queue's),
+	// in one cache line next to the Job's own counters at the start of
+	// policy.Job.
 	lastUpdate float64
 	work       float64 // remaining, in the unit of rate
 	rate       float64 // current progress per second
 	laneShare  float64 // GPU share counted per second when on a lane
 	latency    float64 // StartLatency (and spread) left before the task runs
 	queued     float64 // total pending time
-	promoWait  float64 // compat: pending time since the last promotion
+	seq        int64   // keyedQueue under RanksByQueue: the job's place in its queue
 	done       bool
 	inSteps    bool  // given in steps: rates is set (kept here, read every round)
 	pendAt     int32 // keyedQueue: where a pending job's counters are
-	seq        int64 // keyedQueue under RanksByQueue: the job's place in its queue
 	policy.Job
+	promoWait   float64          // compat: pending time since the last promotion
+	hint        policy.IndexHint // keyedQueue under 2D-Gittins: where its index lookups ended
 	trace       *trace.Job
 	rates       map[string]float64
 	finishAt    float64
@@ -378,11 +380,11 @@ func (s *simulator) startArrivals(from, to int) bool {
 		s.startInArrivalOrder() // nothing else waits: it starts them all
 		return true
 	}
+	// Refresh the learned sizes exactly when a round would have.
+	s.learnSizes()
 	if s.keyed != nil && !s.settlePlanned() {
 		return false
 	}
-	// Refresh the learned sizes exactly when a round would have.
-	s.learnSizes()
 	s.dropFinished()
 	for _, i := range s.active {
 		if js := &s.jobs[i]; js.PrevQueue >= 0 {
