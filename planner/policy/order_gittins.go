@@ -97,18 +97,28 @@ func (d *SizeDistribution) firstAbove(v float64) int {
 // ends at the same samples, or a few further on.
 type IndexHint struct{ lo, hi int32 }
 
-// firstAboveFrom is firstAbove(v), tried first from at and the few
-// samples after it.
+// firstAboveFrom is firstAbove(v), searched ahead from at when at is at
+// or below it (a running job's attained service only grows).
 func (d *SizeDistribution) firstAboveFrom(v float64, at *int32) int {
 	n, i := len(d.sorted), int(*at)
 	if i >= 0 && i <= n && (i == 0 || d.sorted[i-1] <= v) {
-		for step := 0; step < 4 && i < n && d.sorted[i] <= v; step++ {
-			i++
+		// Gallop ahead from i, then search the last stride.
+		step := 1
+		for i+step <= n && d.sorted[i+step-1] <= v {
+			i += step
+			step *= 2
 		}
-		if i == n || d.sorted[i] > v {
-			*at = int32(i)
-			return i
+		lo, hi := i, min(i+step, n)
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if d.sorted[m] <= v {
+				lo = m + 1
+			} else {
+				hi = m
+			}
 		}
+		*at = int32(lo)
+		return lo
 	}
 	i = d.firstAbove(v)
 	*at = int32(i)

@@ -392,9 +392,14 @@ func (s *simulator) keyedRound() {
 	// is near linear. Jobs started out of a round (the arrival shortcut)
 	// are sorted apart and merged in.
 	for a := 1; a < len(run); a++ {
-		for b := a; b > 0 && run[b].before(&run[b-1]); b-- {
-			run[b], run[b-1] = run[b-1], run[b]
+		if !run[a].before(&run[a-1]) {
+			continue
 		}
+		it, b := run[a], a
+		for ; b > 0 && it.before(&run[b-1]); b-- {
+			run[b] = run[b-1]
+		}
+		run[b] = it
 	}
 	fresh := q.fresh[:0]
 	for _, i := range q.started {
