@@ -66,6 +66,7 @@ type keyedItem struct {
 	key     float64
 	k2      float64
 	arrival float64
+	wake    float64 // a running job's RunWake, under RanksByQueue
 	job     int32
 	gpus    int32
 	stamp   int32
@@ -146,14 +147,18 @@ func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
 		return items
 	}
 	qi := q.rule.Queue(&js.Job)
+	it.key = float64(qi)
+	if js.State == policy.Running {
+		it.wake = q.rule.RunWake(&js.Job, qi)
+	}
 	if q.ranked != nil {
-		it.key, it.k2 = float64(qi), q.rule.Key(q.ranked, &js.Job, &js.hint)
+		it.k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
 		if js.State == policy.Running {
 			js.PrevQueue = qi
 		}
 		return items
 	}
-	it.key, it.group, it.k2 = float64(qi), waitsInQueue, float64(js.seq)
+	it.group, it.k2 = waitsInQueue, float64(js.seq)
 	if js.State == policy.Running {
 		it.group = ranInQueue
 		if js.PrevQueue != qi {
@@ -440,17 +445,16 @@ func (s *simulator) keyedRound() {
 			r++
 			g := int(it.gpus)
 			if q.byQueue {
-				js := &s.jobs[it.job]
 				switch {
 				case it.group == enteredQueue:
-					js.seq = q.back
+					s.jobs[it.job].seq = q.back
 					q.back++
 				case g > free:
-					js.seq = seq
+					s.jobs[it.job].seq = seq
 					seq++
 				}
 				if g <= free {
-					wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
+					wake = min(wake, it.wake)
 				}
 			}
 			if g <= free {
