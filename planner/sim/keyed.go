@@ -118,7 +118,8 @@ func newKeyedQueue(jobs []jobState, p *policy.Policy) *keyedQueue {
 // policy ranks by key or by queue (Policy.RanksByKey, RanksByQueue), on
 // one GPU model, with whole GPUs, and no job is limited to some models.
 func (s *simulator) useKeyedQueue() bool {
-	if !s.maySkipRounds() || s.cfg.noShortcut || s.model == "" {
+	// checkSnapshot tests the kept Snapshot, which keyed rounds do not use.
+	if !s.maySkipRounds() || s.cfg.noShortcut || s.cfg.checkSnapshot || s.model == "" {
 		return false
 	}
 	if _, byQueue := s.cfg.Policy.RanksByQueue(); !byQueue && !s.cfg.Policy.RanksByKey() {
