@@ -65,7 +65,7 @@ type Config struct {
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
 
-	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind and arrivalRound
+	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind, arrivalRound and keyedRound
 	checkSnapshot bool // tests: compare the kept Snapshot with a fresh copy every round (Result.snapErr)
 }
 
