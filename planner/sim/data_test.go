@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,11 +12,20 @@ import (
 // It skips the test when the data is absent.
 func sharedData(tb testing.TB, rel string) string {
 	tb.Helper()
+	p, err := sharedDataPath(rel)
+	if err != nil {
+		tb.Skipf("shared data: %v (set CARAVAN_SHARED_DATA)", err)
+	}
+	return p
+}
+
+// sharedDataPath is the path of a shared data file, or why it is absent.
+func sharedDataPath(rel string) (string, error) {
 	base := os.Getenv("CARAVAN_SHARED_DATA")
 	if base == "" {
 		dir, err := os.Getwd()
 		if err != nil {
-			tb.Skipf("shared data: %v", err)
+			return "", err
 		}
 		for {
 			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -23,7 +33,7 @@ func sharedData(tb testing.TB, rel string) string {
 			}
 			parent := filepath.Dir(dir)
 			if parent == dir {
-				tb.Skip("shared data: no go.mod above the working directory")
+				return "", errors.New("no go.mod above the working directory")
 			}
 			dir = parent
 		}
@@ -31,7 +41,7 @@ func sharedData(tb testing.TB, rel string) string {
 	}
 	p := filepath.Join(base, rel)
 	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("shared data %s not available (set CARAVAN_SHARED_DATA): %v", p, err)
+		return "", err
 	}
-	return p
+	return p, nil
 }

@@ -28,7 +28,7 @@ import (
 type keyedQueue struct {
 	sizes   []int                     // GPU counts, ascending
 	waiting [][]keyedItem             // per size: a heap of waiting jobs, least first
-	stamp   []int32                   // per job: its one current heap entry
+	stamp   []int32                   // per job: its one current heap entry (see waitingHead)
 	ran     []int                     // the jobs the last round kept running, in rank order
 	started []int                     // the jobs started since, out of a round
 	pend    []waitCounters            // the pending jobs' counters
@@ -119,7 +119,7 @@ func newKeyedQueue(jobs []jobState, p *policy.Policy) *keyedQueue {
 // one GPU model, with whole GPUs, and no job is limited to some models.
 func (s *simulator) useKeyedQueue() bool {
 	// checkSnapshot tests the kept Snapshot, which keyed rounds do not use.
-	if !s.maySkipRounds() || s.cfg.noShortcut || s.cfg.checkSnapshot || s.model == "" {
+	if !s.maySkipRounds() || s.cfg.noShortcut || s.cfg.noKeyed || s.cfg.checkSnapshot || s.model == "" {
 		return false
 	}
 	if _, byQueue := s.cfg.Policy.RanksByQueue(); !byQueue && !s.cfg.Policy.RanksByKey() {
@@ -170,8 +170,9 @@ func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
 	return items
 }
 
-// wait puts job i, which has just become pending, in its size's heap; an
-// entry it may have from an earlier wait is dropped when it surfaces.
+// wait keeps job i, which has just become pending: its counters in the
+// dense list, and itself in its size's heap (an arrival, by the next
+// round).
 func (s *simulator) wait(i int) {
 	q, js := s.keyed, &s.jobs[i]
 	js.pendAt = int32(len(q.pend))
@@ -217,8 +218,11 @@ func (s *simulator) push(i int) {
 	q.waiting[k] = h
 }
 
-// waitingHead is the waiting job first in size k's heap, dropping entries of
-// jobs that have started since, or nil.
+// waitingHead is the waiting job first in size k's heap, or nil. Today a
+// job leaves the heaps only by being popped there (jobs the arrival
+// shortcut starts have not entered them, and rekey empties them), so no
+// entry goes stale; the check keeps a job that started another way, or
+// was pushed again, from being started twice.
 func (s *simulator) waitingHead(k int) *keyedItem {
 	q := s.keyed
 	for h := q.waiting[k]; len(h) > 0; h = q.waiting[k] {
@@ -282,7 +286,8 @@ func (s *simulator) unwait(i int) {
 	q.pend = q.pend[:last]
 }
 
-// flush gives every pending job its counters back, for the results.
+// flushWaiting gives every pending job its counters back, for the
+// results.
 func (s *simulator) flushWaiting() {
 	for _, c := range s.keyed.pend {
 		js := &s.jobs[c.job]

@@ -67,6 +67,7 @@ type Config struct {
 
 	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind, arrivalRound and keyedRound
 	checkSnapshot bool // tests: compare the kept Snapshot with a fresh copy every round (Result.snapErr)
+	noKeyed       bool // tests: plan in full what keyedRound would, keeping the other shortcuts
 }
 
 // JobResult is one job's outcome.
@@ -106,7 +107,7 @@ type Result struct {
 
 type jobState struct {
 	// The fields every round reads first (settle's, the keyed queue's),
-	// in one cache line next to the Job's own counters at the start of
+	// next to each other and to the Job's own counters at the start of
 	// policy.Job.
 	lastUpdate float64
 	work       float64 // remaining, in the unit of rate

@@ -225,7 +225,7 @@ func TestKeyedRoundsChangeNothing(t *testing.T) {
 }
 
 // The same on the head of the Philly trace, whose arrivals come in bursts
-// and whose jobs take 1 to 128 GPUs, on clusters where queues grow long.
+// and whose jobs take 1 to 16 GPUs, on clusters where queues grow long.
 func TestShortcutsChangeNothingOnPhilly(t *testing.T) {
 	all, err := trace.LoadJobs(sharedData(t, "philly/philly.csv"), "philly")
 	must.NoError(t, err)

@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/trace"
+	"github.com/shoenig/test/must"
+)
+
+// randomTrace has arrivals at one moment, in bursts and spread out; jobs
+// of no GPUs, of the whole cluster and larger; and zero, tiny, round and
+// long durations.
+func randomTrace(rng *rand.Rand, n, gpus int) []trace.Job {
+	var jobs []trace.Job
+	t := 0.0
+	for k := 0; k < n; k++ {
+		switch rng.IntN(4) {
+		case 0:
+		case 1:
+			t += float64(rng.IntN(5))
+		default:
+			t += rng.ExpFloat64() * 50
+		}
+		g := []int{1, 1, 1, 2, 3, 4, 8, gpus, gpus + 1}[rng.IntN(9)]
+		if rng.IntN(40) == 0 {
+			g = 0
+		}
+		d := math.Exp(rng.NormFloat64()*1.5 + 5)
+		switch rng.IntN(6) {
+		case 0:
+			d = float64(rng.IntN(3))
+		case 1:
+			d = float64(10 * (1 + rng.IntN(10)))
+		}
+		jobs = append(jobs, trace.Job{ID: strconv.Itoa(k), Arrival: t, GPUs: g, Duration: d})
+	}
+	return jobs
+}
+
+// bits writes a result with every float as its bits (an unfinished job's
+// NaNs included), its rounds and its utilisation series.
+func bits(r *Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rounds %d summary %+v\n", r.Rounds, r.Summary)
+	for _, j := range r.Jobs {
+		fmt.Fprintf(&b, "%s %x %x %x %x %d %s\n", j.ID, math.Float64bits(j.Start), math.Float64bits(j.Finish),
+			math.Float64bits(j.JCT), math.Float64bits(j.Queueing), j.Preemptions, j.GPUModel)
+	}
+	for _, u := range r.Util {
+		fmt.Fprintf(&b, "u %x %x\n", math.Float64bits(u.T), math.Float64bits(u.Busy))
+	}
+	return b.String()
+}
+
+// Keyed rounds give the very results of full rounds (Policy.Plan) with
+// the other shortcuts kept: every job's figures bit for bit, the summary,
+// the number of rounds and the utilisation series. Random traces and
+// clusters, srsf, srtf and 2D-LAS and 2D-Gittins with several queue cuts
+// (one crossed twice at once, an entry queue above 0), preset sizes and
+// their own quantum, start costs, and jobs given in steps when Gavel's
+// throughputs are at hand.
+func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
+	var tp *trace.Throughputs
+	if path, err := sharedDataPath("gavel/simulation_throughputs.json"); err == nil {
+		var err error
+		tp, err = trace.LoadThroughputs(path)
+		must.NoError(t, err)
+	}
+	cutSets := [][]float64{nil, {500, 5000}, {0, 300}, {300, 300}, {1e-12}, {100, 200, 400, 800}, {10, 11, 12}}
+	names := []string{"srtf", "srsf", "srsf+fastest", "las", "las+fastest", "gittins", "gittins/sizes", "gittins/delta"}
+	specs := []string{"n1g1", "n1g4", "n2g4", "n3g8", "5xV100", "13xV100"}
+	costs := []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7}}
+	types := []string{"ResNet-18 (batch size 16)", "ResNet-50 (batch size 64)", "Transformer (batch size 16)"}
+	for trial := 0; trial < 160; trial++ {
+		rng := rand.New(rand.NewPCG(uint64(trial), 77))
+		spec, name := specs[rng.IntN(len(specs))], names[rng.IntN(len(names))]
+		cl := cluster(t, spec)
+		pcfg := policy.Config{QueueCuts: cutSets[rng.IntN(len(cutSets))]}
+		switch name {
+		case "gittins/sizes":
+			var sizes []float64
+			for k := 0; k < 1+rng.IntN(50); k++ {
+				sizes = append(sizes, math.Exp(rng.NormFloat64()*1.5+5))
+			}
+			pcfg.JobSizes = policy.NewSizeDistribution(sizes)
+		case "gittins/delta":
+			pcfg.GittinsDelta = float64(1 + rng.IntN(500))
+		}
+		cost := costs[rng.IntN(len(costs))]
+		jobs := randomTrace(rng, 20+rng.IntN(300), cl.GPUs())
+		steps := tp != nil && spec != "n1g1" && rng.IntN(3) == 0
+		if steps {
+			for k := range jobs {
+				if g := jobs[k].GPUs; g >= 1 && g <= 4 && rng.IntN(2) == 0 {
+					jobs[k].JobType, jobs[k].Steps, jobs[k].Duration = types[rng.IntN(len(types))], float64(1+rng.IntN(20000)), 0
+				}
+			}
+		}
+		label := fmt.Sprintf("trial %d: %s on %s, cuts %v, costs %+v, steps %v", trial, name, spec, pcfg.QueueCuts, cost, steps)
+		run := func(noKeyed bool) string {
+			cfg := cost
+			cfg.Cluster, cfg.Policy, cfg.Throughputs, cfg.KeepUtil, cfg.noKeyed = cl, mustPolicy(t, strings.Split(name, "/")[0], pcfg), tp, true, noKeyed
+			res, err := Run(cfg, jobs)
+			must.NoError(t, err, must.Sprint(label))
+			return bits(res)
+		}
+		must.EqOp(t, run(true), run(false), must.Sprint(label))
+	}
+}
+
+// Two jobs cross into queue 1 in one round, the later arrival (Y) having
+// started first; an arrival then takes a GPU, and only one of them still
+// fits. 2D-LAS ranks jobs new to a queue by arrival: X keeps its GPUs and
+// Y is preempted, with the keyed queue as without it.
+func TestKeyedRoundsRankCrossersByArrival(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 502},
+		{ID: "B", Arrival: 0, GPUs: 1, Duration: 2},
+		{ID: "C", Arrival: 0, GPUs: 1, Duration: 502},
+		{ID: "X", Arrival: 1, GPUs: 2, Duration: 10000},
+		{ID: "Y", Arrival: 2, GPUs: 1, Duration: 10000},
+		{ID: "D", Arrival: 1002, GPUs: 1, Duration: 100},
+	}
+	run := func(noKeyed bool) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "3xV100"), KeepUtil: true, noKeyed: noKeyed,
+			Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1000}})}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	with, without := run(false), run(true)
+	must.Eq(t, 0, with.Jobs[3].Preemptions)
+	must.Eq(t, 1, with.Jobs[4].Preemptions)
+	must.EqOp(t, bits(without), bits(with))
+}
+
+// A job larger than the cluster waits to the end: its queueing time, kept
+// in the keyed queue's dense counters while it waits, is given back.
+func TestKeyedRoundsReportJobsLeftWaiting(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 8, Duration: 100},
+		{ID: "B", Arrival: 10, GPUs: 1, Duration: 50},
+		{ID: "C", Arrival: 20, GPUs: 1, Duration: 30},
+	}
+	for _, name := range []string{"srsf", "las", "gittins"} {
+		run := func(noKeyed bool) *Result {
+			res, err := Run(Config{Cluster: cluster(t, "n1g4"), noKeyed: noKeyed, Policy: mustPolicy(t, name, policy.Config{})}, jobs)
+			must.NoError(t, err)
+			return res
+		}
+		with, without := run(false), run(true)
+		must.Eq(t, 1, with.Summary.Unfinished, must.Sprint(name))
+		must.Eq(t, 60.0, with.Jobs[0].Queueing, must.Sprint(name)) // settled when B finishes, the last event
+		must.EqOp(t, bits(without), bits(with), must.Sprint(name))
+	}
+}
