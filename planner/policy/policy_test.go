@@ -1006,10 +1006,11 @@ func TestRanksByQueueIsARound(t *testing.T) {
 }
 
 // GittinsFrom gives Gittins' index bit for bit, with one hint carried
-// along a job's growing attained service (small steps, jumps, and a fall
-// back when the sizes change) and with hints that point anywhere.
+// along a job's growing attained service (small steps, jumps, falls, and
+// into new sizes and quanta) and with hints that point anywhere.
 func TestGittinsFromMatchesGittins(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 8))
+	h := IndexHint{} // carried into each new distribution too
 	for trial := 0; trial < 50; trial++ {
 		var sizes []float64
 		for k := 0; k < 1+rng.IntN(300); k++ {
@@ -1017,10 +1018,13 @@ func TestGittinsFromMatchesGittins(t *testing.T) {
 		}
 		d := NewSizeDistribution(sizes)
 		delta := float64(1 + rng.IntN(3000))
-		h := IndexHint{}
 		a := 0.0
 		for step := 0; step < 500; step++ {
-			switch rng.IntN(10) {
+			switch rng.IntN(12) {
+			case 10: // another quantum over the same sizes
+				delta = float64(1 + rng.IntN(3000))
+			case 11: // a fall: another job's service
+				a = max(a-float64(rng.IntN(500)), 0)
 			case 0:
 				a += float64(rng.IntN(2000))
 			case 1:
