@@ -188,7 +188,7 @@ func move(stateDir, from, to, uuid string, pid int) error {
 	if err := os.MkdirAll(filepath.Join(stateDir, "procs", uuid), 0o755); err != nil {
 		return err
 	}
-	unlock, err := lockGPU(stateDir, uuid)
+	unlock, err := lockProcess(stateDir, uuid, pid)
 	if err != nil {
 		return err
 	}

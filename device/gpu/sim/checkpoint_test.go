@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,4 +150,42 @@ func TestAllocationsInFlightDuringACheckpointStayOffTheGPU(t *testing.T) {
 	}
 	close(stop)
 	must.NoError(t, <-writes)
+}
+
+// A task frozen while its workload records an allocation holds its own
+// record's lock until it is thawed. Another process on the same GPU must
+// still record allocations and be checkpointed and restored meanwhile: a
+// lock over the whole GPU left the next switch in a lane waiting for the
+// frozen task, which only the switch could thaw.
+func TestAFrozenLockHolderHoldsUpNoOtherProcess(t *testing.T) {
+	b := simBackend(t, "15360")
+	ctx := context.Background()
+	frozen, other := sleeper(t), sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", frozen, 1000))
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", other, 1000))
+	unlock, err := lockProcess(b.stateDir, "GPU-a", frozen) // as a frozen workload mid-write
+	must.NoError(t, err)
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		done <- errors.Join(SetProcessMemory(b.stateDir, "GPU-a", other, 2000), b.Checkpoint(ctx, other), b.Restore(ctx, other))
+	}()
+	select {
+	case err := <-done:
+		must.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("another process's allocation, checkpoint and restore waited for the frozen process's lock")
+	}
+}
+
+// A process's lock file goes when its memory is released.
+func TestReleasingAProcessRemovesItsLock(t *testing.T) {
+	b := simBackend(t, "15360")
+	pid := sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 1000))
+	_, err := os.Stat(lockPath(b.stateDir, "GPU-a", pid))
+	must.NoError(t, err)
+	must.NoError(t, ReleaseProcess(b.stateDir, "GPU-a", pid))
+	_, err = os.Stat(lockPath(b.stateDir, "GPU-a", pid))
+	must.True(t, os.IsNotExist(err))
 }

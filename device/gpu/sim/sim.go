@@ -237,7 +237,13 @@ func (b *Backend) held(uuid string) ([]heldMemory, error) {
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
-			continue // temp files
+			// Temp files, and locks: a gone process's lock goes with it.
+			if lock, ok := strings.CutPrefix(e.Name(), lockPrefix); ok {
+				if pid, err := strconv.Atoi(lock); err == nil && !alive(pid) {
+					_ = os.Remove(filepath.Join(dir, e.Name()))
+				}
+			}
+			continue
 		}
 		if !alive(pid) {
 			_ = os.Remove(filepath.Join(dir, e.Name())) // the process is gone, so is its memory
@@ -351,7 +357,7 @@ func writeProcess(stateDir, uuid string, pid int, content string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	unlock, err := lockGPU(stateDir, uuid)
+	unlock, err := lockProcess(stateDir, uuid, pid)
 	if err != nil {
 		return err
 	}
@@ -376,24 +382,35 @@ func writeProcess(stateDir, uuid string, pid int, content string) error {
 	return os.Rename(tmp.Name(), filepath.Join(dir, strconv.Itoa(pid)))
 }
 
-// lockGPU holds uuid's process records against the other processes that
-// change them: a workload recording an allocation, and a checkpoint or a
-// restore moving its record. CUDA's checkpoint waits for a process's calls
-// in flight in the same way; without it an allocation decided before a
+// lockProcess holds pid's record on uuid against the other changes to it:
+// the workload recording an allocation, and a checkpoint or a restore
+// moving the record. CUDA's checkpoint waits for a process's calls in
+// flight in the same way; without it an allocation decided before a
 // checkpoint and written after it left the process both on the GPU and
-// checkpointed. The lock is a file beside the records (procs/<uuid>,
-// which the driver makes writable by every task's user); a read-only open
-// is enough to lock it.
-func lockGPU(stateDir, uuid string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, "procs", uuid, ".lock"), os.O_RDONLY|os.O_CREATE, 0o644)
+// checkpointed. The lock is one process's alone: a task frozen while its
+// workload holds it (the freeze follows the checkpoint, and the workload
+// may record an allocation in between) then holds up only its own restore,
+// which comes after the thaw, and never another task on the GPU. A lock
+// over the whole GPU deadlocked a lane: the next switch's checkpoint
+// waited for the frozen task. The lock is a file beside the records
+// (procs/<uuid>, which the driver makes writable by every task's user); a
+// read-only open is enough to lock it.
+func lockProcess(stateDir, uuid string, pid int) (unlock func(), err error) {
+	f, err := os.OpenFile(lockPath(stateDir, uuid, pid), os.O_RDONLY|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("lock the records of %s: %w", uuid, err)
+		return nil, fmt.Errorf("lock the record of pid %d on %s: %w", pid, uuid, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock the records of %s: %w", uuid, err)
+		return nil, fmt.Errorf("lock the record of pid %d on %s: %w", pid, uuid, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+const lockPrefix = ".lock-"
+
+func lockPath(stateDir, uuid string, pid int) string {
+	return filepath.Join(stateDir, "procs", uuid, lockPrefix+strconv.Itoa(pid))
 }
 
 // ReleaseProcess forgets pid's memory on uuid.
@@ -403,6 +420,9 @@ func ReleaseProcess(stateDir, uuid string, pid int) error {
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+	}
+	if err := os.Remove(lockPath(stateDir, uuid, pid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }
