@@ -81,6 +81,12 @@ func (d *SizeDistribution) firstAbove(v float64) int {
 		k := d.bucket(v)
 		lo, hi = int(d.start[k]), int(d.start[k+1])
 	}
+	return d.searchAbove(v, lo, hi)
+}
+
+// searchAbove is the index of the first sample in [lo, hi) strictly
+// greater than v, or hi, by binary search.
+func (d *SizeDistribution) searchAbove(v float64, lo, hi int) int {
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if d.sorted[m] <= v {
@@ -108,17 +114,9 @@ func (d *SizeDistribution) firstAboveFrom(v float64, at *int32) int {
 			i += step
 			step *= 2
 		}
-		lo, hi := i, min(i+step, n)
-		for lo < hi {
-			m := int(uint(lo+hi) >> 1)
-			if d.sorted[m] <= v {
-				lo = m + 1
-			} else {
-				hi = m
-			}
-		}
-		*at = int32(lo)
-		return lo
+		i = d.searchAbove(v, i, min(i+step, n))
+		*at = int32(i)
+		return i
 	}
 	i = d.firstAbove(v)
 	*at = int32(i)
