@@ -103,9 +103,6 @@ type Job struct {
 	// reference GPU; negative when unknown. Only srtf, srsf, hare and
 	// matching read it.
 	Remaining float64
-	// RemainingWork is the work left in Throughput's unit (e.g. steps);
-	// with Throughput it gives the remaining time on each GPU model.
-	RemainingWork float64
 
 	// PrevQueue and PrevRank are the Queue and Rank of this job's decision
 	// in the previous round, or -1 for a job not planned before. Queue
@@ -135,6 +132,10 @@ type Job struct {
 	// Models, when set, are the only GPU models the job may run on: the
 	// user's own choice, which every placer keeps.
 	Models []string
+
+	// RemainingWork is the work left in Throughput's unit (e.g. steps);
+	// with Throughput it gives the remaining time on each GPU model.
+	RemainingWork float64
 }
 
 // allows says whether the job may run on model.

@@ -123,7 +123,7 @@ func (s *simulator) refreshSnapshot() {
 // setRemaining sets j's remaining time (and work, for a job given in
 // steps) from js's progress, as a round's Snapshot shows them.
 func setRemaining(j *policy.Job, js *jobState) {
-	if js.inSteps {
+	if js.rates != nil {
 		j.RemainingWork = max(js.work, 0)
 		j.Remaining = j.RemainingWork / maxRate(js.rates)
 	} else {

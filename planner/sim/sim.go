@@ -117,7 +117,6 @@ type jobState struct {
 	queued     float64 // total pending time
 	seq        int64   // keyedQueue under RanksByQueue: the job's place in its queue
 	done       bool
-	inSteps    bool  // given in steps: rates is set (kept here, read every round)
 	pendAt     int32 // keyedQueue: where a pending job's counters are
 	policy.Job
 	promoWait   float64          // compat: pending time since the last promotion
@@ -273,7 +272,6 @@ func (s *simulator) load(jobs []trace.Job) error {
 			}
 			js.work = tj.Steps
 			js.Throughput = js.rates
-			js.inSteps = true
 			best := 0.0
 			for _, r := range js.rates {
 				best = max(best, r)
