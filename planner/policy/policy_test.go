@@ -24,6 +24,20 @@ func nodes(model string, n, gpus int) []Node {
 	return out
 }
 
+// randomV100Nodes is one to four nodes of eight whole V100s each, for the
+// tests that check a round's rule on one GPU model.
+func randomV100Nodes(rng *rand.Rand) []Node {
+	var out []Node
+	for n := 0; n < 1+rng.IntN(4); n++ {
+		node := Node{Healthy: true}
+		for g := 0; g < 8; g++ {
+			node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
+		}
+		out = append(out, node)
+	}
+	return out
+}
+
 func job(id string, arrival float64, gpus int) Job {
 	return Job{ID: id, Arrival: arrival, GPUs: gpus, PrevQueue: -1, PrevRank: -1, Remaining: -1}
 }
@@ -694,14 +708,7 @@ func TestStartsInArrivalOrderIsARound(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(7, 11))
 			for round := 0; round < 300; round++ {
-				s := &Snapshot{}
-				for n := 0; n < 1+rng.IntN(4); n++ {
-					node := Node{Healthy: true}
-					for g := 0; g < 8; g++ {
-						node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
-					}
-					s.Nodes = append(s.Nodes, node)
-				}
+				s := &Snapshot{Nodes: randomV100Nodes(rng)}
 				total := 8 * len(s.Nodes)
 				free := total
 				for k := 0; k < 40; k++ {
@@ -834,14 +841,7 @@ func TestRanksByKeyIsARound(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(3, 5))
 			for round := 0; round < 400; round++ {
-				s := &Snapshot{}
-				for n := 0; n < 1+rng.IntN(4); n++ {
-					node := Node{Healthy: true}
-					for g := 0; g < 8; g++ {
-						node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
-					}
-					s.Nodes = append(s.Nodes, node)
-				}
+				s := &Snapshot{Nodes: randomV100Nodes(rng)}
 				total := 8 * len(s.Nodes)
 				free := total
 				for k := 0; k < 40; k++ {
@@ -919,14 +919,7 @@ func TestRanksByQueueIsARound(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(9, 2))
 			for round := 0; round < 400; round++ {
-				s := &Snapshot{}
-				for n := 0; n < 1+rng.IntN(4); n++ {
-					node := Node{Healthy: true}
-					for g := 0; g < 8; g++ {
-						node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
-					}
-					s.Nodes = append(s.Nodes, node)
-				}
+				s := &Snapshot{Nodes: randomV100Nodes(rng)}
 				total := 8 * len(s.Nodes)
 				free := total
 				ranks := rng.Perm(40)
