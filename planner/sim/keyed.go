@@ -45,8 +45,8 @@ type keyedQueue struct {
 	// jobs' keys were worked out with it), or nil while it ranks as
 	// 2D-LAS does.
 	ranked *policy.SizeDistribution
-	front  int64 // falls: numbers for the jobs a round visits
-	back   int64 // rises: numbers for arrivals and jobs new to a queue
+	front  int64 // falls: numbers for the jobs a round preempts in their queue
+	back   int64 // rises: numbers for arrivals, starts and jobs new to a queue
 }
 
 // waitCounters are a pending job's counters, kept out of its jobState
