@@ -98,10 +98,20 @@ func (d *SizeDistribution) searchAbove(v float64, lo, hi int) int {
 	return lo
 }
 
-// IndexHint remembers where one job's last Gittins index lookups ended.
-// A running job's next lookup, at a little more attained service, mostly
-// ends at the same samples, or a few further on.
-type IndexHint struct{ lo, hi int32 }
+// IndexHint remembers where one job's last Gittins index lookups ended,
+// and the terms of its index there. A running job's next lookup, at a
+// little more attained service, mostly ends at the same samples, or a few
+// further on.
+type IndexHint struct {
+	lo, hi int32
+	// The index's terms, which hold for distribution of and quantum delta
+	// while the attained service a stays in [loFrom, loTo) and a+delta in
+	// [hiFrom, hiTo): between the same samples.
+	of                           *SizeDistribution
+	delta                        float64
+	loFrom, loTo, hiFrom, hiTo   float64
+	between, beyondQuantum, done float64
+}
 
 // firstAboveFrom is firstAbove(v), searched ahead from at when at is at
 // or below it (a running job's attained service only grows).
@@ -132,21 +142,60 @@ func (d *SizeDistribution) Gittins(a, delta float64) float64 {
 }
 
 // GittinsFrom is Gittins, with the lookups started from where h says the
-// job's last ones ended, and h updated.
+// job's last ones ended, and h updated. While a and a+delta stay between
+// the same samples as last time, the terms h kept give the index without
+// a lookup.
 func (d *SizeDistribution) GittinsFrom(a, delta float64, h *IndexHint) float64 {
+	if h.of == d && h.delta == delta && h.loFrom <= a && a < h.loTo {
+		if end := a + delta; h.hiFrom <= end && end < h.hiTo {
+			return gittinsOf(a, h.between, h.beyondQuantum, h.done)
+		}
+	}
 	n := len(d.sorted)
 	lo := d.firstAboveFrom(a, &h.lo)
+	h.of, h.delta = d, delta
+	h.loFrom, h.loTo = d.sampleBelow(lo), d.sampleAt(lo)
 	if lo >= n {
+		h.hiFrom, h.hiTo = math.Inf(-1), math.Inf(1)
+		h.between, h.beyondQuantum, h.done = 0, 0, 0
 		return 0
 	}
 	hi := d.firstAboveFrom(a+delta, &h.hi)
-	done := float64(hi - lo)
+	h.hiFrom, h.hiTo = d.sampleBelow(hi), d.sampleAt(hi)
+	h.between = d.prefix[hi] - d.prefix[lo]
+	h.beyondQuantum = delta * float64(n-hi)
+	h.done = float64(hi - lo)
+	return gittinsOf(a, h.between, h.beyondQuantum, h.done)
+}
+
+// gittinsOf is the index at attained service a, from the samples'
+// terms: between, the sum of the samples above a and at most a+delta
+// away; beyondQuantum, delta times the count of those further; done, the
+// count of those within. Each term is rounded on its own, so that the
+// index is the same to the bit whether the terms were kept or found anew.
+func gittinsOf(a, between, beyondQuantum, done float64) float64 {
 	// E[min(S-a, delta)] over samples above a, times their count.
-	used := d.prefix[hi] - d.prefix[lo] - a*done + delta*float64(n-hi)
+	used := float64(between-a*done) + beyondQuantum
 	if used <= 0 {
 		return 0
 	}
 	return done / used
+}
+
+// sampleAt is sample i, or +Inf past the last.
+func (d *SizeDistribution) sampleAt(i int) float64 {
+	if i >= len(d.sorted) {
+		return math.Inf(1)
+	}
+	return d.sorted[i]
+}
+
+// sampleBelow is sample i-1, or -Inf before the first.
+func (d *SizeDistribution) sampleBelow(i int) float64 {
+	if i <= 0 {
+		return math.Inf(-1)
+	}
+	return d.sorted[i-1]
 }
 
 // referenceGittins reproduces the index table of Tiresias' simulator,

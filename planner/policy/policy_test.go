@@ -1000,7 +1000,8 @@ func TestRanksByQueueIsARound(t *testing.T) {
 
 // GittinsFrom gives Gittins' index bit for bit, with one hint carried
 // along a job's growing attained service (small steps, jumps, falls, and
-// into new sizes and quanta) and with hints that point anywhere.
+// into new sizes and quanta, and sizes learned since with the same
+// quantum) and with hints that point anywhere.
 func TestGittinsFromMatchesGittins(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 8))
 	h := IndexHint{} // carried into each new distribution too
@@ -1013,7 +1014,10 @@ func TestGittinsFromMatchesGittins(t *testing.T) {
 		delta := float64(1 + rng.IntN(3000))
 		a := 0.0
 		for step := 0; step < 500; step++ {
-			switch rng.IntN(12) {
+			switch rng.IntN(13) {
+			case 12: // sizes learned since: the same samples and more
+				sizes = append(sizes, float64(1+rng.IntN(5000)))
+				d = NewSizeDistribution(sizes)
 			case 10: // another quantum over the same sizes
 				delta = float64(1 + rng.IntN(3000))
 			case 11: // a fall: another job's service
