@@ -136,8 +136,10 @@ func (s *simulator) useKeyedQueue() bool {
 // appendKeyed appends job i with its key now; a running job takes its
 // queue now as the one it was planned in (PrevQueue). It fills the new
 // item in place: an item returned by value and copied costs a stall every
-// round.
-func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
+// round. With lastIndex, a running job ranked by Gittins index keeps the
+// index it was last ranked by, for a round to work out only in the queues
+// whose order decides something (see orderQueue).
+func (s *simulator) appendKeyed(items []keyedItem, i int, lastIndex bool) []keyedItem {
 	q, js := s.keyed, &s.jobs[i]
 	items = append(items, keyedItem{})
 	it := &items[len(items)-1]
@@ -153,10 +155,15 @@ func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
 		it.wake = q.rule.RunWake(&js.Job, qi)
 	}
 	if q.ranked != nil {
-		it.k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
 		if js.State == policy.Running {
 			js.PrevQueue = qi
+			if lastIndex {
+				it.k2 = js.indexKey
+				return items
+			}
 		}
+		it.k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
+		js.indexKey = it.k2
 		return items
 	}
 	it.group, it.k2 = waitsInQueue, float64(js.seq)
@@ -205,7 +212,7 @@ func (s *simulator) push(i int) {
 	q := s.keyed
 	q.stamp[i]++
 	k, _ := slices.BinarySearch(q.sizes, s.jobs[i].GPUs)
-	h := s.appendKeyed(q.waiting[k], i)
+	h := s.appendKeyed(q.waiting[k], i, false)
 	h[len(h)-1].stamp = q.stamp[i]
 	for c := len(h) - 1; c > 0; {
 		p := (c - 1) / 2
@@ -396,26 +403,17 @@ func (s *simulator) keyedRound() {
 	run := q.items[:0]
 	for _, i := range q.ran {
 		if s.settleRunning(i) {
-			run = s.appendKeyed(run, i)
+			run = s.appendKeyed(run, i, true)
 		}
 	}
 	// Keys change little between rounds: insertion sort of the old order
 	// is near linear. Jobs started out of a round (the arrival shortcut)
 	// are sorted apart and merged in.
-	for a := 1; a < len(run); a++ {
-		if !run[a].before(&run[a-1]) {
-			continue
-		}
-		it, b := run[a], a
-		for ; b > 0 && it.before(&run[b-1]); b-- {
-			run[b] = run[b-1]
-		}
-		run[b] = it
-	}
+	insertionSort(run)
 	fresh := q.fresh[:0]
 	for _, i := range q.started {
 		if s.settleRunning(i) {
-			fresh = s.appendKeyed(fresh, i)
+			fresh = s.appendKeyed(fresh, i, false)
 		}
 	}
 	q.started = q.started[:0]
@@ -445,7 +443,11 @@ func (s *simulator) keyedRound() {
 	kept, preempt, starts := q.ran[:0], q.preempt[:0], q.starts[:0]
 	free := s.gpus
 	best := s.first(free)
+	queueEnd := 0 // where the running jobs of the queue being walked end
 	for r := 0; r < len(run) || best >= 0; {
+		if r == queueEnd && r < len(run) && (best < 0 || q.waiting[best][0].key >= run[r].key) {
+			queueEnd = s.orderQueue(run, r, free, best)
+		}
 		if r < len(run) && (best < 0 || run[r].before(&q.waiting[best][0])) {
 			it := &run[r]
 			r++
@@ -507,5 +509,50 @@ func (s *simulator) keyedRound() {
 	s.wakeAt = math.Inf(1)
 	if !math.IsInf(wake, 1) {
 		s.wakeAt = s.now + max(wake, 1e-3)
+	}
+}
+
+// orderQueue readies the running jobs of run[from:], up to the end of
+// their queue, for the walk to reach them with free GPUs not yet taken,
+// and says where they end. Ranked by Gittins index, they carry the index
+// they were last ranked by (appendKeyed). Their order now decides the
+// round only if a waiting job of their queue fits in free (its place
+// among them says whether it starts) or they do not all fit (it says who
+// is preempted): then their indices are worked out now and they are
+// sorted. Otherwise they all keep running whatever their order, and
+// their indices, which change every round, are not looked up: most
+// running jobs are in queues where no waiting job fits.
+func (s *simulator) orderQueue(run []keyedItem, from, free, best int) int {
+	q := s.keyed
+	qi, end, gpus := run[from].key, from, 0
+	for end < len(run) && run[end].key == qi {
+		gpus += int(run[end].gpus)
+		end++
+	}
+	if q.ranked == nil || (gpus <= free && (best < 0 || q.waiting[best][0].key != qi)) {
+		return end
+	}
+	seg := run[from:end]
+	for k := range seg {
+		js := &s.jobs[seg[k].job]
+		seg[k].k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
+		js.indexKey = seg[k].k2
+	}
+	insertionSort(seg)
+	return end
+}
+
+// insertionSort sorts items that are nearly in order: keys change little
+// between rounds.
+func insertionSort(items []keyedItem) {
+	for a := 1; a < len(items); a++ {
+		if !items[a].before(&items[a-1]) {
+			continue
+		}
+		it, b := items[a], a
+		for ; b > 0 && it.before(&items[b-1]); b-- {
+			items[b] = items[b-1]
+		}
+		items[b] = it
 	}
 }

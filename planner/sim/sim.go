@@ -121,6 +121,7 @@ type jobState struct {
 	policy.Job
 	promoWait   float64          // compat: pending time since the last promotion
 	hint        policy.IndexHint // keyedQueue under 2D-Gittins: where its index lookups ended
+	indexKey    float64          // keyedQueue under 2D-Gittins: the key it was last ranked by
 	trace       *trace.Job
 	rates       map[string]float64
 	finishAt    float64
