@@ -26,21 +26,22 @@ import (
 // running, and after those that waited), as an arrival is numbered when
 // it arrives. Jobs that keep running keep their numbers.
 type keyedQueue struct {
-	sizes   []int                     // GPU counts, ascending
-	waiting [][]keyedItem             // per size: a heap of waiting jobs, least first
-	stamp   []int32                   // per job: its one current heap entry (see waitingHead)
-	ran     []int                     // the jobs the last round kept running, in rank order
-	started []int                     // the jobs started since, out of a round
-	pend    []waitCounters            // the pending jobs' counters
-	arrived []int                     // arrivals not in the heaps yet: most start before a round
-	items   []keyedItem               // round scratch
-	fresh   []keyedItem               // round scratch
-	merged  []keyedItem               // round scratch
-	preempt []int                     // round scratch
-	starts  []int                     // round scratch
-	key     func(*policy.Job) float64 // the policy's RankKey, or nil
-	byQueue bool                      // rule is the order (RanksByQueue)
-	rule    policy.QueueRule
+	sizes     []int                     // GPU counts, ascending
+	waiting   [][]keyedItem             // per size: a heap of waiting jobs, least first
+	stamp     []int32                   // per job: its one current heap entry (see waitingHead)
+	ran       []int                     // the jobs the last round kept running, in rank order
+	started   []int                     // the jobs started since, out of a round
+	pend      []waitCounters            // the pending jobs' counters
+	arrived   []int                     // arrivals not in the heaps yet: most start before a round
+	items     []keyedItem               // round scratch
+	fresh     []keyedItem               // round scratch
+	merged    []keyedItem               // round scratch
+	preempt   []int                     // round scratch
+	unordered []keyedItem               // round scratch
+	starts    []int                     // round scratch
+	key       func(*policy.Job) float64 // the policy's RankKey, or nil
+	byQueue   bool                      // rule is the order (RanksByQueue)
+	rule      policy.QueueRule
 	// ranked is the size distribution 2D-Gittins ranks by (the waiting
 	// jobs' keys were worked out with it), or nil while it ranks as
 	// 2D-LAS does.
@@ -138,7 +139,7 @@ func (s *simulator) useKeyedQueue() bool {
 // item in place: an item returned by value and copied costs a stall every
 // round. With lastIndex, a running job ranked by Gittins index keeps the
 // index it was last ranked by, for a round to work out only in the queues
-// whose order decides something (see orderQueue).
+// whose order decides something (see startWhateverTheOrder).
 func (s *simulator) appendKeyed(items []keyedItem, i int, lastIndex bool) []keyedItem {
 	q, js := s.keyed, &s.jobs[i]
 	items = append(items, keyedItem{})
@@ -214,6 +215,18 @@ func (s *simulator) push(i int) {
 	k, _ := slices.BinarySearch(q.sizes, s.jobs[i].GPUs)
 	h := s.appendKeyed(q.waiting[k], i, false)
 	h[len(h)-1].stamp = q.stamp[i]
+	q.waiting[k] = siftUp(h)
+}
+
+// reinsert puts an entry taken off its size's heap back.
+func (s *simulator) reinsert(it keyedItem) {
+	q := s.keyed
+	k, _ := slices.BinarySearch(q.sizes, int(it.gpus))
+	q.waiting[k] = siftUp(append(q.waiting[k], it))
+}
+
+// siftUp moves a heap's last entry up to its place.
+func siftUp(h []keyedItem) []keyedItem {
 	for c := len(h) - 1; c > 0; {
 		p := (c - 1) / 2
 		if !h[c].before(&h[p]) {
@@ -222,7 +235,7 @@ func (s *simulator) push(i int) {
 		h[c], h[p] = h[p], h[c]
 		c = p
 	}
-	q.waiting[k] = h
+	return h
 }
 
 // waitingHead is the waiting job first in size k's heap, or nil. Today a
@@ -446,7 +459,31 @@ func (s *simulator) keyedRound() {
 	queueEnd := 0 // where the running jobs of the queue being walked end
 	for r := 0; r < len(run) || best >= 0; {
 		if r == queueEnd && r < len(run) && (best < 0 || q.waiting[best][0].key >= run[r].key) {
-			queueEnd = s.orderQueue(run, r, free, best)
+			var gpus int
+			queueEnd, gpus = queueSpan(run, r)
+			if q.ranked != nil {
+				if started, ok := s.startWhateverTheOrder(run[r].key, free, gpus); ok {
+					// Every running job of the queue keeps running, and the
+					// waiting ones that start fit beside them anyway.
+					for ; r < queueEnd; r++ {
+						free -= int(run[r].gpus)
+						kept = append(kept, int(run[r].job))
+						wake = min(wake, run[r].wake)
+					}
+					for _, it := range started {
+						free -= int(it.gpus)
+						starts = append(starts, int(it.job))
+						kept = append(kept, int(it.job))
+						js := &s.jobs[it.job]
+						js.seq = q.back
+						q.back++
+						wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
+					}
+					best = s.first(free)
+					continue
+				}
+				s.orderQueue(run[r:queueEnd])
+			}
 		}
 		if r < len(run) && (best < 0 || run[r].before(&q.waiting[best][0])) {
 			it := &run[r]
@@ -512,34 +549,63 @@ func (s *simulator) keyedRound() {
 	}
 }
 
-// orderQueue readies the running jobs of run[from:], up to the end of
-// their queue, for the walk to reach them with free GPUs not yet taken,
-// and says where they end. Ranked by Gittins index, they carry the index
-// they were last ranked by (appendKeyed). Their order now decides the
-// round only if a waiting job of their queue fits in free (its place
-// among them says whether it starts) or they do not all fit (it says who
-// is preempted): then their indices are worked out now and they are
-// sorted. Otherwise they all keep running whatever their order, and
-// their indices, which change every round, are not looked up: most
-// running jobs are in queues where no waiting job fits.
-func (s *simulator) orderQueue(run []keyedItem, from, free, best int) int {
-	q := s.keyed
-	qi, end, gpus := run[from].key, from, 0
-	for end < len(run) && run[end].key == qi {
+// queueSpan says where the running jobs of run[from]'s queue end, and
+// how many GPUs they hold.
+func queueSpan(run []keyedItem, from int) (end, gpus int) {
+	for end = from; end < len(run) && run[end].key == run[from].key; end++ {
 		gpus += int(run[end].gpus)
-		end++
 	}
-	if q.ranked == nil || (gpus <= free && (best < 0 || q.waiting[best][0].key != qi)) {
-		return end
+	return end, gpus
+}
+
+// startWhateverTheOrder says whether a round's outcome in queue qi is the
+// same whatever the order of its running jobs, which hold gpus of the
+// free GPUs not yet taken: they all fit, and each waiting job of the
+// queue, taken in rank order, either fits in what they leave over or
+// does not fit even ahead of all of them. If so, it takes the waiting
+// jobs that start off their heaps and returns them. Ranked by Gittins
+// index, running jobs carry the index they were last ranked by
+// (appendKeyed), and this spares looking up the indices, which change
+// every round: in most rounds no waiting job's place among the running
+// jobs of a queue decides anything.
+func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) ([]keyedItem, bool) {
+	q := s.keyed
+	started := q.unordered[:0]
+	spare := free - gpus
+	ok := spare >= 0
+	for ok {
+		k := s.first(spare + gpus) // ahead of every running job of the queue
+		if k < 0 || q.waiting[k][0].key != qi {
+			break
+		}
+		if it := q.waiting[k][0]; int(it.gpus) <= spare {
+			started = append(started, it)
+			q.pop(k)
+			spare -= int(it.gpus)
+			continue
+		}
+		ok = false // its place among the running jobs decides
 	}
-	seg := run[from:end]
+	q.unordered = started
+	if !ok {
+		for _, it := range started {
+			s.reinsert(it)
+		}
+		return nil, false
+	}
+	return started, true
+}
+
+// orderQueue works out the Gittins index of each running job of one
+// queue, which carried the index it was last ranked by, and sorts them.
+func (s *simulator) orderQueue(seg []keyedItem) {
+	q := s.keyed
 	for k := range seg {
 		js := &s.jobs[seg[k].job]
 		seg[k].k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
 		js.indexKey = seg[k].k2
 	}
 	insertionSort(seg)
-	return end
 }
 
 // insertionSort sorts items that are nearly in order: keys change little
