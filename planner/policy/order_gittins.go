@@ -320,6 +320,9 @@ func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 func (o *gittinsOrder) settled(s *Snapshot, j *Job) bool {
 	return o.sizes.Len() > 0 || s.CompletedSizes.Len() > 0 || o.q.settled(j)
 }
+func (o *gittinsOrder) settledAll(s *Snapshot) bool {
+	return o.sizes.Len() > 0 || s.CompletedSizes.Len() > 0
+}
 func (o *gittinsOrder) entryQueue() int { return o.q.queueOf(0) }
 
 func (o *gittinsOrder) queueRule() QueueRule { return QueueRule{q: &o.q, g: o} }

@@ -244,6 +244,24 @@ func (p *Policy) Settled(s *Snapshot, j *Job) bool {
 	return !ok || o.settled(s, j)
 }
 
+// AlwaysSettled says Settled holds for every job of s: p's order keeps
+// no place from one round to the next, or none now (2D-Gittins once it
+// ranks by index).
+func (p *Policy) AlwaysSettled(s *Snapshot) bool {
+	o, ok := p.Order.(remembersRounds)
+	if !ok {
+		return true
+	}
+	a, ok := o.(settlesAll)
+	return ok && a.settledAll(s)
+}
+
+// settlesAll is implemented by orders that remember rounds only at times.
+type settlesAll interface {
+	// settledAll says settled holds for every job of s.
+	settledAll(s *Snapshot) bool
+}
+
 // Enter gives an arriving job started without a round the PrevQueue and
 // PrevRank that round would have: last in the queue of a new job.
 func (p *Policy) Enter(j *Job, rank int) {

@@ -1035,3 +1035,54 @@ func TestGittinsFromMatchesGittins(t *testing.T) {
 		}
 	}
 }
+
+// AlwaysSettled holds only where Settled holds for every job, and it
+// holds for orders that keep no place between rounds and for 2D-Gittins
+// once it ranks by index: the arrival shortcut then asks no job.
+func TestAlwaysSettledMeansEveryJobIsSettled(t *testing.T) {
+	sizes := NewSizeDistribution([]float64{50, 500, 5000})
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		completed *SizeDistribution
+		want      bool // always settled, whatever the jobs
+	}{
+		{"fifo", Config{}, nil, true},
+		{"srsf", Config{}, nil, true},
+		{"srtf", Config{}, nil, true},
+		{"las", Config{QueueCuts: []float64{10, 50}}, nil, false},
+		{"las", Config{QueueCuts: []float64{10, 50}, PromoteKnob: 2}, sizes, false},
+		{"gittins", Config{QueueCuts: []float64{10, 50}}, nil, false},
+		{"gittins", Config{QueueCuts: []float64{10, 50}}, sizes, true},
+		{"gittins", Config{QueueCuts: []float64{10, 50}, JobSizes: sizes}, nil, true},
+	} {
+		t.Run(fmt.Sprintf("%s/%v/%v", tc.name, tc.cfg.JobSizes != nil, tc.completed != nil), func(t *testing.T) {
+			p, err := Parse(tc.name, tc.cfg)
+			must.NoError(t, err)
+			rng := rand.New(rand.NewPCG(3, 5))
+			unsettled := false
+			for round := 0; round < 200; round++ {
+				s := &Snapshot{Nodes: randomV100Nodes(rng), CompletedSizes: tc.completed}
+				for k := 0; k < 1+rng.IntN(12); k++ {
+					j := job(fmt.Sprint(k), float64(k), 1+rng.IntN(4))
+					j.PrevQueue, j.Attained = rng.IntN(3), float64(rng.IntN(80))
+					j.Executed = j.Attained
+					if rng.IntN(2) == 0 {
+						j.State = Running
+					}
+					j.Wait = float64(rng.IntN(400))
+					s.Jobs = append(s.Jobs, j)
+				}
+				always := p.AlwaysSettled(s)
+				must.Eq(t, tc.want, always)
+				for i := range s.Jobs {
+					if !p.Settled(s, &s.Jobs[i]) {
+						unsettled = true
+						must.False(t, always, must.Sprintf("job %d is not settled", i))
+					}
+				}
+			}
+			must.Eq(t, !tc.want, unsettled) // the random jobs include unsettled ones where they can
+		})
+	}
+}

@@ -46,8 +46,18 @@ type keyedQueue struct {
 	// jobs' keys were worked out with it), or nil while it ranks as
 	// 2D-LAS does.
 	ranked *policy.SizeDistribution
-	front  int64 // falls: numbers for the jobs a round preempts in their queue
-	back   int64 // rises: numbers for arrivals, starts and jobs new to a queue
+	// indices are, per job, where its Gittins index lookups ended and the
+	// key it was last ranked by; made once 2D-Gittins ranks by index, and
+	// kept apart from the jobs, which every policy walks.
+	indices []gittinsIndex
+	front   int64 // falls: numbers for the jobs a round preempts in their queue
+	back    int64 // rises: numbers for arrivals, starts and jobs new to a queue
+}
+
+// gittinsIndex is a job's Gittins index lookups' hint and its last key.
+type gittinsIndex struct {
+	hint policy.IndexHint
+	key  float64
 }
 
 // waitCounters are a pending job's counters, kept out of its jobState
@@ -159,12 +169,13 @@ func (s *simulator) appendKeyed(items []keyedItem, i int, lastIndex bool) []keye
 		if js.State == policy.Running {
 			js.PrevQueue = qi
 			if lastIndex {
-				it.k2 = js.indexKey
+				it.k2 = q.indices[i].key
 				return items
 			}
 		}
-		it.k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
-		js.indexKey = it.k2
+		ix := &q.indices[i]
+		it.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
+		ix.key = it.k2
 		return items
 	}
 	it.group, it.k2 = waitsInQueue, float64(js.seq)
@@ -368,7 +379,7 @@ func (s *simulator) settleRunning(i int) bool {
 // shortcut starts most jobs.
 func (s *simulator) settlePlanned() bool {
 	s.settleWaiting(true)
-	settled := true
+	settled, always := true, s.cfg.Policy.AlwaysSettled(&s.snap)
 	q := s.keyed
 	for _, list := range []*[]int{&q.ran, &q.started} {
 		w := 0
@@ -378,7 +389,7 @@ func (s *simulator) settlePlanned() bool {
 			}
 			(*list)[w] = i
 			w++
-			if !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
+			if !always && !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
 				settled = false
 			}
 		}
@@ -400,6 +411,9 @@ func (s *simulator) keyedRound() {
 		s.learnSizes()
 		if d := q.rule.Sizes(&s.snap); d != q.ranked {
 			q.ranked = d
+			if q.indices == nil {
+				q.indices = make([]gittinsIndex, len(s.jobs))
+			}
 			s.rekey()
 		}
 	}
@@ -601,9 +615,9 @@ func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) ([]keyedIt
 func (s *simulator) orderQueue(seg []keyedItem) {
 	q := s.keyed
 	for k := range seg {
-		js := &s.jobs[seg[k].job]
-		seg[k].k2 = q.rule.Key(q.ranked, &js.Job, &js.hint)
-		js.indexKey = seg[k].k2
+		ix := &q.indices[seg[k].job]
+		seg[k].k2 = q.rule.Key(q.ranked, &s.jobs[seg[k].job].Job, &ix.hint)
+		ix.key = seg[k].k2
 	}
 	insertionSort(seg)
 }

@@ -119,9 +119,7 @@ type jobState struct {
 	done       bool
 	pendAt     int32 // keyedQueue: where a pending job's counters are
 	policy.Job
-	promoWait   float64          // compat: pending time since the last promotion
-	hint        policy.IndexHint // keyedQueue under 2D-Gittins: where its index lookups ended
-	indexKey    float64          // keyedQueue under 2D-Gittins: the key it was last ranked by
+	promoWait   float64 // compat: pending time since the last promotion
 	trace       *trace.Job
 	rates       map[string]float64
 	finishAt    float64
@@ -386,10 +384,11 @@ func (s *simulator) startArrivals(from, to int) bool {
 		return false
 	}
 	s.dropFinished()
+	always := s.cfg.Policy.AlwaysSettled(&s.snap)
 	for _, i := range s.active {
 		if js := &s.jobs[i]; js.PrevQueue >= 0 {
 			s.settle(js)
-			if !s.cfg.Policy.Settled(&s.snap, &js.Job) {
+			if !always && !s.cfg.Policy.Settled(&s.snap, &js.Job) {
 				return false
 			}
 		}
