@@ -470,33 +470,33 @@ func (s *simulator) keyedRound() {
 	kept, preempt, starts := q.ran[:0], q.preempt[:0], q.starts[:0]
 	free := s.gpus
 	best := s.first(free)
-	queueEnd := 0 // where the running jobs of the queue being walked end
+	// Ranked by Gittins index, the running jobs of each queue are readied
+	// as the walk reaches them (startWhateverTheOrder, orderQueue); other
+	// orders' keys are whole already.
+	queueEnd := -1 // where the running jobs of the queue being walked end
+	if q.ranked != nil {
+		queueEnd = 0
+	}
 	for r := 0; r < len(run) || best >= 0; {
 		if r == queueEnd && r < len(run) && (best < 0 || q.waiting[best][0].key >= run[r].key) {
-			var gpus int
-			queueEnd, gpus = queueSpan(run, r)
-			if q.ranked != nil {
-				if started, ok := s.startWhateverTheOrder(run[r].key, free, gpus); ok {
-					// Every running job of the queue keeps running, and the
-					// waiting ones that start fit beside them anyway.
-					for ; r < queueEnd; r++ {
-						free -= int(run[r].gpus)
-						kept = append(kept, int(run[r].job))
-						wake = min(wake, run[r].wake)
-					}
-					for _, it := range started {
-						free -= int(it.gpus)
-						starts = append(starts, int(it.job))
-						kept = append(kept, int(it.job))
-						js := &s.jobs[it.job]
-						js.seq = q.back
-						q.back++
-						wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
-					}
-					best = s.first(free)
-					continue
+			var whole bool
+			queueEnd, whole = s.readyQueue(run, r, free)
+			if whole {
+				// Every running job of the queue keeps running, and the
+				// waiting ones that start fit beside them anyway.
+				for ; r < queueEnd; r++ {
+					free -= int(run[r].gpus)
+					kept = append(kept, int(run[r].job))
+					wake = min(wake, run[r].wake)
 				}
-				s.orderQueue(run[r:queueEnd])
+				for _, it := range q.unordered {
+					free -= int(it.gpus)
+					starts = append(starts, int(it.job))
+					kept = append(kept, int(it.job))
+					wake = min(wake, s.startedInQueue(&it))
+				}
+				best = s.first(free)
+				continue
 			}
 		}
 		if r < len(run) && (best < 0 || run[r].before(&q.waiting[best][0])) {
@@ -533,10 +533,7 @@ func (s *simulator) keyedRound() {
 		starts = append(starts, int(it.job))
 		kept = append(kept, int(it.job)) // runs next round in this order
 		if q.byQueue {
-			js := &s.jobs[it.job]
-			js.seq = q.back
-			q.back++
-			wake = min(wake, q.rule.RunWake(&js.Job, int(it.key)))
+			wake = min(wake, s.startedInQueue(&it))
 		}
 		best = s.first(free)
 	}
@@ -572,17 +569,40 @@ func queueSpan(run []keyedItem, from int) (end, gpus int) {
 	return end, gpus
 }
 
+// readyQueue readies the running jobs of run[from]'s queue for the walk
+// to reach them with free GPUs not yet taken, and says where they end.
+// With whole, the queue's outcome holds whatever their order, and the
+// waiting jobs that start are in q.unordered (startWhateverTheOrder);
+// otherwise they are sorted by their indices now (orderQueue).
+func (s *simulator) readyQueue(run []keyedItem, from, free int) (end int, whole bool) {
+	end, gpus := queueSpan(run, from)
+	if s.startWhateverTheOrder(run[from].key, free, gpus) {
+		return end, true
+	}
+	s.orderQueue(run[from:end])
+	return end, false
+}
+
+// startedInQueue numbers a job a round starts, as it numbers every
+// start, and says when it reaches its queue's cut (RunWake).
+func (s *simulator) startedInQueue(it *keyedItem) float64 {
+	q, js := s.keyed, &s.jobs[it.job]
+	js.seq = q.back
+	q.back++
+	return q.rule.RunWake(&js.Job, int(it.key))
+}
+
 // startWhateverTheOrder says whether a round's outcome in queue qi is the
 // same whatever the order of its running jobs, which hold gpus of the
 // free GPUs not yet taken: they all fit, and each waiting job of the
 // queue, taken in rank order, either fits in what they leave over or
 // does not fit even ahead of all of them. If so, it takes the waiting
-// jobs that start off their heaps and returns them. Ranked by Gittins
+// jobs that start off their heaps, into q.unordered. Ranked by Gittins
 // index, running jobs carry the index they were last ranked by
 // (appendKeyed), and this spares looking up the indices, which change
 // every round: in most rounds no waiting job's place among the running
 // jobs of a queue decides anything.
-func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) ([]keyedItem, bool) {
+func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) bool {
 	q := s.keyed
 	started := q.unordered[:0]
 	spare := free - gpus
@@ -605,9 +625,8 @@ func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) ([]keyedIt
 		for _, it := range started {
 			s.reinsert(it)
 		}
-		return nil, false
 	}
-	return started, true
+	return ok
 }
 
 // orderQueue works out the Gittins index of each running job of one
