@@ -285,11 +285,8 @@ func (o *gittinsOrder) indexFrom(d *SizeDistribution, a float64, h *IndexHint) f
 
 func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 	o.q.assign(s, ds)
-	dist := o.sizes
-	if dist.Len() == 0 {
-		dist = s.CompletedSizes
-	}
-	if dist.Len() == 0 {
+	dist := o.ranksBy(s)
+	if dist == nil {
 		return inf // nothing learned yet: plain 2D-LAS order
 	}
 	// Every job that has not run yet has attained nothing: on a congested
@@ -318,10 +315,21 @@ func (o *gittinsOrder) Order(s *Snapshot, ds []Decision) float64 {
 // settled: with a size distribution the order is the Gittins index, whole
 // from the Snapshot; until then 2D-Gittins orders like 2D-LAS.
 func (o *gittinsOrder) settled(s *Snapshot, j *Job) bool {
-	return o.sizes.Len() > 0 || s.CompletedSizes.Len() > 0 || o.q.settled(j)
+	return o.settledAll(s) || o.q.settled(j)
 }
-func (o *gittinsOrder) settledAll(s *Snapshot) bool {
-	return o.sizes.Len() > 0 || s.CompletedSizes.Len() > 0
+func (o *gittinsOrder) settledAll(s *Snapshot) bool { return o.ranksBy(s) != nil }
+
+// ranksBy is the size distribution a round of s ranks by: the preset
+// sizes, else the completed ones; nil while there are none, and it ranks
+// as 2D-LAS does.
+func (o *gittinsOrder) ranksBy(s *Snapshot) *SizeDistribution {
+	if o.sizes.Len() > 0 {
+		return o.sizes
+	}
+	if s.CompletedSizes.Len() > 0 {
+		return s.CompletedSizes
+	}
+	return nil
 }
 func (o *gittinsOrder) entryQueue() int { return o.q.queueOf(0) }
 

@@ -176,13 +176,7 @@ func (r QueueRule) Sizes(s *Snapshot) *SizeDistribution {
 	if r.g == nil {
 		return nil
 	}
-	if d := r.g.sizes; d.Len() > 0 {
-		return d
-	}
-	if d := s.CompletedSizes; d.Len() > 0 {
-		return d
-	}
-	return nil
+	return r.g.ranksBy(s)
 }
 
 // Key is j's rank within its queue under 2D-Gittins with the sizes d
