@@ -168,6 +168,22 @@ func (d *SizeDistribution) GittinsFrom(a, delta float64, h *IndexHint) float64 {
 	return gittinsOf(a, h.between, h.beyondQuantum, h.done)
 }
 
+// RisesUntil is the attained service below which the index last worked
+// out with h, for the sizes d, does not fall: until then a job's index
+// comes from the same terms, and the division's divisor only shrinks as
+// its attained service grows. It is -Inf when h's terms are not of d,
+// or when rounding could make the divisor reach zero first.
+func (h *IndexHint) RisesUntil(d *SizeDistribution) float64 {
+	if d == nil || h.of != d {
+		return math.Inf(-1)
+	}
+	until := min(h.loTo, h.hiTo-h.delta)
+	if h.done > 0 && gittinsOf(until, h.between, h.beyondQuantum, h.done) <= 0 {
+		return math.Inf(-1)
+	}
+	return until
+}
+
 // gittinsOf is the index at attained service a, from the samples'
 // terms: between, the sum of the samples above a and at most a+delta
 // away; beyondQuantum, delta times the count of those further; done, the

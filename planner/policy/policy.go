@@ -192,6 +192,11 @@ func (r QueueRule) Key(d *SizeDistribution, j *Job, h *IndexHint) float64 {
 // Queue is the queue j's attained service puts it in.
 func (r QueueRule) Queue(j *Job) int { return r.q.queueOf(j.Attained) }
 
+// Last is the last queue: a running job in it stays there (RunWake is
+// +Inf), and so keeps its place relative to the other jobs there under
+// 2D-LAS.
+func (r QueueRule) Last() int { return len(r.q.cuts) }
+
 // Entry is the queue a new job enters.
 func (r QueueRule) Entry() int { return r.q.queueOf(0) }
 

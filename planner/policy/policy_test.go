@@ -1036,6 +1036,38 @@ func TestGittinsFromMatchesGittins(t *testing.T) {
 	}
 }
 
+// The index worked out at attained service a does not fall, to the bit,
+// while the service grows below RisesUntil, which is at most the next
+// sample above a (where the index falls); it bounds nothing for other
+// sizes. Most trials get a bound above a.
+func TestIndexRisesUntil(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 2))
+	bounded := 0
+	for trial := 0; trial < 300; trial++ {
+		var sizes []float64
+		for k := 0; k < 1+rng.IntN(300); k++ {
+			sizes = append(sizes, math.Round(math.Exp(rng.NormFloat64()*2+6))) // with repeats
+		}
+		d := NewSizeDistribution(sizes)
+		delta := float64(1 + rng.IntN(3000))
+		var h IndexHint
+		a := rng.Float64() * 1.2 * d.sorted[len(d.sorted)-1]
+		index := d.GittinsFrom(a, delta, &h)
+		until := h.RisesUntil(d)
+		label := must.Sprintf("trial %d a %v until %v", trial, a, until)
+		must.Eq(t, math.Inf(-1), h.RisesUntil(NewSizeDistribution(sizes)), label)
+		must.LessEq(t, d.sampleAt(d.firstAbove(a)), until, label)
+		if until > a {
+			bounded++
+		}
+		for step := 0; step < 50 && a < until; step++ {
+			b := a + (min(until, a+1e6)-a)*rng.Float64()
+			must.GreaterEq(t, index, d.Gittins(b, delta), must.Sprintf("trial %d from %v to %v, until %v", trial, a, b, until))
+		}
+	}
+	must.Greater(t, 200, bounded)
+}
+
 // AlwaysSettled holds only where Settled holds for every job, and it
 // holds for orders that keep no place between rounds and for 2D-Gittins
 // once it ranks by index: the arrival shortcut then asks no job.

@@ -52,6 +52,28 @@ type keyedQueue struct {
 	indices []gittinsIndex
 	front   int64 // falls: numbers for the jobs a round preempts in their queue
 	back    int64 // rises: numbers for arrivals, starts and jobs new to a queue
+
+	// tail holds, under RanksByQueue, the running jobs the last round kept
+	// in the last queue, apart from ran: they stay in that queue, so a
+	// round visits them one by one only where their order decides
+	// something (see keyedRound, splitTail). Rounds do not settle them
+	// either: log holds the times since at which a round settled every
+	// running job, for catchUp to settle each of them at the same times,
+	// to the bit.
+	tail     []tailItem
+	tailGPUs int         // the GPUs the tail's jobs hold
+	tailDone int         // tail entries of jobs done since
+	log      []float64   // settle times, while the tail has jobs
+	lastQ    float64     // the last queue (QueueRule.Last)
+	spliced  []keyedItem // round scratch
+}
+
+// tailItem is a running job of the last queue. Ranked by Gittins index,
+// until expire its index has not fallen below the one its k2 was worked
+// out from: it ranks no later than k2 says.
+type tailItem struct {
+	keyedItem
+	expire float64
 }
 
 // gittinsIndex is a job's Gittins index lookups' hint and its last key.
@@ -115,6 +137,9 @@ func compareKeyed(a, b keyedItem) int {
 func newKeyedQueue(jobs []jobState, p *policy.Policy) *keyedQueue {
 	q := &keyedQueue{stamp: make([]int32, len(jobs)), key: p.RankKey()}
 	q.rule, q.byQueue = p.RanksByQueue()
+	if q.byQueue {
+		q.lastQ = float64(q.rule.Last())
+	}
 	for i := range jobs {
 		if g := jobs[i].GPUs; !slices.Contains(q.sizes, g) {
 			q.sizes = append(q.sizes, g)
@@ -362,13 +387,15 @@ func (q *keyedQueue) entry() int {
 	return 0
 }
 
-// settleRunning settles job i if it still runs, and says whether it does.
+// settleRunning settles job i, of ran or started, if it still runs, and
+// says whether it does. Those lists hold no job of the tail, which is
+// settled lazily (catchUp).
 func (s *simulator) settleRunning(i int) bool {
 	js := &s.jobs[i]
 	if js.done || js.State != policy.Running {
 		return false
 	}
-	s.settle(js)
+	settleAt(js, s.now)
 	return true
 }
 
@@ -381,6 +408,8 @@ func (s *simulator) settlePlanned() bool {
 	s.settleWaiting(true)
 	settled, always := true, s.cfg.Policy.AlwaysSettled(&s.snap)
 	q := s.keyed
+	// The tail's jobs stay in the last queue and keep their place there.
+	q.logSettle(s.now)
 	for _, list := range []*[]int{&q.ran, &q.started} {
 		w := 0
 		for _, i := range *list {
@@ -415,6 +444,9 @@ func (s *simulator) keyedRound() {
 				q.indices = make([]gittinsIndex, len(s.jobs))
 			}
 			s.rekey()
+			for k := range q.tail {
+				q.tail[k].expire = math.Inf(-1) // worked out with other sizes
+			}
 		}
 	}
 	for _, i := range q.arrived {
@@ -424,6 +456,7 @@ func (s *simulator) keyedRound() {
 	}
 	q.arrived = q.arrived[:0]
 	s.settleWaiting(false)
+	s.tidyTail()
 	// The running jobs' keys now, each job settled as a round's Snapshot
 	// brings it up to date: those the last round kept (or started), in its
 	// order.
@@ -464,7 +497,7 @@ func (s *simulator) keyedRound() {
 	// Under RanksByQueue, jobs preempted in the queue they ran in are
 	// numbered in rank order below every number given so far; jobs that
 	// start, and those new to their queue, above every one.
-	q.front -= int64(len(run))
+	q.front -= int64(len(run) + len(q.tail))
 	seq := q.front
 	wake := math.Inf(1)
 	kept, preempt, starts := q.ran[:0], q.preempt[:0], q.starts[:0]
@@ -477,7 +510,42 @@ func (s *simulator) keyedRound() {
 	if q.ranked != nil {
 		queueEnd = 0
 	}
-	for r := 0; r < len(run) || best >= 0; {
+	tailLeft := len(q.tail) > 0
+	for r := 0; r < len(run) || best >= 0 || tailLeft; {
+		if tailLeft && (r == len(run) || run[r].key == q.lastQ) && (best < 0 || q.waiting[best][0].key == q.lastQ) {
+			// The walk has reached the last queue, where the tail is.
+			tailLeft = false
+			extra := 0 // the GPUs of the last queue's other running jobs
+			for k := r; k < len(run); k++ {
+				extra += int(run[k].gpus)
+			}
+			switch {
+			case q.ranked == nil && q.tailGPUs <= free, best < 0 && q.tailGPUs+extra <= free:
+				// The tail's jobs all keep running, ahead of whatever
+				// starts there: under 2D-LAS they rank first in the
+				// queue; otherwise nothing waiting fits.
+				free -= q.tailGPUs
+				if best >= 0 && q.sizes[best] > free {
+					best = s.first(free)
+				}
+				continue
+			case q.ranked != nil && best >= 0:
+				var ahead int
+				run, ahead = s.splitTail(run, r, free, &q.waiting[best][0])
+				if ahead >= 0 {
+					// The jobs ahead of the first waiting job that fits
+					// keep running; the walk goes on from there.
+					free -= ahead
+					queueEnd = len(run)
+					if q.sizes[best] > free {
+						best = s.first(free)
+					}
+				}
+				continue
+			}
+			run = s.spliceTail(run, r)
+			continue
+		}
 		if r == queueEnd && r < len(run) && (best < 0 || q.waiting[best][0].key >= run[r].key) {
 			var whole bool
 			queueEnd, whole = s.readyQueue(run, r, free)
@@ -486,14 +554,15 @@ func (s *simulator) keyedRound() {
 				// waiting ones that start fit beside them anyway.
 				for ; r < queueEnd; r++ {
 					free -= int(run[r].gpus)
-					kept = append(kept, int(run[r].job))
+					kept = s.keep(kept, &run[r])
 					wake = min(wake, run[r].wake)
 				}
-				for _, it := range q.unordered {
+				for k := range q.unordered {
+					it := &q.unordered[k]
 					free -= int(it.gpus)
 					starts = append(starts, int(it.job))
-					kept = append(kept, int(it.job))
-					wake = min(wake, s.startedInQueue(&it))
+					wake = min(wake, s.startedInQueue(it))
+					kept = s.keep(kept, it)
 				}
 				best = s.first(free)
 				continue
@@ -518,7 +587,7 @@ func (s *simulator) keyedRound() {
 			}
 			if g <= free {
 				free -= g
-				kept = append(kept, int(it.job))
+				kept = s.keep(kept, it)
 				if best >= 0 && q.sizes[best] > free {
 					best = s.first(free)
 				}
@@ -531,10 +600,10 @@ func (s *simulator) keyedRound() {
 		q.pop(best)
 		free -= int(it.gpus)
 		starts = append(starts, int(it.job))
-		kept = append(kept, int(it.job)) // runs next round in this order
 		if q.byQueue {
 			wake = min(wake, s.startedInQueue(&it))
 		}
+		kept = s.keep(kept, &it) // runs next round in this order
 		best = s.first(free)
 	}
 	q.ran, q.items = kept, run
@@ -654,4 +723,194 @@ func insertionSort(items []keyedItem) {
 		}
 		items[b] = it
 	}
+}
+
+// logSettle notes now as a time every running job is settled at, for the
+// tail's jobs to be settled at later (catchUp).
+func (q *keyedQueue) logSettle(now float64) {
+	if len(q.tail) == 0 {
+		return
+	}
+	if n := len(q.log); n > 0 && q.log[n-1] == now {
+		return
+	}
+	q.log = append(q.log, now)
+}
+
+// catchUp settles a job of the tail at each time logged since it was
+// last settled, as the rounds would have settled it: rounding each step
+// alike keeps every result the same to the bit.
+func (q *keyedQueue) catchUp(js *jobState) {
+	for _, t := range q.log[js.logAt:] {
+		settleAt(js, t)
+	}
+	js.logAt = int32(len(q.log))
+}
+
+// leaveTail takes js, settled and done, out of the tail's count; its
+// entry goes at the next round (tidyTail).
+func (q *keyedQueue) leaveTail(js *jobState) {
+	js.lazy = false
+	q.tailGPUs -= js.GPUs
+	q.tailDone++
+}
+
+// tidyTail drops the tail's entries of jobs done since, and logs now, at
+// the start of a round, as a time the round settles every running job at.
+func (s *simulator) tidyTail() {
+	q := s.keyed
+	if q.tailDone > 0 {
+		q.tail = slices.DeleteFunc(q.tail, func(t tailItem) bool { return s.jobs[t.job].done })
+		q.tailDone = 0
+	}
+	if len(q.tail) == 0 {
+		q.log = q.log[:0] // no job is settled lazily
+		return
+	}
+	q.logSettle(s.now)
+}
+
+// flushTail settles the tail's jobs as the rounds have, for the results.
+func (s *simulator) flushTail() {
+	q := s.keyed
+	for _, t := range q.tail {
+		if js := &s.jobs[t.job]; js.lazy {
+			q.catchUp(js)
+		}
+	}
+}
+
+// keep adds a job the round keeps running, or starts, to those the next
+// round walks: to kept, or, in the last queue, to the tail.
+func (s *simulator) keep(kept []int, it *keyedItem) []int {
+	q := s.keyed
+	if !q.byQueue || it.key != q.lastQ {
+		return append(kept, int(it.job))
+	}
+	s.toTail(it)
+	return kept
+}
+
+// toTail adds a job of the last queue that a round keeps running, or
+// starts, to the tail.
+func (s *simulator) toTail(it *keyedItem) {
+	q := s.keyed
+	js := &s.jobs[it.job]
+	t := tailItem{keyedItem: *it, expire: math.Inf(-1)}
+	t.wake = math.Inf(1) // it stays in the last queue (RunWake)
+	if q.ranked == nil {
+		// Under 2D-LAS the tail is in rank order: by its jobs' numbers.
+		t.group, t.k2 = ranInQueue, float64(js.seq)
+	} else {
+		t.expire = s.expiry(js, &q.indices[it.job])
+	}
+	if !js.lazy {
+		js.lazy, js.logAt = true, int32(len(q.log))
+	}
+	q.tail = append(q.tail, t)
+	q.tailGPUs += int(it.gpus)
+}
+
+// expiry is when running job js's Gittins index may fall below the one
+// its key was last worked out from (see IndexHint.RisesUntil): its
+// attained service grows by at most its GPUs each second.
+func (s *simulator) expiry(js *jobState, ix *gittinsIndex) float64 {
+	until := ix.hint.RisesUntil(s.keyed.ranked)
+	if math.IsInf(until, 1) {
+		return until
+	}
+	// Settling adds the service up in rounded steps: keep well clear of
+	// the bound.
+	until -= 1e-8 * math.Abs(until)
+	if !(until > js.Attained) {
+		return math.Inf(-1)
+	}
+	return s.now + (until-js.Attained)/float64(max(js.GPUs, 1))
+}
+
+// spliceTail puts the tail's jobs in run, as the last queue's running
+// jobs that rank first there, ahead of run[r:], for the walk to visit
+// them one by one; the tail is left empty, for the jobs the walk keeps.
+func (s *simulator) spliceTail(run []keyedItem, r int) []keyedItem {
+	q := s.keyed
+	rest := append(q.spliced[:0], run[r:]...)
+	run = run[:r]
+	for k := range q.tail {
+		t := &q.tail[k]
+		if q.ranked != nil {
+			s.settle(&s.jobs[t.job]) // its index is worked out anew
+		}
+		run = append(run, t.keyedItem)
+	}
+	q.spliced = rest
+	q.tail, q.tailGPUs = q.tail[:0], 0
+	return append(run, rest...)
+}
+
+// splitTail readies the last queue for the walk under 2D-Gittins, with
+// free GPUs not yet taken there and h the waiting job that ranks first
+// among those that fit in them. Before h only running jobs rank; if they
+// all fit, they keep running whatever their order. It leaves those in
+// the tail, says how many GPUs they hold (ahead), and puts the other
+// running jobs of the queue in run[r:], sorted, for the walk to go on
+// from h. A tail job whose key still bounds its rank (expire) and ranks
+// before h needs no new index. Otherwise ahead is -1, and every running
+// job of the queue is in run[r:], to be ordered there.
+func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]keyedItem, int) {
+	q := s.keyed
+	behind := q.spliced[:0]
+	ahead, w := 0, 0
+	for k := range q.tail {
+		t := &q.tail[k]
+		if !(s.now < t.expire && t.before(h)) {
+			js := &s.jobs[t.job]
+			s.settle(js)
+			ix := &q.indices[t.job]
+			t.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
+			ix.key = t.k2
+			t.expire = s.expiry(js, ix)
+		}
+		if t.before(h) {
+			ahead += int(t.gpus)
+			if w != k {
+				q.tail[w] = *t
+			}
+			w++
+		} else {
+			behind = append(behind, t.keyedItem)
+		}
+	}
+	q.tail, q.tailGPUs = q.tail[:w], ahead
+	// The queue's other running jobs, new to it, go where their index
+	// puts them.
+	newAhead := q.unordered[:0]
+	for k := r; k < len(run); k++ {
+		it := &run[k]
+		ix := &q.indices[it.job]
+		it.k2 = q.rule.Key(q.ranked, &s.jobs[it.job].Job, &ix.hint)
+		ix.key = it.k2
+		if it.before(h) {
+			ahead += int(it.gpus)
+			newAhead = append(newAhead, *it)
+		} else {
+			behind = append(behind, *it)
+		}
+	}
+	q.unordered, q.spliced = newAhead, behind
+	run = run[:r]
+	if ahead > free {
+		// Some of them do not fit: the walk visits them all, in order.
+		for k := range q.tail {
+			s.settle(&s.jobs[q.tail[k].job])
+			run = append(run, q.tail[k].keyedItem)
+		}
+		q.tail, q.tailGPUs = q.tail[:0], 0
+		run = append(run, newAhead...)
+		return append(run, behind...), -1
+	}
+	for k := range newAhead {
+		s.toTail(&newAhead[k])
+	}
+	slices.SortFunc(behind, compareKeyed)
+	return append(run, behind...), ahead
 }

@@ -159,3 +159,25 @@ func TestKeyedRoundsReportJobsLeftWaiting(t *testing.T) {
 		must.EqOp(t, bits(without), bits(with), must.Sprint(name))
 	}
 }
+
+// A job of the last queue is settled lazily, at the very times a round or
+// the arrival shortcut would have settled it: here the shortcut starts
+// short jobs beside it at odd moments, and a wide arrival then preempts
+// it. Its remaining work, and so its finish, match full rounds bit for
+// bit only if each of those settles is replayed.
+func TestTailSettlesWhenRoundsWould(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 1, Duration: 1000}}
+	for k, at := range []float64{10.1, 20.3, 30.7, 40.9, 50.3, 61.7, 70.9} {
+		jobs = append(jobs, trace.Job{ID: "B" + strconv.Itoa(k), Arrival: at, GPUs: 1, Duration: 0.37})
+	}
+	jobs = append(jobs, trace.Job{ID: "C", Arrival: 100.1, GPUs: 2, Duration: 5.3})
+	run := func(noKeyed bool) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g2"), KeepUtil: true, noKeyed: noKeyed,
+			Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1}})}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	with, without := run(false), run(true)
+	must.Eq(t, 1, with.Jobs[0].Preemptions)
+	must.EqOp(t, bits(without), bits(with))
+}

@@ -232,6 +232,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 func (s *simulator) preempt(i int) {
 	js := &s.jobs[i]
 	s.settle(js)
+	js.lazy = false // rounds settle it while it waits
 	s.setBusy(-s.gpuUse(js))
 	if js.laneShare > 0 {
 		s.releaseLane(i)

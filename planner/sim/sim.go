@@ -118,6 +118,10 @@ type jobState struct {
 	seq        int64   // keyedQueue under RanksByQueue: the job's place in its queue
 	done       bool
 	pendAt     int32 // keyedQueue: where a pending job's counters are
+	// lazy: the job runs in the keyed queue's tail and rounds do not
+	// settle it; it is settled, as they would have, at logAt on (catchUp).
+	lazy  bool
+	logAt int32
 	policy.Job
 	promoWait   float64 // compat: pending time since the last promotion
 	trace       *trace.Job
@@ -330,6 +334,7 @@ func (s *simulator) run() {
 	s.advanceTo(s.now)
 	if s.keyed != nil {
 		s.flushWaiting()
+		s.flushTail()
 	}
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, total)
@@ -441,11 +446,19 @@ func (s *simulator) advanceTo(t float64) {
 
 // settle brings a job's progress and counters up to now.
 func (s *simulator) settle(js *jobState) {
-	dt := s.now - js.lastUpdate
+	if js.lazy {
+		s.keyed.catchUp(js)
+	}
+	settleAt(js, s.now)
+}
+
+// settleAt brings a job's progress and counters up to time now.
+func settleAt(js *jobState, now float64) {
+	dt := now - js.lastUpdate
 	if dt <= 0 {
 		return
 	}
-	js.lastUpdate = s.now
+	js.lastUpdate = now
 	if js.State == policy.Running {
 		js.work -= dt * js.rate
 		share := float64(js.GPUs)
@@ -495,6 +508,9 @@ func (s *simulator) completeAt(t float64) bool {
 		e := heap.Pop(&s.heap).(finishEvent)
 		js := &s.jobs[e.job]
 		s.settle(js)
+		if js.lazy {
+			s.keyed.leaveTail(js)
+		}
 		js.done, js.finish = true, t
 		js.State = policy.Pending // leaves the active set on the next compaction
 		s.setBusy(-s.gpuUse(js))
