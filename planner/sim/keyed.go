@@ -741,10 +741,29 @@ func (q *keyedQueue) logSettle(now float64) {
 // last settled, as the rounds would have settled it: rounding each step
 // alike keeps every result the same to the bit.
 func (q *keyedQueue) catchUp(js *jobState) {
-	for _, t := range q.log[js.logAt:] {
-		settleAt(js, t)
-	}
+	times := q.log[js.logAt:]
 	js.logAt = int32(len(q.log))
+	if js.State != policy.Running || js.latency > 0 || js.laneShare > 0 {
+		for _, t := range times {
+			settleAt(js, t)
+		}
+		return
+	}
+	// settleAt's steps for a job that runs: in registers, as a job is
+	// mostly caught up over many rounds at once.
+	last, work, executed, attained := js.lastUpdate, js.work, js.Executed, js.Attained
+	rate, share := js.rate, float64(js.GPUs)
+	for _, t := range times {
+		dt := t - last
+		if dt <= 0 {
+			continue
+		}
+		last = t
+		work -= dt * rate
+		executed += dt
+		attained += dt * share
+	}
+	js.lastUpdate, js.work, js.Executed, js.Attained = last, work, executed, attained
 }
 
 // leaveTail takes js, settled and done, out of the tail's count; its
