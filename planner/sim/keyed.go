@@ -64,7 +64,7 @@ type keyedQueue struct {
 	tailGPUs int         // the GPUs the tail's jobs hold
 	tailDone int         // tail entries of jobs done since
 	log      []float64   // settle times, while the tail has jobs
-	lastQ    float64     // the last queue (QueueRule.Last)
+	lastQ    float64     // the last queue (QueueRule.Last); NaN: no queues
 	spliced  []keyedItem // round scratch
 }
 
@@ -137,6 +137,7 @@ func compareKeyed(a, b keyedItem) int {
 func newKeyedQueue(jobs []jobState, p *policy.Policy) *keyedQueue {
 	q := &keyedQueue{stamp: make([]int32, len(jobs)), key: p.RankKey()}
 	q.rule, q.byQueue = p.RanksByQueue()
+	q.lastQ = math.NaN() // equal to no key
 	if q.byQueue {
 		q.lastQ = float64(q.rule.Last())
 	}
@@ -802,12 +803,11 @@ func (s *simulator) flushTail() {
 // keep adds a job the round keeps running, or starts, to those the next
 // round walks: to kept, or, in the last queue, to the tail.
 func (s *simulator) keep(kept []int, it *keyedItem) []int {
-	q := s.keyed
-	if !q.byQueue || it.key != q.lastQ {
-		return append(kept, int(it.job))
+	if it.key == s.keyed.lastQ {
+		s.toTail(it)
+		return kept
 	}
-	s.toTail(it)
-	return kept
+	return append(kept, int(it.job))
 }
 
 // toTail adds a job of the last queue that a round keeps running, or
