@@ -29,7 +29,7 @@ type keyedQueue struct {
 	sizes     []int                     // GPU counts, ascending
 	waiting   [][]keyedItem             // per size: a heap of waiting jobs, least first
 	stamp     []int32                   // per job: its one current heap entry (see waitingHead)
-	ran       []int                     // the jobs the last round kept running, in rank order
+	ran       []keyedItem               // the jobs the last round kept running (but the tail), in rank order
 	started   []int                     // the jobs started since, out of a round
 	pend      []waitCounters            // the pending jobs' counters
 	arrived   []int                     // arrivals not in the heaps yet: most start before a round
@@ -99,11 +99,13 @@ type keyedItem struct {
 	key     float64
 	k2      float64
 	arrival float64
-	wake    float64 // a running job's RunWake, under RanksByQueue
-	job     int32
-	gpus    int32
-	stamp   int32
-	group   int32
+	// wake is, under RanksByQueue, when a running job reaches its queue's
+	// cut: no later than that (see RunWake, crossTime).
+	wake  float64
+	job   int32
+	gpus  int32
+	stamp int32
+	group int32
 }
 
 // The groups of a queue under RanksByQueue, in rank order.
@@ -189,7 +191,7 @@ func (s *simulator) appendKeyed(items []keyedItem, i int, lastIndex bool) []keye
 	qi := q.rule.Queue(&js.Job)
 	it.key = float64(qi)
 	if js.State == policy.Running {
-		it.wake = q.rule.RunWake(&js.Job, qi)
+		it.wake = s.now + q.rule.RunWake(&js.Job, qi)
 	}
 	if q.ranked != nil {
 		if js.State == policy.Running {
@@ -388,9 +390,9 @@ func (q *keyedQueue) entry() int {
 	return 0
 }
 
-// settleRunning settles job i, of ran or started, if it still runs, and
-// says whether it does. Those lists hold no job of the tail, which is
-// settled lazily (catchUp).
+// settleRunning settles job i, of started (or of ran, ranked by key), if
+// it still runs, and says whether it does. Jobs that run under
+// RanksByQueue are settled lazily (catchUp).
 func (s *simulator) settleRunning(i int) bool {
 	js := &s.jobs[i]
 	if js.done || js.State != policy.Running {
@@ -409,24 +411,48 @@ func (s *simulator) settlePlanned() bool {
 	s.settleWaiting(true)
 	settled, always := true, s.cfg.Policy.AlwaysSettled(&s.snap)
 	q := s.keyed
-	// The tail's jobs stay in the last queue and keep their place there.
+	// The tail's jobs stay in the last queue and keep their place there;
+	// the other jobs that ran keep theirs until they reach their queue's
+	// cut.
 	q.logSettle(s.now)
-	for _, list := range []*[]int{&q.ran, &q.started} {
-		w := 0
-		for _, i := range *list {
-			if !s.settleRunning(i) {
-				continue
-			}
-			(*list)[w] = i
-			w++
-			if !always && !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
-				settled = false
-			}
+	w := 0
+	for _, it := range q.ran {
+		js := &s.jobs[it.job]
+		if js.done || js.State != policy.Running {
+			continue
 		}
-		*list = (*list)[:w]
+		q.ran[w] = it
+		w++
+		if !q.byQueue {
+			settleAt(js, s.now)
+		} else if it.wake > s.now+crossSlack {
+			continue
+		} else {
+			s.settle(js)
+		}
+		if !always && !s.cfg.Policy.Settled(&s.snap, &js.Job) {
+			settled = false
+		}
 	}
+	q.ran = q.ran[:w]
+	w = 0
+	for _, i := range q.started {
+		if !s.settleRunning(i) {
+			continue
+		}
+		q.started[w] = i
+		w++
+		if !always && !s.cfg.Policy.Settled(&s.snap, &s.jobs[i].Job) {
+			settled = false
+		}
+	}
+	q.started = q.started[:w]
 	return settled
 }
+
+// crossSlack is how far, in seconds, a job's wake may fall short of
+// when it reaches its queue's cut: settling rounds its service in steps.
+const crossSlack = 1e-6
 
 // keyedRound is a planning round of a policy that ranks by key or by
 // queue (see Policy.RanksByKey, RanksByQueue): it walks the running jobs,
@@ -448,6 +474,12 @@ func (s *simulator) keyedRound() {
 			for k := range q.tail {
 				q.tail[k].expire = math.Inf(-1) // worked out with other sizes
 			}
+			for k := range q.ran {
+				// Ranked by index, running jobs carry the one they were
+				// last ranked by.
+				it := &q.ran[k]
+				it.group, it.k2 = 0, q.indices[it.job].key
+			}
 		}
 	}
 	for _, i := range q.arrived {
@@ -462,9 +494,19 @@ func (s *simulator) keyedRound() {
 	// brings it up to date: those the last round kept (or started), in its
 	// order.
 	run := q.items[:0]
-	for _, i := range q.ran {
-		if s.settleRunning(i) {
-			run = s.appendKeyed(run, i, true)
+	for k := range q.ran {
+		it := &q.ran[k]
+		js := &s.jobs[it.job]
+		switch {
+		case js.done || js.State != policy.Running:
+		case !q.byQueue:
+			settleAt(js, s.now)
+			run = s.appendKeyed(run, int(it.job), true)
+		default:
+			run = append(run, *it)
+			if it.wake <= s.now+crossSlack {
+				s.crossing(&run[len(run)-1])
+			}
 		}
 	}
 	// Keys change little between rounds: insertion sort of the old order
@@ -556,7 +598,6 @@ func (s *simulator) keyedRound() {
 				for ; r < queueEnd; r++ {
 					free -= int(run[r].gpus)
 					kept = s.keep(kept, &run[r])
-					wake = min(wake, run[r].wake)
 				}
 				for k := range q.unordered {
 					it := &q.unordered[k]
@@ -582,9 +623,6 @@ func (s *simulator) keyedRound() {
 					s.jobs[it.job].seq = seq
 					seq++
 				}
-				if g <= free {
-					wake = min(wake, it.wake)
-				}
 			}
 			if g <= free {
 				free -= g
@@ -606,6 +644,9 @@ func (s *simulator) keyedRound() {
 		}
 		kept = s.keep(kept, &it) // runs next round in this order
 		best = s.first(free)
+	}
+	if q.byQueue {
+		wake = s.nextWake(kept, wake)
 	}
 	q.ran, q.items = kept, run
 
@@ -654,12 +695,14 @@ func (s *simulator) readyQueue(run []keyedItem, from, free int) (end int, whole 
 }
 
 // startedInQueue numbers a job a round starts, as it numbers every
-// start, and says when it reaches its queue's cut (RunWake).
+// start, and says how long it takes to reach its queue's cut (RunWake).
 func (s *simulator) startedInQueue(it *keyedItem) float64 {
 	q, js := s.keyed, &s.jobs[it.job]
 	js.seq = q.back
 	q.back++
-	return q.rule.RunWake(&js.Job, int(it.key))
+	w := q.rule.RunWake(&js.Job, int(it.key))
+	it.wake = s.now + w
+	return w
 }
 
 // startWhateverTheOrder says whether a round's outcome in queue qi is the
@@ -704,8 +747,10 @@ func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) bool {
 func (s *simulator) orderQueue(seg []keyedItem) {
 	q := s.keyed
 	for k := range seg {
+		js := &s.jobs[seg[k].job]
+		s.settle(js) // settled lazily
 		ix := &q.indices[seg[k].job]
-		seg[k].k2 = q.rule.Key(q.ranked, &s.jobs[seg[k].job].Job, &ix.hint)
+		seg[k].k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
 		ix.key = seg[k].k2
 	}
 	insertionSort(seg)
@@ -729,8 +774,8 @@ func insertionSort(items []keyedItem) {
 // logSettle notes now as a time every running job is settled at, for the
 // tail's jobs to be settled at later (catchUp).
 func (q *keyedQueue) logSettle(now float64) {
-	if len(q.tail) == 0 {
-		return
+	if !q.byQueue {
+		return // no job is settled lazily
 	}
 	if n := len(q.log); n > 0 && q.log[n-1] == now {
 		return
@@ -767,12 +812,15 @@ func (q *keyedQueue) catchUp(js *jobState) {
 	js.lastUpdate, js.work, js.Executed, js.Attained = last, work, executed, attained
 }
 
-// leaveTail takes js, settled and done, out of the tail's count; its
-// entry goes at the next round (tidyTail).
-func (q *keyedQueue) leaveTail(js *jobState) {
+// done takes js, settled lazily and now done, out of the tail's count;
+// its entry there goes at the next round (tidyTail).
+func (q *keyedQueue) done(js *jobState) {
 	js.lazy = false
-	q.tailGPUs -= js.GPUs
-	q.tailDone++
+	if js.inTail {
+		js.inTail = false
+		q.tailGPUs -= js.GPUs
+		q.tailDone++
+	}
 }
 
 // tidyTail drops the tail's entries of jobs done since, and logs now, at
@@ -783,31 +831,102 @@ func (s *simulator) tidyTail() {
 		q.tail = slices.DeleteFunc(q.tail, func(t tailItem) bool { return s.jobs[t.job].done })
 		q.tailDone = 0
 	}
-	if len(q.tail) == 0 {
+	if len(q.tail) == 0 && len(q.ran) == 0 {
 		q.log = q.log[:0] // no job is settled lazily
 		return
 	}
 	q.logSettle(s.now)
 }
 
-// flushTail settles the tail's jobs as the rounds have, for the results.
-func (s *simulator) flushTail() {
+// flushLazy settles the jobs settled lazily as the rounds have, for the
+// results.
+func (s *simulator) flushLazy() {
 	q := s.keyed
 	for _, t := range q.tail {
 		if js := &s.jobs[t.job]; js.lazy {
 			q.catchUp(js)
 		}
 	}
+	for _, it := range q.ran {
+		if js := &s.jobs[it.job]; js.lazy {
+			q.catchUp(js)
+		}
+	}
 }
 
 // keep adds a job the round keeps running, or starts, to those the next
-// round walks: to kept, or, in the last queue, to the tail.
-func (s *simulator) keep(kept []int, it *keyedItem) []int {
-	if it.key == s.keyed.lastQ {
+// round walks: to kept, or, in the last queue, to the tail. Under
+// RanksByQueue the next round takes its item as it is: until the job
+// reaches its queue's cut (wake) its queue and place stay, and it is
+// settled lazily.
+func (s *simulator) keep(kept []keyedItem, it *keyedItem) []keyedItem {
+	q := s.keyed
+	if it.key == q.lastQ {
 		s.toTail(it)
 		return kept
 	}
-	return append(kept, int(it.job))
+	kept = append(kept, *it)
+	if q.byQueue {
+		s.rest(&kept[len(kept)-1])
+	}
+	return kept
+}
+
+// rest readies the item of a job a round keeps running under
+// RanksByQueue for the next round, and settles the job lazily from now.
+func (s *simulator) rest(it *keyedItem) {
+	q, js := s.keyed, &s.jobs[it.job]
+	if q.ranked == nil {
+		// Under 2D-LAS the job ran in its queue: it ranks by its number.
+		it.group, it.k2 = ranInQueue, float64(js.seq)
+	}
+	if !js.lazy {
+		js.lazy, js.logAt = true, int32(len(q.log))
+	}
+}
+
+// crossing brings the item of a job that ran, and may have reached its
+// queue's cut since, up to date: it settles the job, and gives it its
+// queue now (new to it: LAS ranks it after the jobs there) and its wake.
+func (s *simulator) crossing(it *keyedItem) {
+	q, js := s.keyed, &s.jobs[it.job]
+	s.settle(js)
+	qi := q.rule.Queue(&js.Job)
+	if float64(qi) != it.key {
+		it.key = float64(qi)
+		if q.ranked == nil {
+			it.group, it.k2 = enteredQueue, 0
+		}
+		js.PrevQueue = qi
+	}
+	it.wake = s.now + q.rule.RunWake(&js.Job, qi)
+}
+
+// nextWake is the least RunWake of the jobs a round keeps running, the
+// least of those it starts being least: it works each out only for the
+// jobs whose wake could be the least, as wakes are never late.
+func (s *simulator) nextWake(kept []keyedItem, least float64) float64 {
+	q := s.keyed
+	first := math.Inf(1)
+	for k := range kept {
+		first = min(first, kept[k].wake)
+	}
+	exact := func(from, to float64) {
+		for k := range kept {
+			if it := &kept[k]; it.wake > from && it.wake <= to {
+				js := &s.jobs[it.job]
+				s.settle(js)
+				least = min(least, q.rule.RunWake(&js.Job, int(it.key)))
+			}
+		}
+	}
+	if math.IsInf(first, 1) {
+		return least
+	}
+	exact(math.Inf(-1), first+crossSlack)
+	// A job in its start-up latency reaches the cut later than its wake.
+	exact(first+crossSlack, s.now+least+crossSlack)
+	return least
 }
 
 // toTail adds a job of the last queue that a round keeps running, or
@@ -826,6 +945,7 @@ func (s *simulator) toTail(it *keyedItem) {
 	if !js.lazy {
 		js.lazy, js.logAt = true, int32(len(q.log))
 	}
+	js.inTail = true
 	q.tail = append(q.tail, t)
 	q.tailGPUs += int(it.gpus)
 }
@@ -856,8 +976,10 @@ func (s *simulator) spliceTail(run []keyedItem, r int) []keyedItem {
 	run = run[:r]
 	for k := range q.tail {
 		t := &q.tail[k]
+		js := &s.jobs[t.job]
+		js.inTail = false
 		if q.ranked != nil {
-			s.settle(&s.jobs[t.job]) // its index is worked out anew
+			s.settle(js) // its index is worked out anew
 		}
 		run = append(run, t.keyedItem)
 	}
@@ -896,6 +1018,7 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 			}
 			w++
 		} else {
+			s.jobs[t.job].inTail = false
 			behind = append(behind, t.keyedItem)
 		}
 	}
@@ -920,7 +1043,9 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 	if ahead > free {
 		// Some of them do not fit: the walk visits them all, in order.
 		for k := range q.tail {
-			s.settle(&s.jobs[q.tail[k].job])
+			js := &s.jobs[q.tail[k].job]
+			js.inTail = false
+			s.settle(js)
 			run = append(run, q.tail[k].keyedItem)
 		}
 		q.tail, q.tailGPUs = q.tail[:0], 0

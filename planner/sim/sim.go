@@ -120,8 +120,9 @@ type jobState struct {
 	pendAt     int32 // keyedQueue: where a pending job's counters are
 	// lazy: the job runs in the keyed queue's tail and rounds do not
 	// settle it; it is settled, as they would have, at logAt on (catchUp).
-	lazy  bool
-	logAt int32
+	lazy   bool
+	inTail bool // the job holds its entry in the tail's count
+	logAt  int32
 	policy.Job
 	promoWait   float64 // compat: pending time since the last promotion
 	trace       *trace.Job
@@ -334,7 +335,7 @@ func (s *simulator) run() {
 	s.advanceTo(s.now)
 	if s.keyed != nil {
 		s.flushWaiting()
-		s.flushTail()
+		s.flushLazy()
 	}
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, total)
@@ -509,7 +510,7 @@ func (s *simulator) completeAt(t float64) bool {
 		js := &s.jobs[e.job]
 		s.settle(js)
 		if js.lazy {
-			s.keyed.leaveTail(js)
+			s.keyed.done(js)
 		}
 		js.done, js.finish = true, t
 		js.State = policy.Pending // leaves the active set on the next compaction
