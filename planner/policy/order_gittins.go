@@ -184,6 +184,26 @@ func (h *IndexHint) RisesUntil(d *SizeDistribution) float64 {
 	return until
 }
 
+// PositiveUntil is the attained service below which the index of a job
+// whose lookups ended at h, for the sizes d, stays above zero: the
+// largest sample of its last quantum's window stays in the window, and a
+// sample stays beyond it, so the divisor keeps at least a quantum that
+// rounding cannot cancel. It is -Inf when that does not hold now.
+func (h *IndexHint) PositiveUntil(d *SizeDistribution) float64 {
+	n := len(d.sorted)
+	if d == nil || h.of != d || h.done <= 0 || int(h.hi) >= n || h.hi <= h.lo {
+		return math.Inf(-1)
+	}
+	// A bound on the rounding of the divisor's terms, each within the
+	// sum of all samples (prefix sums of n terms, a product, two sums).
+	if rounding := 4 * float64(n+4) * 0x1p-52 * d.prefix[n]; h.delta <= rounding {
+		return math.Inf(-1)
+	}
+	last := d.sorted[n-1]
+	margin := 1e-9 * (last + h.delta)
+	return min(d.sorted[h.hi-1], last-h.delta) - margin
+}
+
 // gittinsOf is the index at attained service a, from the samples'
 // terms: between, the sum of the samples above a and at most a+delta
 // away; beyondQuantum, delta times the count of those further; done, the

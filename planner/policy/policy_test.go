@@ -1068,6 +1068,40 @@ func TestIndexRisesUntil(t *testing.T) {
 	must.Greater(t, 200, bounded)
 }
 
+// The index stays above zero while the attained service grows below
+// PositiveUntil, which often lies beyond the next sample (where the index
+// may fall); it bounds nothing for other sizes.
+func TestIndexPositiveUntil(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 3))
+	far := 0
+	for trial := 0; trial < 300; trial++ {
+		var sizes []float64
+		spread := []float64{0.5, 1, 2}[rng.IntN(3)]
+		for k := 0; k < 1+rng.IntN(300); k++ {
+			sizes = append(sizes, math.Round(math.Exp(rng.NormFloat64()*spread+7)))
+		}
+		d := NewSizeDistribution(sizes)
+		delta := float64(1 + rng.IntN(3000))
+		var h IndexHint
+		a := rng.Float64() * d.sorted[len(d.sorted)-1]
+		index := d.GittinsFrom(a, delta, &h)
+		until := h.PositiveUntil(d)
+		label := must.Sprintf("trial %d a %v index %v until %v", trial, a, index, until)
+		must.Eq(t, math.Inf(-1), h.PositiveUntil(NewSizeDistribution(sizes)), label)
+		if until > d.sampleAt(d.firstAbove(a)) {
+			far++
+		}
+		for step := 0; step < 50 && a < until; step++ {
+			b := a + (until-a)*rng.Float64()
+			if step == 0 {
+				b = math.Nextafter(until, math.Inf(-1))
+			}
+			must.Greater(t, 0, d.Gittins(b, delta), must.Sprintf("trial %d from %v to %v, until %v", trial, a, b, until))
+		}
+	}
+	must.Greater(t, 40, far)
+}
+
 // AlwaysSettled holds only where Settled holds for every job, and it
 // holds for orders that keep no place between rounds and for 2D-Gittins
 // once it ranks by index: the arrival shortcut then asks no job.

@@ -70,10 +70,11 @@ type keyedQueue struct {
 
 // tailItem is a running job of the last queue. Ranked by Gittins index,
 // until expire its index has not fallen below the one its k2 was worked
-// out from: it ranks no later than k2 says.
+// out from: it ranks no later than k2 says; until positive its index is
+// above zero.
 type tailItem struct {
 	keyedItem
-	expire float64
+	expire, positive float64
 }
 
 // gittinsIndex is a job's Gittins index lookups' hint and its last key.
@@ -472,7 +473,8 @@ func (s *simulator) keyedRound() {
 			}
 			s.rekey()
 			for k := range q.tail {
-				q.tail[k].expire = math.Inf(-1) // worked out with other sizes
+				// Worked out with other sizes.
+				q.tail[k].expire, q.tail[k].positive = math.Inf(-1), math.Inf(-1)
 			}
 			for k := range q.ran {
 				// Ranked by index, running jobs carry the one they were
@@ -934,13 +936,15 @@ func (s *simulator) nextWake(kept []keyedItem, least float64) float64 {
 func (s *simulator) toTail(it *keyedItem) {
 	q := s.keyed
 	js := &s.jobs[it.job]
-	t := tailItem{keyedItem: *it, expire: math.Inf(-1)}
+	t := tailItem{keyedItem: *it, expire: math.Inf(-1), positive: math.Inf(-1)}
 	t.wake = math.Inf(1) // it stays in the last queue (RunWake)
 	if q.ranked == nil {
 		// Under 2D-LAS the tail is in rank order: by its jobs' numbers.
 		t.group, t.k2 = ranInQueue, float64(js.seq)
 	} else {
-		t.expire = s.expiry(js, &q.indices[it.job])
+		ix := &q.indices[it.job]
+		t.expire = s.reaches(js, ix.hint.RisesUntil(q.ranked))
+		t.positive = s.reaches(js, ix.hint.PositiveUntil(q.ranked))
 	}
 	if !js.lazy {
 		js.lazy, js.logAt = true, int32(len(q.log))
@@ -950,11 +954,10 @@ func (s *simulator) toTail(it *keyedItem) {
 	q.tailGPUs += int(it.gpus)
 }
 
-// expiry is when running job js's Gittins index may fall below the one
-// its key was last worked out from (see IndexHint.RisesUntil): its
-// attained service grows by at most its GPUs each second.
-func (s *simulator) expiry(js *jobState, ix *gittinsIndex) float64 {
-	until := ix.hint.RisesUntil(s.keyed.ranked)
+// reaches is the earliest time running job js's attained service may
+// reach until (from IndexHint.RisesUntil or PositiveUntil): it grows by
+// at most its GPUs each second.
+func (s *simulator) reaches(js *jobState, until float64) float64 {
 	if math.IsInf(until, 1) {
 		return until
 	}
@@ -988,6 +991,22 @@ func (s *simulator) spliceTail(run []keyedItem, r int) []keyedItem {
 	return append(run, rest...)
 }
 
+// ranksBefore says tail job t ranks before waiting job h whatever its
+// index now, which was not worked out: its index has not fallen since,
+// and ranked before h then; or h's index is zero, and t's is above zero,
+// or t arrived first (no index is below zero). On a congested cluster
+// the first waiting job of the last queue is mostly one past every
+// learned size.
+func (s *simulator) ranksBefore(t *tailItem, h *keyedItem) bool {
+	if s.now < t.expire && t.before(h) {
+		return true
+	}
+	if h.k2 != 0 {
+		return false
+	}
+	return s.now < t.positive || t.arrival < h.arrival || (t.arrival == h.arrival && t.job < h.job)
+}
+
 // splitTail readies the last queue for the walk under 2D-Gittins, with
 // free GPUs not yet taken there and h the waiting job that ranks first
 // among those that fit in them. Before h only running jobs rank; if they
@@ -1003,15 +1022,18 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 	ahead, w := 0, 0
 	for k := range q.tail {
 		t := &q.tail[k]
-		if !(s.now < t.expire && t.before(h)) {
+		before := s.ranksBefore(t, h)
+		if !before {
 			js := &s.jobs[t.job]
 			s.settle(js)
 			ix := &q.indices[t.job]
 			t.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
 			ix.key = t.k2
-			t.expire = s.expiry(js, ix)
+			t.expire = s.reaches(js, ix.hint.RisesUntil(q.ranked))
+			t.positive = s.reaches(js, ix.hint.PositiveUntil(q.ranked))
+			before = t.before(h)
 		}
-		if t.before(h) {
+		if before {
 			ahead += int(t.gpus)
 			if w != k {
 				q.tail[w] = *t
