@@ -26,8 +26,36 @@ const maxSizeBuckets = 1 << 13
 
 // NewSizeDistribution copies and sorts samples.
 func NewSizeDistribution(samples []float64) *SizeDistribution {
-	d := &SizeDistribution{sorted: slices.Clone(samples)}
-	slices.Sort(d.sorted)
+	sorted := slices.Clone(samples)
+	slices.Sort(sorted)
+	return newSorted(sorted)
+}
+
+// With is the distribution of d's samples and more, as
+// NewSizeDistribution would build it from all of them: more is sorted
+// and merged in, rather than every sample sorted again.
+func (d *SizeDistribution) With(more []float64) *SizeDistribution {
+	add := slices.Clone(more)
+	slices.Sort(add)
+	old := d.sorted
+	sorted := make([]float64, 0, len(old)+len(add))
+	i, j := 0, 0
+	for i < len(old) && j < len(add) {
+		if add[j] < old[i] {
+			sorted = append(sorted, add[j])
+			j++
+		} else {
+			sorted = append(sorted, old[i])
+			i++
+		}
+	}
+	sorted = append(append(sorted, old[i:]...), add[j:]...)
+	return newSorted(sorted)
+}
+
+// newSorted builds a distribution on sorted samples, which it keeps.
+func newSorted(sorted []float64) *SizeDistribution {
+	d := &SizeDistribution{sorted: sorted}
 	d.prefix = make([]float64, len(d.sorted)+1)
 	for i, v := range d.sorted {
 		d.prefix[i+1] = d.prefix[i] + v

@@ -1102,6 +1102,30 @@ func TestIndexPositiveUntil(t *testing.T) {
 	must.Greater(t, 40, far)
 }
 
+// A distribution grown by With is the one built from all its samples at
+// once: the same sorted samples, prefix sums and buckets.
+func TestSizeDistributionWithIsAllAtOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 9))
+	var all []float64
+	d := NewSizeDistribution(nil)
+	for step := 0; step < 40; step++ {
+		var more []float64
+		for k := 0; k < rng.IntN(60); k++ {
+			v := math.Exp(rng.NormFloat64()*3 + 5)
+			switch rng.IntN(5) {
+			case 0:
+				v = math.Round(v) // repeats
+			case 1:
+				v = 0
+			}
+			more = append(more, v)
+		}
+		all = append(all, more...)
+		d = d.With(more)
+		must.Eq(t, NewSizeDistribution(all), d, must.Sprintf("step %d", step))
+	}
+}
+
 // AlwaysSettled holds only where Settled holds for every job, and it
 // holds for orders that keep no place between rounds and for 2D-Gittins
 // once it ranks by index: the arrival shortcut then asks no job.

@@ -177,7 +177,11 @@ func (s *simulator) learnSizes() {
 		return // only 2D-Gittins reads the completed sizes
 	}
 	if n := len(s.sizes); n >= 10 && float64(n) >= 1.1*float64(s.sizesBuilt) {
-		s.snap.CompletedSizes = policy.NewSizeDistribution(s.sizes)
+		if d := s.snap.CompletedSizes; d != nil {
+			s.snap.CompletedSizes = d.With(s.sizes[s.sizesBuilt:])
+		} else {
+			s.snap.CompletedSizes = policy.NewSizeDistribution(s.sizes)
+		}
 		s.sizesBuilt = n
 	}
 }
