@@ -66,6 +66,8 @@ type keyedQueue struct {
 	log      []float64   // settle times, while the tail has jobs
 	lastQ    float64     // the last queue (QueueRule.Last); NaN: no queues
 	spliced  []keyedItem // round scratch
+	isAhead  []bool      // round scratch
+	keys     []rankGPUs  // round scratch
 }
 
 // tailItem is a running job of the last queue. Ranked by Gittins index,
@@ -75,6 +77,12 @@ type keyedQueue struct {
 type tailItem struct {
 	keyedItem
 	expire, positive float64
+}
+
+// rankGPUs is a running job's key within its queue, and its GPUs.
+type rankGPUs struct {
+	k2   float64
+	gpus int32
 }
 
 // gittinsIndex is a job's Gittins index lookups' hint and its last key.
@@ -906,12 +914,16 @@ func (s *simulator) crossing(it *keyedItem) {
 
 // nextWake is the least RunWake of the jobs a round keeps running, the
 // least of those it starts being least: it works each out only for the
-// jobs whose wake could be the least, as wakes are never late.
+// jobs whose wake could be the least, as wakes are never late (but for
+// rounding, far below crossSlack).
 func (s *simulator) nextWake(kept []keyedItem, least float64) float64 {
 	q := s.keyed
 	first := math.Inf(1)
 	for k := range kept {
 		first = min(first, kept[k].wake)
+	}
+	if math.IsInf(first, 1) {
+		return least
 	}
 	exact := func(from, to float64) {
 		for k := range kept {
@@ -922,12 +934,12 @@ func (s *simulator) nextWake(kept []keyedItem, least float64) float64 {
 			}
 		}
 	}
-	if math.IsInf(first, 1) {
-		return least
-	}
 	exact(math.Inf(-1), first+crossSlack)
-	// A job in its start-up latency reaches the cut later than its wake.
-	exact(first+crossSlack, s.now+least+crossSlack)
+	if s.now+least > first+crossSlack/2 {
+		// A job in its start-up latency reaches the cut later than its
+		// wake; another may reach it first.
+		exact(first+crossSlack, s.now+least+crossSlack)
+	}
 	return least
 }
 
@@ -991,50 +1003,83 @@ func (s *simulator) spliceTail(run []keyedItem, r int) []keyedItem {
 	return append(run, rest...)
 }
 
-// ranksBefore says tail job t ranks before waiting job h whatever its
-// index now, which was not worked out: its index has not fallen since,
-// and ranked before h then; or h's index is zero, and t's is above zero,
-// or t arrived first (no index is below zero). On a congested cluster
-// the first waiting job of the last queue is mostly one past every
-// learned size.
-func (s *simulator) ranksBefore(t *tailItem, h *keyedItem) bool {
-	if s.now < t.expire && t.before(h) {
-		return true
-	}
-	if h.k2 != 0 {
-		return false
-	}
-	return s.now < t.positive || t.arrival < h.arrival || (t.arrival == h.arrival && t.job < h.job)
-}
-
 // splitTail readies the last queue for the walk under 2D-Gittins, with
 // free GPUs not yet taken there and h the waiting job that ranks first
-// among those that fit in them. Before h only running jobs rank; if they
-// all fit, they keep running whatever their order. It leaves those in
-// the tail, says how many GPUs they hold (ahead), and puts the other
-// running jobs of the queue in run[r:], sorted, for the walk to go on
-// from h. A tail job whose key still bounds its rank (expire) and ranks
-// before h needs no new index. Otherwise ahead is -1, and every running
-// job of the queue is in run[r:], to be ordered there.
+// among those that fit in them: before h only running jobs rank, and if
+// they all fit, they keep running whatever their order. If they do not
+// all fit, it tries again from the running job some way up, whose ahead
+// do fit. It leaves the jobs ahead in the tail, says how many GPUs they
+// hold (ahead), and puts the other running jobs of the queue in run[r:],
+// sorted, for the walk to go on from there. A tail job that ranks ahead
+// for sure (see rankTail) needs no new index. Otherwise ahead is -1, and
+// every running job of the queue is in run[r:], to be ordered there.
 func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]keyedItem, int) {
 	q := s.keyed
-	behind := q.spliced[:0]
-	ahead, w := 0, 0
+	extra := run[r:] // the queue's other running jobs, new to it
+	for k := range extra {
+		it := &extra[k]
+		ix := &q.indices[it.job]
+		it.k2 = q.rule.Key(q.ranked, &s.jobs[it.job].Job, &ix.hint)
+		ix.key = it.k2
+	}
+	ahead := s.rankTail(extra, h)
+	if ahead > free {
+		// Some of them do not fit. Those whose keys are below some key,
+		// at most free less the widest job's GPUs, mostly still do: the
+		// walk goes on from that key.
+		keys := q.keys[:0]
+		for k := range q.tail {
+			if q.isAhead[k] {
+				keys = append(keys, rankGPUs{q.tail[k].k2, q.tail[k].gpus})
+			}
+		}
+		for k := range extra {
+			if q.isAhead[len(q.tail)+k] {
+				keys = append(keys, rankGPUs{extra[k].k2, extra[k].gpus})
+			}
+		}
+		slices.SortFunc(keys, func(a, b rankGPUs) int {
+			if a.k2 < b.k2 {
+				return -1
+			}
+			if a.k2 > b.k2 {
+				return 1
+			}
+			return 0
+		})
+		q.keys = keys
+		widest := q.sizes[len(q.sizes)-1]
+		held, at := 0, -1
+		for k := range keys {
+			if held += int(keys[k].gpus); held > free-widest {
+				break
+			}
+			at = k
+		}
+		if at >= 0 && at+1 < len(keys) {
+			// Ahead of every job of key keys[at+1].k2.
+			pivot := keyedItem{key: q.lastQ, k2: keys[at+1].k2, arrival: math.Inf(-1), job: -1}
+			ahead = s.rankTail(extra, &pivot)
+		}
+		if ahead > free {
+			// The walk visits them all, in order.
+			rest := append(q.unordered[:0], extra...)
+			q.unordered = rest
+			run = run[:r]
+			for k := range q.tail {
+				js := &s.jobs[q.tail[k].job]
+				js.inTail = false
+				s.settle(js)
+				run = append(run, q.tail[k].keyedItem)
+			}
+			q.tail, q.tailGPUs = q.tail[:0], 0
+			return append(run, rest...), -1
+		}
+	}
+	behind, w := q.spliced[:0], 0
 	for k := range q.tail {
 		t := &q.tail[k]
-		before := s.ranksBefore(t, h)
-		if !before {
-			js := &s.jobs[t.job]
-			s.settle(js)
-			ix := &q.indices[t.job]
-			t.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
-			ix.key = t.k2
-			t.expire = s.reaches(js, ix.hint.RisesUntil(q.ranked))
-			t.positive = s.reaches(js, ix.hint.PositiveUntil(q.ranked))
-			before = t.before(h)
-		}
-		if before {
-			ahead += int(t.gpus)
+		if q.isAhead[k] {
 			if w != k {
 				q.tail[w] = *t
 			}
@@ -1044,39 +1089,61 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 			behind = append(behind, t.keyedItem)
 		}
 	}
-	q.tail, q.tailGPUs = q.tail[:w], ahead
-	// The queue's other running jobs, new to it, go where their index
-	// puts them.
-	newAhead := q.unordered[:0]
-	for k := r; k < len(run); k++ {
-		it := &run[k]
-		ix := &q.indices[it.job]
-		it.k2 = q.rule.Key(q.ranked, &s.jobs[it.job].Job, &ix.hint)
-		ix.key = it.k2
-		if it.before(h) {
-			ahead += int(it.gpus)
-			newAhead = append(newAhead, *it)
+	n := len(q.tail)
+	q.tail, q.tailGPUs = q.tail[:w], 0
+	for k := range q.tail {
+		q.tailGPUs += int(q.tail[k].gpus)
+	}
+	for k := range extra {
+		if q.isAhead[n+k] {
+			s.toTail(&extra[k])
 		} else {
-			behind = append(behind, *it)
+			behind = append(behind, extra[k])
 		}
 	}
-	q.unordered, q.spliced = newAhead, behind
-	run = run[:r]
-	if ahead > free {
-		// Some of them do not fit: the walk visits them all, in order.
-		for k := range q.tail {
-			js := &s.jobs[q.tail[k].job]
-			js.inTail = false
-			s.settle(js)
-			run = append(run, q.tail[k].keyedItem)
-		}
-		q.tail, q.tailGPUs = q.tail[:0], 0
-		run = append(run, newAhead...)
-		return append(run, behind...), -1
-	}
-	for k := range newAhead {
-		s.toTail(&newAhead[k])
-	}
+	q.spliced = behind
 	slices.SortFunc(behind, compareKeyed)
-	return append(run, behind...), ahead
+	return append(run[:r], behind...), ahead
+}
+
+// rankTail marks in q.isAhead which of the tail's jobs, then extra's,
+// rank before th, and says how many GPUs those hold. A tail job is given
+// its index now only where it may not rank before th. It surely does if
+// its index has not fallen since it ranked before th (expire); or if th's
+// index is zero, and its own is above zero (positive) or it arrived first
+// (no index is below zero). On a congested cluster the first waiting job
+// of the last queue is mostly one past every learned size, of index zero.
+func (s *simulator) rankTail(extra []keyedItem, th *keyedItem) int {
+	q := s.keyed
+	q.isAhead = slices.Grow(q.isAhead[:0], len(q.tail)+len(extra))[:len(q.tail)+len(extra)]
+	ahead, zero := 0, th.k2 == 0
+	for k := range q.tail {
+		t := &q.tail[k]
+		before := s.now < t.expire && t.before(th)
+		if !before && zero {
+			before = s.now < t.positive || t.arrival < th.arrival || (t.arrival == th.arrival && t.job < th.job)
+		}
+		if !before {
+			js := &s.jobs[t.job]
+			s.settle(js)
+			ix := &q.indices[t.job]
+			t.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
+			ix.key = t.k2
+			t.expire = s.reaches(js, ix.hint.RisesUntil(q.ranked))
+			t.positive = s.reaches(js, ix.hint.PositiveUntil(q.ranked))
+			before = t.before(th)
+		}
+		q.isAhead[k] = before
+		if before {
+			ahead += int(t.gpus)
+		}
+	}
+	for k := range extra {
+		before := extra[k].before(th)
+		q.isAhead[len(q.tail)+k] = before
+		if before {
+			ahead += int(extra[k].gpus)
+		}
+	}
+	return ahead
 }
