@@ -67,7 +67,10 @@ type keyedQueue struct {
 	lastQ    float64     // the last queue (QueueRule.Last); NaN: no queues
 	spliced  []keyedItem // round scratch
 	isAhead  []bool      // round scratch
-	keys     []rankGPUs  // round scratch
+	// firstWake is the least wake of the jobs a round keeps running but
+	// the tail's, as keep adds them.
+	firstWake float64
+	keys      []rankGPUs // round scratch
 }
 
 // tailItem is a running job of the last queue. Ranked by Gittins index,
@@ -113,7 +116,7 @@ type keyedItem struct {
 	wake  float64
 	job   int32
 	gpus  int32
-	stamp int32
+	stamp int32 // a waiting job's heap entry (waitingHead); resting: a running job's item is ready (rest)
 	group int32
 }
 
@@ -554,6 +557,7 @@ func (s *simulator) keyedRound() {
 	seq := q.front
 	wake := math.Inf(1)
 	kept, preempt, starts := q.ran[:0], q.preempt[:0], q.starts[:0]
+	q.firstWake = math.Inf(1)
 	free := s.gpus
 	best := s.first(free)
 	// Ranked by Gittins index, the running jobs of each queue are readied
@@ -875,12 +879,17 @@ func (s *simulator) keep(kept []keyedItem, it *keyedItem) []keyedItem {
 		s.toTail(it)
 		return kept
 	}
-	kept = append(kept, *it)
 	if q.byQueue {
-		s.rest(&kept[len(kept)-1])
+		if it.stamp != resting {
+			s.rest(it)
+		}
+		q.firstWake = min(q.firstWake, it.wake)
 	}
-	return kept
+	return append(kept, *it)
 }
+
+// resting marks the item of a job that rest has readied.
+const resting = -1
 
 // rest readies the item of a job a round keeps running under
 // RanksByQueue for the next round, and settles the job lazily from now.
@@ -893,6 +902,7 @@ func (s *simulator) rest(it *keyedItem) {
 	if !js.lazy {
 		js.lazy, js.logAt = true, int32(len(q.log))
 	}
+	it.stamp = resting
 }
 
 // crossing brings the item of a job that ran, and may have reached its
@@ -905,7 +915,7 @@ func (s *simulator) crossing(it *keyedItem) {
 	if float64(qi) != it.key {
 		it.key = float64(qi)
 		if q.ranked == nil {
-			it.group, it.k2 = enteredQueue, 0
+			it.group, it.k2, it.stamp = enteredQueue, 0, 0 // numbered by the walk
 		}
 		js.PrevQueue = qi
 	}
@@ -918,10 +928,7 @@ func (s *simulator) crossing(it *keyedItem) {
 // rounding, far below crossSlack).
 func (s *simulator) nextWake(kept []keyedItem, least float64) float64 {
 	q := s.keyed
-	first := math.Inf(1)
-	for k := range kept {
-		first = min(first, kept[k].wake)
-	}
+	first := q.firstWake // the least wake of kept (keep)
 	if math.IsInf(first, 1) {
 		return least
 	}
@@ -1116,12 +1123,18 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 func (s *simulator) rankTail(extra []keyedItem, th *keyedItem) int {
 	q := s.keyed
 	q.isAhead = slices.Grow(q.isAhead[:0], len(q.tail)+len(extra))[:len(q.tail)+len(extra)]
-	ahead, zero := 0, th.k2 == 0
+	ahead, zero, now := 0, th.k2 == 0, s.now
 	for k := range q.tail {
 		t := &q.tail[k]
-		before := s.now < t.expire && t.before(th)
-		if !before && zero {
-			before = s.now < t.positive || t.arrival < th.arrival || (t.arrival == th.arrival && t.job < th.job)
+		// Every job of the tail, and th, are of the last queue and of no
+		// group: they rank by index, then arrival, then index in the
+		// trace.
+		var before bool
+		if zero && now < t.positive {
+			before = true
+		} else {
+			first := t.arrival < th.arrival || t.arrival == th.arrival && t.job < th.job
+			before = now < t.expire && (t.k2 < th.k2 || t.k2 == th.k2 && first) || zero && first
 		}
 		if !before {
 			js := &s.jobs[t.job]
