@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"math"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -301,7 +300,7 @@ func (s *simulator) reschedule(i int) {
 		return
 	}
 	js.finishAt = s.now + max(js.work, 0)/rate
-	heap.Push(&s.heap, finishEvent{t: js.finishAt, job: i, version: js.version})
+	s.heap.push(finishEvent{t: js.finishAt, job: i, version: js.version})
 }
 
 type finishEvent struct {
@@ -310,20 +309,51 @@ type finishEvent struct {
 	version int
 }
 
+// finishHeap orders the finish events, earliest first (ties by job). Its
+// sifts are container/heap's, typed: a preempted job leaves a stale event
+// behind, and a congested run pushes and pops millions of them.
 type finishHeap []finishEvent
 
-func (h finishHeap) Len() int { return len(h) }
-func (h finishHeap) Less(a, b int) bool {
+func (h finishHeap) less(a, b int) bool {
 	if h[a].t != h[b].t {
 		return h[a].t < h[b].t
 	}
 	return h[a].job < h[b].job
 }
-func (h finishHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *finishHeap) Push(x any)   { *h = append(*h, x.(finishEvent)) }
-func (h *finishHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *finishHeap) push(e finishEvent) {
+	*h = append(*h, e)
+	q := *h
+	for j := len(q) - 1; j > 0; {
+		i := (j - 1) / 2 // parent
+		if i == j || !q.less(j, i) {
+			break
+		}
+		q[i], q[j] = q[j], q[i]
+		j = i
+	}
+}
+
+// pop removes and returns the earliest event.
+func (h *finishHeap) pop() finishEvent {
+	q := *h
+	n := len(q) - 1
+	q[0], q[n] = q[n], q[0]
+	for i := 0; ; {
+		j := 2*i + 1
+		if j >= n || j < 0 {
+			break
+		}
+		if j2 := j + 1; j2 < n && q.less(j2, j) {
+			j = j2
+		}
+		if !q.less(j, i) {
+			break
+		}
+		q[i], q[j] = q[j], q[i]
+		i = j
+	}
+	e := q[n]
+	*h = q[:n]
+	return e
 }

@@ -6,7 +6,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 
@@ -506,7 +505,7 @@ func (s *simulator) completeAt(t float64) bool {
 		if !ok || f > t {
 			return any
 		}
-		e := heap.Pop(&s.heap).(finishEvent)
+		e := s.heap.pop()
 		js := &s.jobs[e.job]
 		s.settle(js)
 		if js.lazy {
@@ -533,7 +532,7 @@ func (s *simulator) peekFinish() (float64, bool) {
 		if js := &s.jobs[top.job]; js.version == top.version && !js.done && js.State == policy.Running {
 			return top.t, true
 		}
-		heap.Pop(&s.heap)
+		s.heap.pop()
 	}
 	return 0, false
 }
