@@ -874,17 +874,23 @@ func (s *simulator) flushLazy() {
 // reaches its queue's cut (wake) its queue and place stay, and it is
 // settled lazily.
 func (s *simulator) keep(kept []keyedItem, it *keyedItem) []keyedItem {
+	if s.keyed.byQueue {
+		return s.keepQueued(kept, it)
+	}
+	return append(kept, *it)
+}
+
+// keepQueued is keep under RanksByQueue.
+func (s *simulator) keepQueued(kept []keyedItem, it *keyedItem) []keyedItem {
 	q := s.keyed
 	if it.key == q.lastQ {
 		s.toTail(it)
 		return kept
 	}
-	if q.byQueue {
-		if it.stamp != resting {
-			s.rest(it)
-		}
-		q.firstWake = min(q.firstWake, it.wake)
+	if it.stamp != resting {
+		s.rest(it)
 	}
+	q.firstWake = min(q.firstWake, it.wake)
 	return append(kept, *it)
 }
 
