@@ -67,6 +67,8 @@ type keyedQueue struct {
 	lastQ    float64     // the last queue (QueueRule.Last); NaN: no queues
 	spliced  []keyedItem // round scratch
 	isAhead  []bool      // round scratch
+	// tailBehind counts the tail's jobs rankTail found behind.
+	tailBehind int
 	// firstWake is the least wake of the jobs a round keeps running but
 	// the tail's, as keep adds them.
 	firstWake float64
@@ -1089,23 +1091,23 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 			return append(run, rest...), -1
 		}
 	}
-	behind, w := q.spliced[:0], 0
-	for k := range q.tail {
-		t := &q.tail[k]
-		if q.isAhead[k] {
-			if w != k {
-				q.tail[w] = *t
+	behind, n := q.spliced[:0], len(q.tail)
+	if q.tailBehind > 0 {
+		w := 0
+		for k := range q.tail {
+			t := &q.tail[k]
+			if q.isAhead[k] {
+				if w != k {
+					q.tail[w] = *t
+				}
+				w++
+			} else {
+				s.jobs[t.job].inTail = false
+				q.tailGPUs -= int(t.gpus)
+				behind = append(behind, t.keyedItem)
 			}
-			w++
-		} else {
-			s.jobs[t.job].inTail = false
-			behind = append(behind, t.keyedItem)
 		}
-	}
-	n := len(q.tail)
-	q.tail, q.tailGPUs = q.tail[:w], 0
-	for k := range q.tail {
-		q.tailGPUs += int(q.tail[k].gpus)
+		q.tail = q.tail[:w]
 	}
 	for k := range extra {
 		if q.isAhead[n+k] {
@@ -1130,6 +1132,7 @@ func (s *simulator) rankTail(extra []keyedItem, th *keyedItem) int {
 	q := s.keyed
 	q.isAhead = slices.Grow(q.isAhead[:0], len(q.tail)+len(extra))[:len(q.tail)+len(extra)]
 	ahead, zero, now := 0, th.k2 == 0, s.now
+	q.tailBehind = 0
 	for k := range q.tail {
 		t := &q.tail[k]
 		// Every job of the tail, and th, are of the last queue and of no
@@ -1155,6 +1158,8 @@ func (s *simulator) rankTail(extra []keyedItem, th *keyedItem) int {
 		q.isAhead[k] = before
 		if before {
 			ahead += int(t.gpus)
+		} else {
+			q.tailBehind++
 		}
 	}
 	for k := range extra {
