@@ -63,7 +63,7 @@ type keyedQueue struct {
 	tail     []tailItem
 	tailGPUs int         // the GPUs the tail's jobs hold
 	tailDone int         // tail entries of jobs done since
-	log      []float64   // settle times, while the tail has jobs
+	log      []float64   // settle times, while jobs are settled lazily
 	lastQ    float64     // the last queue (QueueRule.Last); NaN: no queues
 	spliced  []keyedItem // round scratch
 	isAhead  []bool      // round scratch
@@ -97,14 +97,15 @@ type gittinsIndex struct {
 }
 
 // waitCounters are a pending job's counters, kept out of its jobState
-// while it waits (jobState.pendAt says where): every round settles every
-// pending job, and a dense list costs a fraction of reaching each job.
-// They are settled with the same arithmetic as settle's.
+// while it waits (jobState.pendAt says where). Rounds do not settle them:
+// catchUpWaiting settles them, when the job starts, at every time logged
+// since, with the same arithmetic as settle's.
 type waitCounters struct {
 	lastUpdate, wait, queued, promoWait float64
 	job                                 int32
-	ran                                 bool // Executed > 0: promoWait counts
-	planned                             bool // PrevQueue >= 0
+	logAt                               int32 // settled up to q.log[logAt] (catchUpWaiting)
+	ran                                 bool  // Executed > 0: promoWait counts
+	planned                             bool  // PrevQueue >= 0
 }
 
 // keyedItem is a job with its rank: key, then group, then k2, then
@@ -238,7 +239,7 @@ func (s *simulator) wait(i int) {
 	q, js := s.keyed, &s.jobs[i]
 	js.pendAt = int32(len(q.pend))
 	q.pend = append(q.pend, waitCounters{lastUpdate: js.lastUpdate, wait: js.Wait, queued: js.queued, promoWait: js.promoWait,
-		job: int32(i), ran: js.Executed > 0, planned: js.PrevQueue >= 0})
+		job: int32(i), logAt: int32(len(q.log)), ran: js.Executed > 0, planned: js.PrevQueue >= 0})
 	if js.PrevQueue < 0 { // an arrival: in the heaps by the next round
 		js.seq = q.back
 		q.back++
@@ -352,6 +353,7 @@ func (s *simulator) unwait(i int) {
 	q, js := s.keyed, &s.jobs[i]
 	k := js.pendAt
 	c := &q.pend[k]
+	s.catchUpWaiting(c)
 	js.lastUpdate, js.Wait, js.queued, js.promoWait = c.lastUpdate, c.wait, c.queued, c.promoWait
 	last := len(q.pend) - 1
 	q.pend[k] = q.pend[last]
@@ -362,38 +364,42 @@ func (s *simulator) unwait(i int) {
 // flushWaiting gives every pending job its counters back, for the
 // results.
 func (s *simulator) flushWaiting() {
-	for _, c := range s.keyed.pend {
+	for k := range s.keyed.pend {
+		c := &s.keyed.pend[k]
+		s.catchUpWaiting(c)
 		js := &s.jobs[c.job]
 		js.lastUpdate, js.Wait, js.queued, js.promoWait = c.lastUpdate, c.wait, c.queued, c.promoWait
 	}
 }
 
-// settleWaiting brings the pending jobs' counters up to date, as settle
-// does, or only those of jobs planned before (PrevQueue) with
-// plannedOnly, as the arrival shortcut does; after a round every job has
-// been planned.
-func (s *simulator) settleWaiting(plannedOnly bool) {
+// catchUpWaiting settles a pending job's counters at each time logged
+// since, as the rounds would have: every round settles every pending job,
+// and a job not planned before becomes planned (PrevQueue). The arrival
+// shortcut settles only jobs planned before, but a job left waiting when
+// it arrives meets a round at that moment first (the shortcut starts
+// every arrival or none), so every logged time settles it. Replayed in
+// one go, the steps round alike, and every result is the same to the bit.
+func (s *simulator) catchUpWaiting(c *waitCounters) {
 	q := s.keyed
-	for k := range q.pend {
-		c := &q.pend[k]
-		if !c.planned {
-			if plannedOnly {
-				continue
-			}
-			c.planned = true
-			s.jobs[c.job].PrevQueue = q.entry()
-		}
-		dt := s.now - c.lastUpdate
+	if !c.planned && int(c.logAt) < len(q.log) {
+		c.planned = true
+		s.jobs[c.job].PrevQueue = q.entry()
+	}
+	last, wait, queued, promoWait := c.lastUpdate, c.wait, c.queued, c.promoWait
+	for k := int(c.logAt); k < len(q.log); k++ {
+		dt := q.log[k] - last
 		if dt <= 0 {
 			continue
 		}
-		c.lastUpdate = s.now
-		c.wait += dt
-		c.queued += dt
+		last = q.log[k]
+		wait += dt
+		queued += dt
 		if c.ran {
-			c.promoWait += dt
+			promoWait += dt
 		}
 	}
+	c.lastUpdate, c.wait, c.queued, c.promoWait = last, wait, queued, promoWait
+	c.logAt = int32(len(q.log))
 }
 
 // entry is the queue a new job enters (0 for orders without queues).
@@ -422,12 +428,11 @@ func (s *simulator) settleRunning(i int) bool {
 // the running lists: on a cluster with room, rounds are rare and the
 // shortcut starts most jobs.
 func (s *simulator) settlePlanned() bool {
-	s.settleWaiting(true)
 	settled, always := true, s.cfg.Policy.AlwaysSettled(&s.snap)
 	q := s.keyed
-	// The tail's jobs stay in the last queue and keep their place there;
-	// the other jobs that ran keep theirs until they reach their queue's
-	// cut.
+	// Pending jobs and those that rest are settled lazily. The tail's
+	// jobs stay in the last queue and keep their place there; the other
+	// jobs that ran keep theirs until they reach their queue's cut.
 	q.logSettle(s.now)
 	w := 0
 	for _, it := range q.ran {
@@ -503,7 +508,6 @@ func (s *simulator) keyedRound() {
 		}
 	}
 	q.arrived = q.arrived[:0]
-	s.settleWaiting(false)
 	s.tidyTail()
 	// The running jobs' keys now, each job settled as a round's Snapshot
 	// brings it up to date: those the last round kept (or started), in its
@@ -787,12 +791,9 @@ func insertionSort(items []keyedItem) {
 	}
 }
 
-// logSettle notes now as a time every running job is settled at, for the
-// tail's jobs to be settled at later (catchUp).
+// logSettle notes now as a time the jobs settled lazily are settled at
+// (catchUp, catchUpWaiting), by a round or by the arrival shortcut.
 func (q *keyedQueue) logSettle(now float64) {
-	if !q.byQueue {
-		return // no job is settled lazily
-	}
 	if n := len(q.log); n > 0 && q.log[n-1] == now {
 		return
 	}
@@ -840,14 +841,14 @@ func (q *keyedQueue) done(js *jobState) {
 }
 
 // tidyTail drops the tail's entries of jobs done since, and logs now, at
-// the start of a round, as a time the round settles every running job at.
+// the start of a round, as a time the round settles every job at.
 func (s *simulator) tidyTail() {
 	q := s.keyed
 	if q.tailDone > 0 {
 		q.tail = slices.DeleteFunc(q.tail, func(t tailItem) bool { return s.jobs[t.job].done })
 		q.tailDone = 0
 	}
-	if len(q.tail) == 0 && len(q.ran) == 0 {
+	if len(q.tail) == 0 && len(q.ran) == 0 && len(q.pend) == 0 {
 		q.log = q.log[:0] // no job is settled lazily
 		return
 	}
