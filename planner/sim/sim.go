@@ -116,13 +116,13 @@ type jobState struct {
 	queued     float64 // total pending time
 	seq        int64   // keyedQueue under RanksByQueue: the job's place in its queue
 	done       bool
-	pendAt     int32 // keyedQueue: where a pending job's counters are
-	// lazy: the job runs in the keyed queue's tail and rounds do not
-	// settle it; it is settled, as they would have, at logAt on (catchUp).
+	// lazy: the job runs, and rounds do not settle it; it is settled, as
+	// they would have, at logAt on (keyedQueue.catchUp).
 	lazy   bool
-	inTail bool // the job holds its entry in the tail's count
-	logAt  int32
+	inTail bool  // the job holds its entry in the keyed queue's tail count
+	pendAt int32 // keyedQueue: where a pending job's counters are
 	policy.Job
+	logAt       int32
 	promoWait   float64 // compat: pending time since the last promotion
 	trace       *trace.Job
 	rates       map[string]float64
