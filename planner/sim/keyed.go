@@ -56,10 +56,11 @@ type keyedQueue struct {
 	// tail holds, under RanksByQueue, the running jobs the last round kept
 	// in the last queue, apart from ran: they stay in that queue, so a
 	// round visits them one by one only where their order decides
-	// something (see keyedRound, splitTail). Rounds do not settle them
-	// either: log holds the times since at which a round settled every
-	// running job, for catchUp to settle each of them at the same times,
-	// to the bit.
+	// something (see keyedRound, splitTail). Rounds settle neither them,
+	// nor the other jobs that rest in ran, nor the pending jobs: log holds
+	// the times since at which a round, or the arrival shortcut, settled
+	// every job, for catchUp and catchUpWaiting to settle each at the same
+	// times, to the bit.
 	tail     []tailItem
 	tailGPUs int         // the GPUs the tail's jobs hold
 	tailDone int         // tail entries of jobs done since
@@ -115,7 +116,7 @@ type keyedItem struct {
 	k2      float64
 	arrival float64
 	// wake is, under RanksByQueue, when a running job reaches its queue's
-	// cut: no later than that (see RunWake, crossTime).
+	// cut: no later than that (see RunWake, crossing, nextWake).
 	wake  float64
 	job   int32
 	gpus  int32
