@@ -191,10 +191,8 @@ func (s *simulator) useKeyedQueue() bool {
 // appendKeyed appends job i with its key now; a running job takes its
 // queue now as the one it was planned in (PrevQueue). It fills the new
 // item in place: an item returned by value and copied costs a stall every
-// round. With lastIndex, a running job ranked by Gittins index keeps the
-// index it was last ranked by, for a round to work out only in the queues
-// whose order decides something (see startWhateverTheOrder).
-func (s *simulator) appendKeyed(items []keyedItem, i int, lastIndex bool) []keyedItem {
+// round.
+func (s *simulator) appendKeyed(items []keyedItem, i int) []keyedItem {
 	q, js := s.keyed, &s.jobs[i]
 	items = append(items, keyedItem{})
 	it := &items[len(items)-1]
@@ -212,14 +210,8 @@ func (s *simulator) appendKeyed(items []keyedItem, i int, lastIndex bool) []keye
 	if q.ranked != nil {
 		if js.State == policy.Running {
 			js.PrevQueue = qi
-			if lastIndex {
-				it.k2 = q.indices[i].key
-				return items
-			}
 		}
-		ix := &q.indices[i]
-		it.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
-		ix.key = it.k2
+		it.k2 = s.indexKey(i)
 		return items
 	}
 	it.group, it.k2 = waitsInQueue, float64(js.seq)
@@ -268,7 +260,7 @@ func (s *simulator) push(i int) {
 	q := s.keyed
 	q.stamp[i]++
 	k, _ := slices.BinarySearch(q.sizes, s.jobs[i].GPUs)
-	h := s.appendKeyed(q.waiting[k], i, false)
+	h := s.appendKeyed(q.waiting[k], i)
 	h[len(h)-1].stamp = q.stamp[i]
 	q.waiting[k] = siftUp(h)
 }
@@ -521,7 +513,7 @@ func (s *simulator) keyedRound() {
 		case js.done || js.State != policy.Running:
 		case !q.byQueue:
 			settleAt(js, s.now)
-			run = s.appendKeyed(run, int(it.job), true)
+			run = s.appendKeyed(run, int(it.job))
 		default:
 			run = append(run, *it)
 			if it.wake <= s.now+crossSlack {
@@ -536,7 +528,7 @@ func (s *simulator) keyedRound() {
 	fresh := q.fresh[:0]
 	for _, i := range q.started {
 		if s.settleRunning(i) {
-			fresh = s.appendKeyed(fresh, i, false)
+			fresh = s.appendKeyed(fresh, i)
 		}
 	}
 	q.started = q.started[:0]
@@ -732,10 +724,10 @@ func (s *simulator) startedInQueue(it *keyedItem) float64 {
 // queue, taken in rank order, either fits in what they leave over or
 // does not fit even ahead of all of them. If so, it takes the waiting
 // jobs that start off their heaps, into q.unordered. Ranked by Gittins
-// index, running jobs carry the index they were last ranked by
-// (appendKeyed), and this spares looking up the indices, which change
-// every round: in most rounds no waiting job's place among the running
-// jobs of a queue decides anything.
+// index, running jobs carry the index they were last ranked by (their
+// items rest between rounds), and this spares looking up the indices,
+// which change every round: in most rounds no waiting job's place among
+// the running jobs of a queue decides anything.
 func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) bool {
 	q := s.keyed
 	started := q.unordered[:0]
@@ -766,15 +758,30 @@ func (s *simulator) startWhateverTheOrder(qi float64, free, gpus int) bool {
 // orderQueue works out the Gittins index of each running job of one
 // queue, which carried the index it was last ranked by, and sorts them.
 func (s *simulator) orderQueue(seg []keyedItem) {
-	q := s.keyed
 	for k := range seg {
-		js := &s.jobs[seg[k].job]
-		s.settle(js) // settled lazily
-		ix := &q.indices[seg[k].job]
-		seg[k].k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
-		ix.key = seg[k].k2
+		s.settle(&s.jobs[seg[k].job]) // settled lazily
+		seg[k].k2 = s.indexKey(int(seg[k].job))
 	}
 	insertionSort(seg)
+}
+
+// indexKey is job i's rank within its queue under 2D-Gittins now, its
+// counters settled (QueueRule.Key), kept as the one it was last ranked by.
+func (s *simulator) indexKey(i int) float64 {
+	q := s.keyed
+	ix := &q.indices[i]
+	ix.key = q.rule.Key(q.ranked, &s.jobs[i].Job, &ix.hint)
+	return ix.key
+}
+
+// bound sets until when a tail job's key bounds its rank (expire), and
+// until when its index is surely above zero (positive), from the lookups
+// its key was last worked out with.
+func (s *simulator) bound(t *tailItem) {
+	q, js := s.keyed, &s.jobs[t.job]
+	h := &q.indices[t.job].hint
+	t.expire = s.reaches(js, h.RisesUntil(q.ranked))
+	t.positive = s.reaches(js, h.PositiveUntil(q.ranked))
 }
 
 // insertionSort sorts items that are nearly in order: keys change little
@@ -971,9 +978,7 @@ func (s *simulator) toTail(it *keyedItem) {
 		// Under 2D-LAS the tail is in rank order: by its jobs' numbers.
 		t.group, t.k2 = ranInQueue, float64(js.seq)
 	} else {
-		ix := &q.indices[it.job]
-		t.expire = s.reaches(js, ix.hint.RisesUntil(q.ranked))
-		t.positive = s.reaches(js, ix.hint.PositiveUntil(q.ranked))
+		s.bound(&t)
 	}
 	if !js.lazy {
 		js.lazy, js.logAt = true, int32(len(q.log))
@@ -1034,10 +1039,7 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 	q := s.keyed
 	extra := run[r:] // the queue's other running jobs, new to it
 	for k := range extra {
-		it := &extra[k]
-		ix := &q.indices[it.job]
-		it.k2 = q.rule.Key(q.ranked, &s.jobs[it.job].Job, &ix.hint)
-		ix.key = it.k2
+		extra[k].k2 = s.indexKey(int(extra[k].job))
 	}
 	ahead := s.rankTail(extra, h)
 	if ahead > free {
@@ -1079,18 +1081,7 @@ func (s *simulator) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]key
 			ahead = s.rankTail(extra, &pivot)
 		}
 		if ahead > free {
-			// The walk visits them all, in order.
-			rest := append(q.unordered[:0], extra...)
-			q.unordered = rest
-			run = run[:r]
-			for k := range q.tail {
-				js := &s.jobs[q.tail[k].job]
-				js.inTail = false
-				s.settle(js)
-				run = append(run, q.tail[k].keyedItem)
-			}
-			q.tail, q.tailGPUs = q.tail[:0], 0
-			return append(run, rest...), -1
+			return s.spliceTail(run, r), -1 // the walk visits them all, in order
 		}
 	}
 	behind, n := q.spliced[:0], len(q.tail)
@@ -1148,13 +1139,9 @@ func (s *simulator) rankTail(extra []keyedItem, th *keyedItem) int {
 			before = now < t.expire && (t.k2 < th.k2 || t.k2 == th.k2 && first) || zero && first
 		}
 		if !before {
-			js := &s.jobs[t.job]
-			s.settle(js)
-			ix := &q.indices[t.job]
-			t.k2 = q.rule.Key(q.ranked, &js.Job, &ix.hint)
-			ix.key = t.k2
-			t.expire = s.reaches(js, ix.hint.RisesUntil(q.ranked))
-			t.positive = s.reaches(js, ix.hint.PositiveUntil(q.ranked))
+			s.settle(&s.jobs[t.job])
+			t.k2 = s.indexKey(int(t.job))
+			s.bound(t)
 			before = t.before(th)
 		}
 		q.isAhead[k] = before
