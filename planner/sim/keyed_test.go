@@ -114,6 +114,18 @@ func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 	}
 }
 
+// keyedAndFull runs jobs under cfg with keyed rounds, and with full rounds
+// where keyed rounds would be (the other shortcuts kept).
+func keyedAndFull(t *testing.T, cfg Config, jobs []trace.Job) (with, without *Result) {
+	t.Helper()
+	with, err := Run(cfg, jobs)
+	must.NoError(t, err)
+	cfg.noKeyed = true
+	without, err = Run(cfg, jobs)
+	must.NoError(t, err)
+	return with, without
+}
+
 // Two jobs cross into queue 1 in one round, the later arrival (Y) having
 // started first; an arrival then takes a GPU, and only one of them still
 // fits. 2D-LAS ranks jobs new to a queue by arrival: X keeps its GPUs and
@@ -127,13 +139,8 @@ func TestKeyedRoundsRankCrossersByArrival(t *testing.T) {
 		{ID: "Y", Arrival: 2, GPUs: 1, Duration: 10000},
 		{ID: "D", Arrival: 1002, GPUs: 1, Duration: 100},
 	}
-	run := func(noKeyed bool) *Result {
-		res, err := Run(Config{Cluster: cluster(t, "3xV100"), KeepUtil: true, noKeyed: noKeyed,
-			Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1000}})}, jobs)
-		must.NoError(t, err)
-		return res
-	}
-	with, without := run(false), run(true)
+	with, without := keyedAndFull(t, Config{Cluster: cluster(t, "3xV100"), KeepUtil: true,
+		Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1000}})}, jobs)
 	must.Eq(t, 0, with.Jobs[3].Preemptions)
 	must.Eq(t, 1, with.Jobs[4].Preemptions)
 	must.EqOp(t, bits(without), bits(with))
@@ -148,12 +155,7 @@ func TestKeyedRoundsReportJobsLeftWaiting(t *testing.T) {
 		{ID: "C", Arrival: 20, GPUs: 1, Duration: 30},
 	}
 	for _, name := range []string{"srsf", "las", "gittins"} {
-		run := func(noKeyed bool) *Result {
-			res, err := Run(Config{Cluster: cluster(t, "n1g4"), noKeyed: noKeyed, Policy: mustPolicy(t, name, policy.Config{})}, jobs)
-			must.NoError(t, err)
-			return res
-		}
-		with, without := run(false), run(true)
+		with, without := keyedAndFull(t, Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, name, policy.Config{})}, jobs)
 		must.Eq(t, 1, with.Summary.Unfinished, must.Sprint(name))
 		must.Eq(t, 60.0, with.Jobs[0].Queueing, must.Sprint(name)) // settled when B finishes, the last event
 		must.EqOp(t, bits(without), bits(with), must.Sprint(name))
@@ -171,13 +173,8 @@ func TestTailSettlesWhenRoundsWould(t *testing.T) {
 		jobs = append(jobs, trace.Job{ID: "B" + strconv.Itoa(k), Arrival: at, GPUs: 1, Duration: 0.37})
 	}
 	jobs = append(jobs, trace.Job{ID: "C", Arrival: 100.1, GPUs: 2, Duration: 5.3})
-	run := func(noKeyed bool) *Result {
-		res, err := Run(Config{Cluster: cluster(t, "n1g2"), KeepUtil: true, noKeyed: noKeyed,
-			Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1}})}, jobs)
-		must.NoError(t, err)
-		return res
-	}
-	with, without := run(false), run(true)
+	with, without := keyedAndFull(t, Config{Cluster: cluster(t, "n1g2"), KeepUtil: true,
+		Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1}})}, jobs)
 	must.Eq(t, 1, with.Jobs[0].Preemptions)
 	must.EqOp(t, bits(without), bits(with))
 }
