@@ -218,10 +218,10 @@ func (h *IndexHint) RisesUntil(d *SizeDistribution) float64 {
 // sample stays beyond it, so the divisor keeps at least a quantum that
 // rounding cannot cancel. It is -Inf when that does not hold now.
 func (h *IndexHint) PositiveUntil(d *SizeDistribution) float64 {
-	n := len(d.sorted)
-	if d == nil || h.of != d || h.done <= 0 || int(h.hi) >= n || h.hi <= h.lo {
+	if d == nil || h.of != d || h.done <= 0 || int(h.hi) >= len(d.sorted) || h.hi <= h.lo {
 		return math.Inf(-1)
 	}
+	n := len(d.sorted)
 	// A bound on the rounding of the divisor's terms, each within the
 	// sum of all samples (prefix sums of n terms, a product, two sums).
 	if rounding := 4 * float64(n+4) * 0x1p-52 * d.prefix[n]; h.delta <= rounding {

@@ -1100,6 +1100,9 @@ func TestIndexPositiveUntil(t *testing.T) {
 		}
 	}
 	must.Greater(t, 40, far)
+	var none IndexHint // no sizes yet: no bound
+	must.Eq(t, math.Inf(-1), none.PositiveUntil(nil))
+	must.Eq(t, math.Inf(-1), none.RisesUntil(nil))
 }
 
 // A distribution grown by With is the one built from all its samples at
