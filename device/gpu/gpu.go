@@ -152,6 +152,63 @@ type Checkpointer interface {
 	CheckpointState(ctx context.Context, pid int) (CheckpointState, error)
 }
 
+// Accounting is implemented by a backend that keeps each process's
+// statistics after it exits, as NVML's accounting mode does, so that a
+// process that went past its budget between two samples and exited before
+// the next is still seen with its peak.
+type Accounting interface {
+	// AccountingUnavailable says why the backend cannot account the
+	// processes on uuid (NVML: accounting mode is off and could not be
+	// turned on, which needs root); empty when it can.
+	AccountingUnavailable(uuid string) string
+	// AccountedProcesses lists the processes that have held memory on
+	// uuid, running or exited, as far back as the GPU's accounting buffer
+	// goes (a circular buffer: the oldest processes drop out first). A
+	// process is listed once; NVML keeps only the latest of the processes
+	// that had the same PID.
+	AccountedProcesses(uuid string) ([]AccountedProcess, error)
+}
+
+// AccountedProcess is one process's accounting statistics.
+type AccountedProcess struct {
+	PID int
+	// PeakMemoryMiB is the most memory the process held on the device in
+	// its lifetime (NVML's maxMemoryUsage), frees and all; 0 when the
+	// device does not tell.
+	PeakMemoryMiB uint64
+	// StartTime is NVML's startTime for the process, to tell it from
+	// another that had the same PID; zero when unknown. NVIDIA documents it
+	// as the process's start; it may be taken when the process first used
+	// the GPU, which is later by its initialisation (a CUDA context comes
+	// seconds after a Python program's start). Compare it with the start
+	// the kernel gives (ProcessStartTime) through BelongsTo, which allows
+	// for both.
+	StartTime time.Time
+	// Running is false once the process has exited.
+	Running bool
+}
+
+// StartTimeSlack is how far apart two readings of one process's start may
+// be: ProcessStartTime is up to a second early (the boot time it adds to
+// is in whole seconds).
+const StartTimeSlack = 2 * time.Second
+
+// BelongsTo reports whether p can be the statistics of the process pid that
+// started at start (ProcessStartTime): p started using the GPU no earlier
+// than StartTimeSlack before start. An earlier process that had the same
+// PID used the GPU before this one started and does not belong; a later
+// one cannot be told apart this way, only by when the process exited. A
+// zero StartTime or start matches any start.
+func (p AccountedProcess) BelongsTo(pid int, start time.Time) bool {
+	if p.PID != pid {
+		return false
+	}
+	if p.StartTime.IsZero() || start.IsZero() {
+		return true
+	}
+	return !p.StartTime.Before(start.Add(-StartTimeSlack))
+}
+
 // CheckpointState is where a process's CUDA state is, as CUDA's
 // CUprocessState says.
 type CheckpointState int

@@ -228,6 +228,30 @@ mps {
 	}
 }
 
+// A pipe directory that someone else could write to (one a task made first
+// under /tmp, say) is not handed to the control daemon: its pipes would let
+// that user drive the daemon.
+func TestFingerprint_MPSRefusesAPipeDirOthersCanWrite(t *testing.T) {
+	control, _ := fakeMPSControl(t, false)
+	pipe := filepath.Join(t.TempDir(), "nvidia-mps")
+	must.NoError(t, os.Mkdir(pipe, 0o777))
+	must.NoError(t, os.Chmod(pipe, 0o777))
+	d, _ := newSimDevice(t, testFleet, h100Lanes+`
+mps {
+  enabled     = true
+  pipe_dir    = "`+pipe+`"
+  control_bin = "`+control+`"
+}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := d.Fingerprint(ctx)
+	must.NoError(t, err)
+	resp := nextFingerprint(t, ch, 5*time.Second)
+	must.NotNil(t, resp)
+	must.Eq(t, structs.NewStringAttribute("down"), resp.Devices[0].Attributes["mps"])
+	must.StrContains(t, *resp.Devices[0].Attributes["mps_error"].String, "writable by others")
+}
+
 // MPS that comes back is used again, and the fingerprint says so.
 func TestFingerprint_MPSComesBack(t *testing.T) {
 	pipe := t.TempDir()

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	log "github.com/hashicorp/go-hclog"
+
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 // mpsDaemon supervises nvidia-cuda-mps-control, or checks on the operator's.
@@ -115,8 +117,11 @@ func (m *mpsDaemon) ensure() error {
 	if m.running(control) {
 		return nil
 	}
+	// Whoever can write to the pipe directory can talk to the control
+	// daemon as root would (raise limits, stop it): one a task made first,
+	// under /tmp say, is refused.
 	for _, dir := range []string{m.cfg.PipeDir, m.cfg.LogDir} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := safefile.OwnDir(dir, 0o755); err != nil {
 			return fmt.Errorf("mps: %w", err)
 		}
 	}

@@ -8,6 +8,7 @@ package nvml
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -32,14 +33,19 @@ type Backend struct {
 	ckpt    gpu.Checkpointer
 	ckptWhy string
 	// accountingTried holds the devices on which turning accounting mode on
-	// was tried, so that a refusal is logged once.
+	// was tried, so that a refusal is logged once; accountingWhy says why
+	// accounting is off on a device where the try failed.
 	accountingTried map[string]bool
+	accountingWhy   map[string]string
 
 	stopEvents chan struct{}
 	eventsDone chan struct{}
 }
 
-var _ gpu.Backend = (*Backend)(nil)
+var (
+	_ gpu.Backend    = (*Backend)(nil)
+	_ gpu.Accounting = (*Backend)(nil)
+)
 
 // New loads libnvidia-ml and initialises NVML.
 func New(logger log.Logger) (*Backend, error) {
@@ -72,6 +78,7 @@ func NewWithLibrary(lib nvml.Interface, logger log.Logger) (b *Backend, err erro
 		lost:            map[string]bool{},
 		parentOf:        map[string]string{},
 		accountingTried: map[string]bool{},
+		accountingWhy:   map[string]string{},
 		stopEvents:      make(chan struct{}),
 		eventsDone:      make(chan struct{}),
 	}
@@ -141,6 +148,14 @@ func (b *Backend) Devices() ([]gpu.Device, error) {
 		b.parentOf[k] = v
 	}
 	b.mu.Unlock()
+	// Accounting mode keeps statistics only while it is on, so it is turned
+	// on as the GPUs are first listed, not when the first process is
+	// sampled.
+	for _, d := range out {
+		if !d.IsMIG() {
+			b.accounting(d.UUID, handles[d.UUID])
+		}
+	}
 	return out, nil
 }
 
@@ -390,7 +405,8 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 
 // accounting reports whether the device keeps per-process accounting,
 // turning it on the first time it finds it off (which needs root; a refusal
-// is logged once and peaks stay unknown on that device).
+// is logged once, kept for AccountingUnavailable, and peaks stay unknown on
+// that device).
 func (b *Backend) accounting(uuid string, h nvml.Device) bool {
 	mode, ret := h.GetAccountingMode()
 	if ret == nvml.SUCCESS && mode == nvml.FEATURE_ENABLED {
@@ -403,16 +419,98 @@ func (b *Backend) accounting(uuid string, h nvml.Device) bool {
 	if tried {
 		return false
 	}
-	if ret != nvml.SUCCESS {
+	var why string
+	switch {
+	case ret != nvml.SUCCESS:
+		why = fmt.Sprintf("NVML cannot tell the accounting mode of %s: %s", uuid, errorString(ret))
 		b.logger.Warn("GPU does not tell whether accounting mode is on; process memory peaks are not watched", "gpu", uuid, "error", errorString(ret))
-		return false
-	}
-	if ret := h.SetAccountingMode(nvml.FEATURE_ENABLED); ret != nvml.SUCCESS {
+	default:
+		ret := h.SetAccountingMode(nvml.FEATURE_ENABLED)
+		if ret == nvml.SUCCESS {
+			b.logger.Info("turned on accounting mode to watch process memory peaks", "gpu", uuid)
+			return true
+		}
+		why = fmt.Sprintf("NVML accounting mode is off on %s and could not be enabled: %s (nvidia-smi -am 1 as root turns it on)", uuid, errorString(ret))
 		b.logger.Warn("cannot turn on accounting mode (nvidia-smi -am 1 as root does); process memory peaks are not watched, only the samples", "gpu", uuid, "error", errorString(ret))
-		return false
 	}
-	b.logger.Info("turned on accounting mode to watch process memory peaks", "gpu", uuid)
-	return true
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.parentOf[uuid] != "" {
+		why += " (NVML keeps accounting mode disabled on MIG-enabled GPUs)"
+	}
+	b.accountingWhy[uuid] = why
+	return false
+}
+
+// AccountingUnavailable says why NVML does not account the processes on
+// uuid: accounting mode is off and the backend could not turn it on, or
+// the device does not tell. It tries to turn the mode on where it has not
+// yet.
+func (b *Backend) AccountingUnavailable(uuid string) string {
+	h, err := b.handle(uuid)
+	if err != nil {
+		return err.Error()
+	}
+	if b.accounting(uuid, h) {
+		return ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if why := b.accountingWhy[uuid]; why != "" {
+		return why
+	}
+	return fmt.Sprintf("NVML accounting mode is off on %s (it was turned off after caravan found it on)", uuid)
+}
+
+// AccountedProcesses lists the processes in the GPU's accounting buffer,
+// running and terminated, with their peaks. A process that leaves the
+// buffer between the listing and its statistics is left out.
+func (b *Backend) AccountedProcesses(uuid string) ([]gpu.AccountedProcess, error) {
+	h, err := b.handle(uuid)
+	if err != nil {
+		return nil, err
+	}
+	if why := b.AccountingUnavailable(uuid); why != "" {
+		return nil, errors.New(why)
+	}
+	pids, ret := h.GetAccountingPids()
+	if ret != nvml.SUCCESS {
+		b.noteLost(uuid, ret)
+		return nil, fmt.Errorf("nvml: %s accounted processes: %s", uuid, errorString(ret))
+	}
+	out := make([]gpu.AccountedProcess, 0, len(pids))
+	seen := make(map[int]bool, len(pids))
+	for _, pid := range pids {
+		if seen[pid] {
+			continue // NVML tells only the latest process with a PID
+		}
+		seen[pid] = true
+		st, ret := h.GetAccountingStats(uint32(pid))
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_FOUND:
+			continue // overwritten in the circular buffer since the listing
+		default:
+			b.noteLost(uuid, ret)
+			return nil, fmt.Errorf("nvml: %s accounting stats of pid %d: %s", uuid, pid, errorString(ret))
+		}
+		out = append(out, accounted(pid, st))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out, nil
+}
+
+// accounted turns NVML's statistics of pid into the backend's: bytes into
+// MiB (an unknown peak into 0), microseconds since the epoch into a time.
+func accounted(pid int, st nvml.AccountingStats) gpu.AccountedProcess {
+	p := gpu.AccountedProcess{PID: pid, Running: st.IsRunning != 0}
+	if st.MaxMemoryUsage != gpu.MemoryNotAvailable {
+		p.PeakMemoryMiB = st.MaxMemoryUsage >> 20
+	}
+	if st.StartTime != 0 && st.StartTime < 1<<62 {
+		p.StartTime = time.UnixMicro(int64(st.StartTime))
+	}
+	return p
 }
 
 func processes(infos []nvml.ProcessInfo) []gpu.Process {

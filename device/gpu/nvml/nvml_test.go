@@ -1,6 +1,7 @@
 package nvml_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -241,7 +242,7 @@ func TestProcesses_MPSClientsAndUnknownMemory(t *testing.T) {
 }
 
 // Peaks come from the accounting stats: where the mode is on, where the
-// backend may turn it on, and not where it may not.
+// backend may turn it on as it opens, and not where it may not.
 func TestProcessPeaksFromAccounting(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -258,15 +259,15 @@ func TestProcessPeaksFromAccounting(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
-			b := open(t, fleet)
-			devs, err := b.Devices()
-			must.NoError(t, err)
-			uuid := devs[0].UUID
+			uuid, _ := fleet.Devices[0].GetUUID()
 			fleet.Update(uuid, func(s *nvmltest.GPUState) {
 				s.Accounting, s.AccountingSetErr = tc.mode, tc.setErr
 				s.Processes = []gonvml.ProcessInfo{{Pid: 42, UsedGpuMemory: 1536 << 20}}
 				s.PeakBytes = map[uint32]uint64{42: 2561 << 20}
 			})
+			b := open(t, fleet)
+			_, err := b.Devices()
+			must.NoError(t, err)
 			for range 2 {
 				procs, err := b.Processes(uuid)
 				must.NoError(t, err)
@@ -277,6 +278,105 @@ func TestProcessPeaksFromAccounting(t *testing.T) {
 			must.Eq(t, tc.wantCalls, st.AccountingCalls)
 		})
 	}
+}
+
+// Accounting mode is turned on as the backend first lists the GPUs; where
+// it cannot be, the backend says why, and lists no accounted processes.
+func TestAccountingTurnedOnAtOpen(t *testing.T) {
+	cases := []struct {
+		name     string
+		mode     gonvml.EnableState
+		setErr   gonvml.Return
+		wantMode gonvml.EnableState
+		why      string
+	}{
+		{"already on", gonvml.FEATURE_ENABLED, gonvml.SUCCESS, gonvml.FEATURE_ENABLED, ""},
+		{"turned on", gonvml.FEATURE_DISABLED, gonvml.SUCCESS, gonvml.FEATURE_ENABLED, ""},
+		{"enabling fails", gonvml.FEATURE_DISABLED, gonvml.ERROR_NO_PERMISSION, gonvml.FEATURE_DISABLED,
+			// "Insufficient Permissions" where libnvidia-ml is loaded
+			"NVML accounting mode is off on %s and could not be enabled: " + gonvml.ERROR_NO_PERMISSION.Error()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+			uuid, _ := fleet.Devices[0].GetUUID()
+			fleet.Update(uuid, func(s *nvmltest.GPUState) { s.Accounting, s.AccountingSetErr = tc.mode, tc.setErr })
+			b := open(t, fleet)
+			_, err := b.Devices()
+			must.NoError(t, err)
+			must.Eq(t, tc.wantMode, fleet.State(uuid).Accounting)
+			why := b.AccountingUnavailable(uuid)
+			procs, err := b.AccountedProcesses(uuid)
+			if tc.why == "" {
+				must.Eq(t, "", why)
+				must.NoError(t, err)
+				must.SliceEmpty(t, procs)
+				return
+			}
+			must.StrContains(t, why, fmt.Sprintf(tc.why, uuid))
+			must.ErrorContains(t, err, "could not be enabled")
+		})
+	}
+}
+
+// The accounting buffer keeps a process that has exited with its peak
+// and start; one whose stats leave the buffer between the listing and the
+// stats is left out.
+func TestAccountedProcesses(t *testing.T) {
+	start := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	usec := func(t time.Time) uint64 { return uint64(t.UnixMicro()) }
+	cases := []struct {
+		name  string
+		after func(*nvmltest.GPUState)
+		want  []gpu.AccountedProcess
+	}{
+		{"running and exited", nil, []gpu.AccountedProcess{
+			{PID: 42, PeakMemoryMiB: 2561, Running: true},
+			{PID: 43, PeakMemoryMiB: 900, StartTime: start, Running: false},
+			{PID: 44, StartTime: start.Add(time.Second), Running: false},
+		}},
+		{"stats gone since the listing", func(s *nvmltest.GPUState) { delete(s.Accounted, 43) }, []gpu.AccountedProcess{
+			{PID: 42, PeakMemoryMiB: 2561, Running: true},
+			{PID: 44, StartTime: start.Add(time.Second), Running: false},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+			uuid, _ := fleet.Devices[0].GetUUID()
+			fleet.Update(uuid, func(s *nvmltest.GPUState) {
+				s.Accounting = gonvml.FEATURE_ENABLED
+				s.PeakBytes = map[uint32]uint64{42: 2561 << 20}
+				s.Accounted = map[uint32]gonvml.AccountingStats{
+					// Went to 900 MiB, freed down to 100, exited.
+					43: {MaxMemoryUsage: 900<<20 + 12345, StartTime: usec(start), Time: 5000},
+					// A peak NVML cannot tell.
+					44: {MaxMemoryUsage: gpu.MemoryNotAvailable, StartTime: usec(start.Add(time.Second))},
+				}
+				s.AfterAccountingPids = tc.after
+			})
+			b := open(t, fleet)
+			procs, err := b.AccountedProcesses(uuid)
+			must.NoError(t, err)
+			must.Eq(t, tc.want, procs)
+		})
+	}
+}
+
+// A MIG instance does no accounting; the backend says so.
+func TestAccountingOnAMIGInstance(t *testing.T) {
+	fleet := nvmltest.New(gpus.A100_SXM4_40GB)
+	must.NoError(t, fleet.EnableMIG(0, gonvml.GPU_INSTANCE_PROFILE_3_SLICE))
+	b := open(t, fleet)
+	devs, err := b.Devices()
+	must.NoError(t, err)
+	must.True(t, devs[1].IsMIG())
+	notSupported := gonvml.ERROR_NOT_SUPPORTED.Error()
+	must.StrContains(t, b.AccountingUnavailable(devs[1].UUID), notSupported)
+	must.StrContains(t, b.AccountingUnavailable(devs[1].UUID), "disabled on MIG-enabled GPUs")
+	_, err = b.AccountedProcesses(devs[1].UUID)
+	must.ErrorContains(t, err, notSupported)
+	must.StrContains(t, b.AccountingUnavailable("GPU-unknown"), "unknown GPU")
 }
 
 // BenchmarkProcesses is the backend's share of one watchdog sample on one

@@ -1,9 +1,11 @@
 package nvml_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/gpu/nvml"
 	"github.com/shoenig/test/must"
 )
@@ -48,5 +50,18 @@ func TestRealGPU(t *testing.T) {
 			h.Healthy, h.Reason, s.UsedMemoryMiB, s.TotalMemoryMiB, s.GPUUtilPercent, s.PowerWatts,
 			s.TemperatureC, len(procs), time.Since(start))
 		must.Eq(t, d.MemoryMiB, s.TotalMemoryMiB)
+		if why := b.AccountingUnavailable(d.UUID); why != "" {
+			t.Logf("  no accounting: %s", why)
+			continue
+		}
+		accounted, err := b.AccountedProcesses(d.UUID)
+		must.NoError(t, err)
+		for _, p := range accounted {
+			since := ""
+			if start, err := gpu.ProcessStartTime(p.PID); err == nil {
+				since = fmt.Sprintf(" (%s after the process's start in /proc)", p.StartTime.Sub(start))
+			}
+			t.Logf("  accounted pid %d: peak %d MiB, running %v, started %s%s", p.PID, p.PeakMemoryMiB, p.Running, p.StartTime, since)
+		}
 	}
 }

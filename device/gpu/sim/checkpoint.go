@@ -197,11 +197,7 @@ func move(stateDir, from, to, uuid string, pid int) error {
 }
 
 func checkpointedMiB(stateDir, uuid string, pid int) uint64 {
-	data, err := os.ReadFile(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid)))
-	if err != nil {
-		return 0
-	}
-	h, _ := parseHeld(string(data))
+	h, _ := readHeld(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid)))
 	return h.mib
 }
 

@@ -189,3 +189,16 @@ func TestReleasingAProcessRemovesItsLock(t *testing.T) {
 	_, err = os.Stat(lockPath(b.stateDir, "GPU-a", pid))
 	must.True(t, os.IsNotExist(err))
 }
+
+// A link planted where a process's lock goes is not followed: the
+// recording fails, and nothing is made where the link points.
+func TestALockIsNotTakenThroughALink(t *testing.T) {
+	b := simBackend(t, "15360")
+	pid := sleeper(t)
+	must.NoError(t, os.MkdirAll(filepath.Join(b.stateDir, "procs", "GPU-a"), 0o755))
+	target := filepath.Join(t.TempDir(), "made-by-root")
+	must.NoError(t, os.Symlink(target, lockPath(b.stateDir, "GPU-a", pid)))
+	must.Error(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 1000))
+	_, err := os.Lstat(target)
+	must.True(t, os.IsNotExist(err))
+}

@@ -37,6 +37,11 @@ type FleetGPU struct {
 	// MPSClients lists the GPU's processes only as MPS clients
 	// (GetMPSComputeRunningProcesses), as NVML does under an MPS server.
 	MPSClients bool `json:"mps_clients"`
+	// AccountingOff makes the GPU (and its MIG instances) one whose NVML
+	// accounting mode is off and cannot be turned on (a node where the
+	// plugin does not run as root): it tells no process's peak and keeps
+	// no exited process's statistics.
+	AccountingOff bool `json:"accounting_off"`
 }
 
 // FleetMIG describes one MIG instance of a GPU.
@@ -153,14 +158,14 @@ func (f *Fleet) Devices() []gpu.Device {
 
 // processListing is how a GPU lists its processes.
 type processListing struct {
-	memoryNotAvailable, mpsClients bool
+	memoryNotAvailable, mpsClients, accountingOff bool
 }
 
 // listings maps device UUIDs (physical and MIG) to how they list processes.
 func (f *Fleet) listings() map[string]processListing {
 	m := map[string]processListing{}
 	for i, g := range f.GPUs {
-		l := processListing{memoryNotAvailable: g.ProcessMemoryNotAvailable, mpsClients: g.MPSClients}
+		l := processListing{memoryNotAvailable: g.ProcessMemoryNotAvailable, mpsClients: g.MPSClients, accountingOff: g.AccountingOff}
 		if l == (processListing{}) {
 			continue
 		}

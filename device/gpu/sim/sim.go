@@ -8,9 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +33,11 @@ type Backend struct {
 	byUUID    map[string]gpu.Device
 	unhealthy map[string]string
 	listing   map[string]processListing
+	// accountingWhy says, by GPU, why the statistics of an exited process
+	// could not be kept; accountingBuffer is how many exited processes a
+	// GPU keeps, as NVML's accounting buffer does.
+	accountingWhy    map[string]string
+	accountingBuffer int
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -48,7 +53,8 @@ func New(fleetPath, stateDir string) (*Backend, error) {
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sim: state_dir: %w", err)
 	}
-	b := &Backend{fleetPath: fleetPath, stateDir: stateDir}
+	b := &Backend{fleetPath: fleetPath, stateDir: stateDir,
+		accountingWhy: map[string]string{}, accountingBuffer: accountingBufferSize}
 	if _, err := b.current(); err != nil {
 		return nil, err
 	}
@@ -194,9 +200,9 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 			bytes = gpu.MemoryNotAvailable
 		}
 		proc := gpu.ProcessUsing(p.pid, bytes)
-		if !proc.MemoryUnknown {
+		if !proc.MemoryUnknown && !listing.accountingOff {
 			// A GPU that cannot tell a process's memory cannot tell its
-			// peak either.
+			// peak either, nor one that does no accounting.
 			proc.PeakMemoryMiB = p.peak
 		}
 		if listing.mpsClients {
@@ -208,7 +214,7 @@ func (b *Backend) Processes(uuid string) ([]gpu.Process, error) {
 	return gpu.MergeProcesses(compute, mps), nil
 }
 
-// heldMemory is one live process's entry in the state directory.
+// heldMemory is one process's record in the state directory.
 type heldMemory struct {
 	pid   int
 	mib   uint64
@@ -216,78 +222,92 @@ type heldMemory struct {
 	// peak is the most the process has held since it started, kept as
 	// NVML's accounting mode keeps maxMemoryUsage.
 	peak uint64
+	// startTicks is when the process started, in the kernel's clock ticks
+	// since boot (gpu.ProcessStartTicks): exact, so that a later process
+	// with the same PID is told apart; 0 in a record written before starts
+	// were kept, or for a process whose start could not be read.
+	startTicks uint64
+}
+
+// String is the record as its file holds it: the current memory in MiB
+// (or notAvailable), the peak and, where known, the start.
+func (h heldMemory) String() string {
+	text := formatFigure(h.mib, h.known) + " " + strconv.FormatUint(h.peak, 10)
+	if h.startTicks != 0 {
+		text += " " + strconv.FormatUint(h.startTicks, 10)
+	}
+	return text
 }
 
 // notAvailable in a process's state file stands for memory the GPU cannot
 // tell per process.
 const notAvailable = "N/A"
 
-// held reads the live processes on uuid from the state directory, dropping
-// those that have exited; nil when none ever held memory there.
+// held reads the live processes on uuid from the state directory,
+// accounting for those that have exited; nil when none ever held memory
+// there.
 func (b *Backend) held(uuid string) ([]heldMemory, error) {
-	dir := filepath.Join(b.stateDir, "procs", uuid)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	r, err := b.sweep(uuid)
+	if err != nil || !r.exists {
 		return nil, err
 	}
-	out := []heldMemory{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			// Temp files, and locks: a gone process's lock goes with it.
-			if lock, ok := strings.CutPrefix(e.Name(), lockPrefix); ok {
-				if pid, err := strconv.Atoi(lock); err == nil && !alive(pid) {
-					_ = os.Remove(filepath.Join(dir, e.Name()))
-				}
-			}
-			continue
-		}
-		if !alive(pid) {
-			_ = os.Remove(filepath.Join(dir, e.Name())) // the process is gone, so is its memory
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		h, ok := parseHeld(string(data))
-		if !ok {
-			continue
-		}
-		h.pid = pid
-		out = append(out, h)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
-	return out, nil
+	return r.onGPU, nil
 }
 
 // parseHeld reads a process's state file: its current memory in MiB (or
-// notAvailable) and, after a space, its peak; a file without a peak is one
-// written before peaks were kept, whose peak is its current memory.
+// notAvailable), after a space its peak, and after another its start in
+// clock ticks since boot. A file without a peak was written before
+// peaks were kept, and its peak is its current memory; one without a start
+// was written before starts were kept.
 func parseHeld(text string) (heldMemory, bool) {
 	fields := strings.Fields(text)
-	if len(fields) == 0 || len(fields) > 2 {
+	if len(fields) == 0 || len(fields) > 3 {
 		return heldMemory{}, false
 	}
-	var h heldMemory
-	if fields[0] != notAvailable {
-		mib, err := strconv.ParseUint(fields[0], 10, 64)
-		if err != nil || mib >= 1<<40 {
-			return heldMemory{}, false
-		}
-		h.mib, h.known, h.peak = mib, true, mib
+	mib, known, ok := parseFigure(fields[0])
+	if !ok {
+		return heldMemory{}, false
 	}
-	if len(fields) == 2 {
-		peak, err := strconv.ParseUint(fields[1], 10, 64)
-		if err != nil || peak >= 1<<40 {
+	h := heldMemory{mib: mib, known: known, peak: mib}
+	if len(fields) >= 2 {
+		peak, ok := parseMiB(fields[1])
+		if !ok {
 			return heldMemory{}, false
 		}
 		h.peak = max(h.peak, peak)
 	}
+	if len(fields) == 3 {
+		ticks, err := strconv.ParseUint(fields[2], 10, 64)
+		if err != nil || ticks >= 1<<50 {
+			return heldMemory{}, false
+		}
+		h.startTicks = ticks
+	}
 	return h, true
+}
+
+// parseMiB reads a memory figure of a state file.
+func parseMiB(field string) (uint64, bool) {
+	mib, err := strconv.ParseUint(field, 10, 64)
+	return mib, err == nil && mib < 1<<40
+}
+
+// parseFigure reads a memory figure of a state file that may be
+// notAvailable; known is false then.
+func parseFigure(field string) (mib uint64, known, ok bool) {
+	if field == notAvailable {
+		return 0, false, true
+	}
+	mib, ok = parseMiB(field)
+	return mib, ok, ok
+}
+
+// formatFigure writes a figure as parseFigure reads it.
+func formatFigure(mib uint64, known bool) string {
+	if !known {
+		return notAvailable
+	}
+	return strconv.FormatUint(mib, 10)
 }
 
 func (b *Backend) Close() error { return nil }
@@ -297,8 +317,7 @@ func (b *Backend) Close() error { return nil }
 // it as they allocate and free; a spike that is freed again within
 // milliseconds stays in the peak, as it does in NVML's accounting.
 func SetProcessMemory(stateDir, uuid string, pid int, mib uint64) error {
-	peak := max(mib, recordedPeak(stateDir, uuid, pid))
-	return writeProcess(stateDir, uuid, pid, strconv.FormatUint(mib, 10)+" "+strconv.FormatUint(peak, 10))
+	return writeProcess(stateDir, uuid, pid, heldMemory{mib: mib, known: true, peak: mib})
 }
 
 // ErrOutOfMemory is what an allocation past a process's MPS pinned-memory
@@ -336,23 +355,16 @@ func WaitRestored(ctx context.Context, stateDir, uuid string, pid int) error {
 // SetProcessMemoryNotAvailable records that pid holds memory on uuid that the
 // GPU cannot tell, so that Processes reports it as NVML_VALUE_NOT_AVAILABLE.
 func SetProcessMemoryNotAvailable(stateDir, uuid string, pid int) error {
-	return writeProcess(stateDir, uuid, pid, notAvailable+" "+strconv.FormatUint(recordedPeak(stateDir, uuid, pid), 10))
+	return writeProcess(stateDir, uuid, pid, heldMemory{})
 }
 
-// recordedPeak is pid's peak on uuid so far; 0 when it holds nothing there.
-func recordedPeak(stateDir, uuid string, pid int) uint64 {
-	data, err := os.ReadFile(filepath.Join(stateDir, "procs", uuid, strconv.Itoa(pid)))
-	if errors.Is(err, os.ErrNotExist) {
-		data, err = os.ReadFile(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid)))
-	}
-	if err != nil {
-		return 0
-	}
-	h, _ := parseHeld(string(data))
-	return h.peak
-}
-
-func writeProcess(stateDir, uuid string, pid int, content string) error {
+// writeProcess records now, what pid holds on uuid, under pid's lock. The
+// peak goes on from the process's record, and the record keeps the
+// process's start, read from /proc while it runs, so that it is accounted
+// as the process it is when it exits. A record left by an earlier process
+// with the same PID, which nobody has seen exit yet, is set aside for the
+// accounting.
+func writeProcess(stateDir, uuid string, pid int, now heldMemory) error {
 	dir := filepath.Join(stateDir, "procs", uuid)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -366,20 +378,107 @@ func writeProcess(stateDir, uuid string, pid int, content string) error {
 	if _, err := os.Stat(filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid))); err == nil {
 		dir = filepath.Join(stateDir, "checkpointed", uuid)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-")
+	path := filepath.Join(dir, strconv.Itoa(pid))
+	now.pid, now.startTicks = pid, startTicks(pid)
+	if prev, ok := readHeld(path); ok {
+		prev.pid = pid
+		if sameStart(prev.startTicks, now.startTicks) {
+			now.peak = max(now.peak, prev.peak)
+			if now.startTicks == 0 {
+				now.startTicks = prev.startTicks
+			}
+		} else if err := setAside(stateDir, uuid, prev); err != nil {
+			return err
+		}
+	}
+	return replaceFile(dir, path, now.String(), 0o600)
+}
+
+// replaceFile writes content and a newline to path, a file in dir, through
+// a new file beside it, so that a reader sees the old content or the new
+// and a link planted at path is replaced, not followed.
+func replaceFile(dir, path, content string, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(dir, ".tmp-") // O_EXCL: never through a link
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintln(tmp, content); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
+	_, err = fmt.Fprintln(tmp, content)
+	if err == nil && perm != 0o600 {
+		err = tmp.Chmod(perm)
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, strconv.Itoa(pid)))
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// readHeld reads a process's record; false when there is none, or it is
+// not one.
+func readHeld(path string) (heldMemory, bool) {
+	text, err := readRecord(path)
+	if err != nil {
+		return heldMemory{}, false
+	}
+	return parseHeld(text)
+}
+
+// maxRecord is more than any state file holds.
+const maxRecord = 256
+
+// readRecord reads a state file without following a link and only when it
+// is a regular file: the per-GPU directories are writable by every task,
+// and the reader may be root.
+func readRecord(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return "", err
+	} else if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	if err != nil {
+		return "", err
+	}
+	if len(data) > maxRecord {
+		return "", fmt.Errorf("%s is too long for a record", path)
+	}
+	return string(data), nil
+}
+
+// startTicks is when pid started, in clock ticks since boot; 0 when /proc
+// does not tell.
+func startTicks(pid int) uint64 {
+	ticks, err := gpu.ProcessStartTicks(pid)
+	if err != nil {
+		return 0
+	}
+	return ticks
+}
+
+// sameStart reports whether two starts can be one process's; an unknown
+// start (0) can be any.
+func sameStart(a, b uint64) bool {
+	return a == 0 || b == 0 || a == b
+}
+
+// running reports whether the process h is the record of still runs: its
+// PID is alive and, where the record has a start, with that start, not a
+// later process that got the same PID.
+func running(h heldMemory) bool {
+	if !alive(h.pid) {
+		return false
+	}
+	return h.startTicks == 0 || sameStart(h.startTicks, startTicks(h.pid))
 }
 
 // lockProcess holds pid's record on uuid against the other changes to it:
@@ -396,7 +495,9 @@ func writeProcess(stateDir, uuid string, pid int, content string) error {
 // (procs/<uuid>, which the driver makes writable by every task's user); a
 // read-only open is enough to lock it.
 func lockProcess(stateDir, uuid string, pid int) (unlock func(), err error) {
-	f, err := os.OpenFile(lockPath(stateDir, uuid, pid), os.O_RDONLY|os.O_CREATE, 0o644)
+	// Never through a link planted in the shared directory: the driver
+	// takes the lock as root.
+	f, err := os.OpenFile(lockPath(stateDir, uuid, pid), os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock the record of pid %d on %s: %w", pid, uuid, err)
 	}
@@ -413,16 +514,55 @@ func lockPath(stateDir, uuid string, pid int) string {
 	return filepath.Join(stateDir, "procs", uuid, lockPrefix+strconv.Itoa(pid))
 }
 
-// ReleaseProcess forgets pid's memory on uuid.
+// ReleaseProcess forgets pid's memory on uuid: the process has freed it
+// all and left the GPU, and is listed no more. Its peak is set aside,
+// beside the records, so that the accounting keeps it: while the process
+// runs it is accounted running, and once it exits, exited, as NVML keeps a
+// process's statistics for its whole lifetime.
 func ReleaseProcess(stateDir, uuid string, pid int) error {
-	for _, dir := range []string{"procs", "checkpointed"} {
-		err := os.Remove(filepath.Join(stateDir, dir, uuid, strconv.Itoa(pid)))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
+	if _, err := os.Stat(filepath.Join(stateDir, "procs", uuid)); errors.Is(err, os.ErrNotExist) {
+		return nil // it never held memory here
+	}
+	unlock, err := lockProcess(stateDir, uuid, pid)
+	if err != nil {
+		return err
+	}
+	err = release(stateDir, uuid, pid)
+	unlock()
+	if err != nil {
+		return err
 	}
 	if err := os.Remove(lockPath(stateDir, uuid, pid)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	return nil
+}
+
+func release(stateDir, uuid string, pid int) error {
+	var paths []string
+	for _, dir := range []string{"procs", "checkpointed"} {
+		paths = append(paths, filepath.Join(stateDir, dir, uuid, strconv.Itoa(pid)))
+	}
+	var ended heldMemory
+	found := false
+	for _, path := range paths {
+		if h, ok := readHeld(path); ok {
+			h.pid = pid
+			if found {
+				h = merge(h, ended)
+			}
+			ended, found = h, true
+		}
+	}
+	if found {
+		if err := setAside(stateDir, uuid, ended); err != nil {
+			return err
+		}
+	}
+	for _, path := range paths {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }

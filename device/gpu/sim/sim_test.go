@@ -144,8 +144,13 @@ func TestParseHeld(t *testing.T) {
 		{"1024 2048\n", true, heldMemory{mib: 1024, known: true, peak: 2048}},
 		{"N/A 512", true, heldMemory{peak: 512}},
 		{"N/A", true, heldMemory{}},
+		{"100 900 123456789\n", true, heldMemory{mib: 100, known: true, peak: 900, startTicks: 123456789}},
+		{"N/A 900 123456789", true, heldMemory{peak: 900, startTicks: 123456789}},
+		{"1 2 0", true, heldMemory{mib: 1, known: true, peak: 2}},
 		{"", false, heldMemory{}},
-		{"1 2 3", false, heldMemory{}},
+		{"1 2 3 4", false, heldMemory{}},
+		{"1 2 -3", false, heldMemory{}},
+		{"1 2 x", false, heldMemory{}},
 		{"x 2", false, heldMemory{}},
 		{"1 -2", false, heldMemory{}},
 	}
@@ -157,7 +162,7 @@ func TestParseHeld(t *testing.T) {
 }
 
 func FuzzParseHeld(f *testing.F) {
-	for _, s := range []string{"1024", "1024 2048", "N/A 5", "N/A", ""} {
+	for _, s := range []string{"1024", "1024 2048", "N/A 5", "N/A", "", "100 900 123456789"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
@@ -168,8 +173,12 @@ func FuzzParseHeld(f *testing.F) {
 		if h.known && h.peak < h.mib {
 			t.Fatalf("peak %d below current %d for %q", h.peak, h.mib, text)
 		}
-		if h.mib >= 1<<40 || h.peak >= 1<<40 {
+		if h.mib >= 1<<40 || h.peak >= 1<<40 || h.startTicks >= 1<<50 {
 			t.Fatalf("figure out of range for %q", text)
+		}
+		// What a record reads as, it is written as.
+		if again, ok := parseHeld(h.String()); !ok || again != h {
+			t.Fatalf("%q reads as %+v, written as %q, which reads as %+v", text, h, h.String(), again)
 		}
 	})
 }

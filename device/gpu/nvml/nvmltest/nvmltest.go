@@ -1,11 +1,12 @@
 // Package nvmltest completes go-nvml's mock servers with the calls caravan's
 // NVML backend makes that the mocks leave unset (utilisation, power, ECC,
-// processes and MPS clients, events, MIG device handles), so tests can run the real backend
-// on a mock fleet and inject faults.
+// processes and MPS clients, accounting, events, MIG device handles), so
+// tests can run the real backend on a mock fleet and inject faults.
 package nvmltest
 
 import (
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -43,6 +44,14 @@ type GPUState struct {
 	AccountingSetErr nvml.Return
 	// PeakBytes is each process's maxMemoryUsage in its accounting stats.
 	PeakBytes map[uint32]uint64
+	// Accounted holds whole accounting stats, terminated processes' among
+	// them, of processes the GPU's accounting buffer keeps besides those
+	// of PeakBytes, which run.
+	Accounted map[uint32]nvml.AccountingStats
+	// AfterAccountingPids, when set, changes the state just after
+	// GetAccountingPids lists the processes, as the buffer may change
+	// between that listing and the stats.
+	AfterAccountingPids func(*GPUState)
 	// AccountingCalls counts GetAccountingStats calls.
 	AccountingCalls int
 	// MIG holds the MIG device handles of the GPU, filled by EnableMIG.
@@ -226,11 +235,46 @@ func (f *Fleet) completeAccounting(uuid string, d *mock.Device) {
 		if st.Accounting != nvml.FEATURE_ENABLED {
 			return nvml.AccountingStats{}, nvml.ERROR_NOT_SUPPORTED
 		}
+		if stats, ok := st.Accounted[pid]; ok {
+			return stats, nvml.SUCCESS
+		}
 		peak, ok := st.PeakBytes[pid]
 		if !ok {
 			return nvml.AccountingStats{}, nvml.ERROR_NOT_FOUND
 		}
 		return nvml.AccountingStats{MaxMemoryUsage: peak, IsRunning: 1}, nvml.SUCCESS
+	}
+	d.GetAccountingPidsFunc = func() ([]int, nvml.Return) {
+		var pids []int
+		var ret nvml.Return
+		f.Update(uuid, func(st *GPUState) {
+			if st.Accounting != nvml.FEATURE_ENABLED {
+				ret = nvml.ERROR_NOT_SUPPORTED
+				return
+			}
+			for pid := range st.PeakBytes {
+				pids = append(pids, int(pid))
+			}
+			for pid := range st.Accounted {
+				if _, ok := st.PeakBytes[pid]; !ok {
+					pids = append(pids, int(pid))
+				}
+			}
+			if st.AfterAccountingPids != nil {
+				st.AfterAccountingPids(st)
+			}
+		})
+		sort.Ints(pids)
+		return pids, ret
+	}
+}
+
+// noAccounting is how a MIG device handle answers for accounting.
+func noAccounting(d *mock.Device) {
+	d.GetAccountingModeFunc = func() (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	d.GetAccountingPidsFunc = func() ([]int, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+	d.GetAccountingStatsFunc = func(uint32) (nvml.AccountingStats, nvml.Return) {
+		return nvml.AccountingStats{}, nvml.ERROR_NOT_SUPPORTED
 	}
 }
 
@@ -257,7 +301,7 @@ func (f *Fleet) EnableMIG(index int, profileIDs ...int) error {
 			GpuInstanceSliceCount: info.SliceCount,
 			MemorySizeMB:          info.MemorySizeMB,
 		}
-		handles = append(handles, &mock.Device{
+		mig := &mock.Device{
 			GetUUIDFunc:       func() (string, nvml.Return) { return migUUID, nvml.SUCCESS },
 			GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) { return attrs, nvml.SUCCESS },
 			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
@@ -278,7 +322,9 @@ func (f *Fleet) EnableMIG(index int, profileIDs ...int) error {
 			GetTotalEccErrorsFunc: func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
 				return 0, nvml.ERROR_NOT_SUPPORTED
 			},
-		})
+		}
+		noAccounting(mig)
+		handles = append(handles, mig)
 	}
 	f.Update(d.UUID, func(st *GPUState) { st.MIG = handles })
 	return nil
