@@ -287,3 +287,55 @@ func TestPlanRefusesTwoInstancesOnOneGPU(t *testing.T) {
 		})
 	}
 }
+
+// Memory on a GPU the task was not granted is a breach whatever its size,
+// and names that GPU; a budget over every GPU has no such GPU.
+func TestMeasureUngrantedAndCheck(t *testing.T) {
+	gpus := fakeSampler{
+		"GPU-a": {{PID: 7, UsedMemoryMiB: 900}},
+		"GPU-b": {{PID: 7, UsedMemoryMiB: 1}, {PID: 99, UsedMemoryMiB: 5000}},
+		"GPU-c": {{PID: 99, UsedMemoryMiB: 5000}},
+	}
+	names := map[int]string{7: "python3"}
+	cases := []struct {
+		name   string
+		budget Budget
+		want   string
+	}{
+		{"granted a, touches b", Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}}},
+			"GPU memory on GPU-b, a GPU the task was not granted (granted: GPU-a): pid 7 (python3) holds 1 MiB"},
+		{"granted nothing", Budget{Policy: PolicyWarn},
+			"a GPU the task was not granted (granted: none)"},
+		{"granted a and b", Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 1000}, {UUID: "GPU-b", LimitMiB: 1000}}}, ""},
+		{"a budget on any GPU", Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: AnyGPU, LimitMiB: 1000}}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			usage, err := MeasureUngranted(gpus, tc.budget, names)
+			must.NoError(t, err)
+			br := CheckUngranted(tc.budget, usage)
+			if tc.want == "" {
+				must.Nil(t, br)
+				return
+			}
+			must.NotNil(t, br)
+			must.True(t, br.Ungranted)
+			must.Eq(t, tc.budget.Policy, br.Policy)
+			must.StrContains(t, br.Reason(), tc.want)
+			for _, u := range usage {
+				must.NotEq(t, "GPU-c", u.UUID) // another task's GPU alone
+			}
+		})
+	}
+}
+
+// An exited process's peak, from the GPU's accounting, says that it exited.
+func TestReasonOfAnExitedProcessPeak(t *testing.T) {
+	b := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-a", LimitMiB: 2048}}}
+	var p Peaks
+	br := p.Check(b, []Usage{{UUID: "GPU-a", LimitMiB: 2048, Procs: []ProcUsage{{PID: 7, Name: "python3", PeakMiB: 2561, Exited: true}}}})
+	must.NotNil(t, br)
+	must.Eq(t, "GPU memory budget exceeded on GPU-a: pid 7 (python3) peaked at 2561 MiB of its 2048 MiB budget and exited before a sample saw it (the GPU's accounting of exited processes)", br.Reason())
+	// The same peak is judged once.
+	must.Nil(t, p.Check(b, []Usage{{UUID: "GPU-a", LimitMiB: 2048, Procs: []ProcUsage{{PID: 7, Name: "python3", PeakMiB: 2561, Exited: true}}}}))
+}

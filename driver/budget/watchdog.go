@@ -29,6 +29,9 @@ type ProcUsage struct {
 	// MemoryUnknown is set when the GPU does not tell the process's memory;
 	// such a process adds nothing to UsedMiB and is listed last.
 	MemoryUnknown bool
+	// Exited is set on a process that had exited by the sample, known from
+	// the GPU's accounting of exited processes: only its peak counts.
+	Exited bool
 }
 
 // Unknown returns the processes whose memory the GPU does not tell.
@@ -57,6 +60,10 @@ type Breach struct {
 	// TooMany is set when more processes hold memory on the GPU than
 	// gpu_processes allows: their shares no longer add up to the budget.
 	TooMany bool
+	// Ungranted is set when the task holds memory on a GPU it was not
+	// granted (Granted lists those it was).
+	Ungranted bool
+	Granted   []string
 }
 
 // Reason says which process used how much of what budget, for task events
@@ -70,6 +77,28 @@ func (b Breach) Reason() string {
 		of = fmt.Sprintf("its %d MiB share of the %d MiB budget (gpu_processes = %d)", share, b.LimitMiB, n)
 	}
 	switch {
+	case b.Ungranted:
+		granted := "none"
+		if len(b.Granted) > 0 {
+			granted = strings.Join(b.Granted, ", ")
+		}
+		var procs []string
+		for _, p := range b.Procs {
+			switch {
+			case p.Exited:
+				procs = append(procs, fmt.Sprintf("pid %d (%s) peaked at %d MiB and exited", p.PID, p.Name, p.PeakMiB))
+			case p.MemoryUnknown:
+				procs = append(procs, fmt.Sprintf("pid %d (%s) holds memory the GPU does not report", p.PID, p.Name))
+			default:
+				procs = append(procs, fmt.Sprintf("pid %d (%s) holds %d MiB", p.PID, p.Name, p.UsedMiB))
+			}
+		}
+		return fmt.Sprintf("GPU memory on %s, a GPU the task was not granted (granted: %s): %s",
+			b.UUID, granted, strings.Join(procs, ", "))
+	case b.Peak != nil && b.Peak.Exited:
+		p := b.Peak
+		return fmt.Sprintf("GPU memory budget exceeded on %s: pid %d (%s) peaked at %d MiB of %s and exited before a sample saw it (the GPU's accounting of exited processes)",
+			b.UUID, p.PID, p.Name, p.PeakMiB, of)
 	case b.Peak != nil:
 		p := b.Peak
 		return fmt.Sprintf("GPU memory budget exceeded on %s: pid %d (%s) peaked at %d MiB of %s between two samples; the task holds %d MiB now",
@@ -156,6 +185,60 @@ func Measure(s Sampler, b Budget, pids map[int]string) ([]Usage, error) {
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// MeasureUngranted returns what the processes in pids hold on the node's
+// GPUs that b does not cover, one Usage per such GPU where they hold any:
+// a task reaches only the GPUs it was granted, so any of it is a breach
+// (CheckUngranted). A budget that covers every GPU (AnyGPU) leaves none.
+func MeasureUngranted(s Sampler, b Budget, pids map[int]string) ([]Usage, error) {
+	if _, any := b.For(AnyGPU); any {
+		return nil, nil
+	}
+	devs, err := s.Devices()
+	if err != nil {
+		return nil, err
+	}
+	var out []Usage
+	for _, d := range devs {
+		if d.MIGEnabled {
+			continue
+		}
+		if _, granted := b.For(d.UUID); granted {
+			continue
+		}
+		procs, err := s.Processes(d.UUID)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %s: %w", d.UUID, err)
+		}
+		u := Usage{UUID: d.UUID}
+		for _, p := range procs {
+			if name, ok := pids[p.PID]; ok {
+				u.UsedMiB += p.UsedMemoryMiB
+				u.Procs = append(u.Procs, ProcUsage{PID: p.PID, Name: name, UsedMiB: p.UsedMemoryMiB, PeakMiB: p.PeakMemoryMiB, MemoryUnknown: p.MemoryUnknown})
+			}
+		}
+		if len(u.Procs) > 0 {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// CheckUngranted returns a breach for the first of usages (from
+// MeasureUngranted, or exited processes on such a GPU) that holds anything.
+func CheckUngranted(b Budget, usages []Usage) *Breach {
+	for _, u := range usages {
+		if len(u.Procs) == 0 {
+			continue
+		}
+		granted := make([]string, 0, len(b.GPUs))
+		for _, g := range b.GPUs {
+			granted = append(granted, g.UUID)
+		}
+		return &Breach{Usage: u, Policy: b.Policy, Processes: b.Processes, Ungranted: true, Granted: granted}
+	}
+	return nil
 }
 
 func watchedGPUs(s Sampler, b Budget) ([]string, error) {

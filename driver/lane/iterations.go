@@ -3,8 +3,9 @@ package lane
 import (
 	"bytes"
 	"io"
-	"os"
 	"sync"
+
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 // IterationEnv names the file where a cooperating job marks the end of each
@@ -32,7 +33,9 @@ func (c *IterationCounter) Path() string { return c.path }
 func (c *IterationCounter) Count() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, err := os.Open(c.path)
+	// The task owns the file and may have put a symlink or a FIFO in its
+	// place; the driver, as root, reads only a regular file.
+	f, err := safefile.OpenRegular(c.path)
 	if err != nil {
 		return c.count
 	}

@@ -3,6 +3,8 @@
 package plugin
 
 import (
+	"strconv"
+
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/drivers"
 	"github.com/hashicorp/nomad/plugins/drivers/fsisolation"
@@ -28,8 +30,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"allow_root": hclspec.NewDefault(hclspec.NewAttr("allow_root", "bool", false), hclspec.NewLiteral("false")),
 	"default_user": hclspec.NewDefault(hclspec.NewAttr("default_user", "string", false),
 		hclspec.NewLiteral(`"nobody"`)),
-	"dynamic_users": hclspec.NewDefault(hclspec.NewAttr("dynamic_users", "bool", false), hclspec.NewLiteral("false")),
-	"gpu_backend":   hclspec.NewDefault(hclspec.NewAttr("gpu_backend", "string", false), hclspec.NewLiteral(`"auto"`)),
+	"dynamic_users": hclspec.NewDefault(hclspec.NewAttr("dynamic_users", "bool", false), hclspec.NewLiteral("true")),
+	"uid_range": hclspec.NewDefault(hclspec.NewAttr("uid_range", "string", false),
+		hclspec.NewLiteral(strconv.Quote(DefaultUIDRange))),
+	"gpu_backend": hclspec.NewDefault(hclspec.NewAttr("gpu_backend", "string", false), hclspec.NewLiteral(`"auto"`)),
+	"state_dir": hclspec.NewDefault(hclspec.NewAttr("state_dir", "string", false),
+		hclspec.NewLiteral(strconv.Quote(DefaultStateDir))),
 	"sim": hclspec.NewBlock("sim", false, hclspec.NewObject(map[string]*hclspec.Spec{
 		"fleet_file": hclspec.NewAttr("fleet_file", "string", false),
 		"state_dir":  hclspec.NewAttr("state_dir", "string", false),

@@ -46,6 +46,9 @@ func benchDriver(b *testing.B, watchdog string) (*Driver, string) {
 
 // benchTask builds an alloc dir and cgroup the way the Nomad client does.
 func benchTask(b *testing.B, command string, args ...string) *drivers.TaskConfig {
+	if cgroupsNotReady != "" {
+		b.Skip(cgroupsNotReady)
+	}
 	allocID, name := uuid.Generate(), "bench"
 	root, mounts := b.TempDir(), b.TempDir()
 	ad := allocdir.NewAllocDir(hclog.NewNullLogger(), root, mounts, allocID)

@@ -10,16 +10,24 @@ import (
 type Config struct {
 	// AllowRoot lets tasks run as root (uid 0); off by default.
 	AllowRoot bool `codec:"allow_root"`
-	// DefaultUser runs tasks that name no user.
+	// DefaultUser runs tasks that name no user when neither the Nomad
+	// client (DynamicUsers) nor UIDRange gives them a UID of their own.
 	DefaultUser string `codec:"default_user"`
 	// DynamicUsers asks the Nomad client for a UID of its own for every
-	// task that names no user (a dynamic workload user, "nomad-<id>"), in
-	// place of DefaultUser.
+	// task that names no user (a dynamic workload user, "nomad-<id>").
 	DynamicUsers bool `codec:"dynamic_users"`
+	// UIDRange ("MIN-MAX") is where the driver takes a UID of its own for
+	// each allocation whose tasks name no user and get no dynamic user from
+	// the client; empty: such tasks run as DefaultUser, all as one user.
+	UIDRange string `codec:"uid_range"`
 	// GPUBackend is "auto" (NVML when libnvidia-ml loads, else none),
 	// "nvml", "sim" or "none".
-	GPUBackend string    `codec:"gpu_backend"`
-	Sim        SimConfig `codec:"sim"`
+	GPUBackend string `codec:"gpu_backend"`
+	// StateDir holds what the driver reads back after a restart (lane
+	// states): root's alone, never a task's directory, which the task could
+	// forge.
+	StateDir string    `codec:"state_dir"`
+	Sim      SimConfig `codec:"sim"`
 	// BudgetPolicy is the watchdog's default action on a breach: kill or warn.
 	BudgetPolicy     string `codec:"budget_policy"`
 	WatchdogInterval string `codec:"watchdog_interval"`
@@ -50,14 +58,22 @@ type SimConfig struct {
 // settings is Config validated and parsed.
 type settings struct {
 	Config
+	uids             uidRange
 	watchdogInterval time.Duration
 	quantum          time.Duration
 	iterationGrace   time.Duration
 }
 
+// DefaultUIDRange is uid_range when the plugin config names none: below
+// the Nomad client's default pool of dynamic workload users (80000-89999).
+const DefaultUIDRange = "70000-79999"
+
+// DefaultStateDir is state_dir when the plugin config names none.
+const DefaultStateDir = "/var/lib/caravan/driver"
+
 func defaultConfig() Config {
 	return Config{
-		DefaultUser: "nobody", GPUBackend: "auto", BudgetPolicy: "kill",
+		DefaultUser: "nobody", DynamicUsers: true, UIDRange: DefaultUIDRange, GPUBackend: "auto", StateDir: DefaultStateDir, BudgetPolicy: "kill",
 		WatchdogInterval: "500ms", MPS: "auto", SwitchMechanism: "auto",
 		TimeSliceQuantum: "10s", IterationGrace: "2s", MeasureIterations: 3,
 	}
@@ -74,6 +90,8 @@ func (c Config) withDefaults() Config {
 	}
 	fill(&c.DefaultUser, d.DefaultUser)
 	fill(&c.GPUBackend, d.GPUBackend)
+	fill(&c.StateDir, d.StateDir)
+	fill(&c.UIDRange, d.UIDRange)
 	fill(&c.BudgetPolicy, d.BudgetPolicy)
 	fill(&c.WatchdogInterval, d.WatchdogInterval)
 	fill(&c.MPS, d.MPS)
@@ -105,8 +123,14 @@ func (c Config) parse() (*settings, error) {
 	default:
 		return nil, fmt.Errorf(`gpu_backend: must be "auto", "nvml", "sim" or "none", got %q`, c.GPUBackend)
 	}
+	if !filepath.IsAbs(c.StateDir) {
+		return nil, fmt.Errorf("state_dir: must be an absolute path, got %q", c.StateDir)
+	}
 	if c.DefaultUser == "" {
 		return nil, fmt.Errorf("default_user: must not be empty")
+	}
+	if s.uids, err = parseUIDRange(c.UIDRange); err != nil {
+		return nil, err
 	}
 	if _, err := parsePolicy("budget_policy", c.BudgetPolicy); err != nil {
 		return nil, err

@@ -32,9 +32,11 @@ import (
 	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/metrics"
+	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/caravan-gpu/caravan/driver/runas"
 	"github.com/caravan-gpu/caravan/driver/switcher"
 	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 // Driver is the caravan task driver.
@@ -64,6 +66,8 @@ type Driver struct {
 	recoveryEvents sync.Map // task ID → *heldEvents
 	// laneStateMu serialises the writes of tasks' lane state files.
 	laneStateMu sync.Mutex
+	// uids are the UIDs of uid_range that allocations hold.
+	uids uidLeases
 }
 
 var _ drivers.DriverPlugin = (*Driver)(nil)
@@ -109,6 +113,9 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	s, err := conf.parse()
 	if err != nil {
 		return fmt.Errorf("caravan-driver config: %w", err)
+	}
+	if err := safefile.PrivateDir(laneStateDir(s.StateDir)); err != nil {
+		return fmt.Errorf("caravan-driver config: state_dir: %w", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -354,10 +361,15 @@ func runAsCommand(uid, gid int, taskDir string, argv []string) ([]string, error)
 	return runas.Command(self, uid, gid, taskDir, argv), nil
 }
 
-func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
+func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *drivers.DriverNetwork, err error) {
 	if _, ok := d.tasks.Get(cfg.ID); ok {
 		return nil, nil, fmt.Errorf("task with ID %q already started", cfg.ID)
 	}
+	defer func() {
+		if err != nil {
+			d.uids.release(cfg.AllocID, d.tasks.All())
+		}
+	}()
 	s, nomadConfig, compute := d.config()
 	var tc TaskConfig
 	if err := cfg.DecodeDriverConfig(&tc); err != nil {
@@ -366,7 +378,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err := tc.validate(); err != nil {
 		return nil, nil, fmt.Errorf("caravan task config: %w", err)
 	}
-	runAs, err := resolveUser(s, cfg.User)
+	runAs, err := d.taskUser(s, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -379,8 +391,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		return nil, nil, fmt.Errorf("cannot enforce the GPU memory budget: %w", backendErr)
 	}
 	spec.User = runAs
-	spec.IterationFile = filepath.Join(cfg.TaskDir().Dir, "caravan-iterations")
-	if err := prepareIterationFile(spec.IterationFile, runAs); err != nil {
+	if spec.IterationFile, err = prepareIterationFile(cfg, runAs); err != nil {
 		return nil, nil, fmt.Errorf("iteration file: %w", err)
 	}
 	env := budget.TaskEnv(cfg.Env, cfg.DeviceEnv, grants, spec.Budget, budget.EnvOptions{
@@ -443,7 +454,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	procs, fallbackWhy := taskProcesses(taskCgroup(cfg), ps.Pid)
 	h := task.NewHandle(exec, client, ps.Pid, procs, cfg, spec, startedAt, logger)
 	if len(spec.AllLanes()) > 0 {
-		h.LaneStateFile = laneStatePath(cfg)
+		h.LaneStateFile = laneStatePath(s.StateDir, cfg)
 	}
 	state := task.State{
 		LaneStateFile:  h.LaneStateFile,
@@ -474,9 +485,17 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 // lane.
 func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restored laneStates) {
 	describe(h, d.unenforced())
+	// The main process is judged at the task's exit even if no sample saw
+	// it alive.
+	if p, err := proctree.Read(h.Pid); err == nil {
+		h.NoteProcs(map[int]string{h.Pid: p.Comm}, processStart)
+	}
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
-		h.Run(func() { d.killLeftovers(h) })
+		h.Run(func() {
+			d.killLeftovers(h)
+			d.judgeAfterExit(h, backend)
+		})
 		if d.coord != nil {
 			d.coord.Leave(h.Config.ID)
 		}
@@ -578,11 +597,25 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	procs, fallbackWhy := taskProcesses(dir, state.Pid)
 	// The budget comes from the stored state, never from the env again.
 	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
-	h.LaneStateFile = state.LaneStateFile
+	d.uids.recover(s.uids, cfg.AllocID, h.Spec.User)
 	backend, _ := d.gpuBackend()
-	restored, laneErr := readLaneStates(state.LaneStateFile)
+	var restored laneStates
+	var laneErr error
+	if len(h.Spec.AllLanes()) > 0 {
+		var distrusted bool
+		h.LaneStateFile, distrusted = trustedLaneState(s.StateDir, cfg, state.LaneStateFile)
+		if distrusted {
+			laneErr = fmt.Errorf("the stored lane state %s is not in state_dir %s, where the driver keeps it; the task could have written it, so it is not believed", state.LaneStateFile, s.StateDir)
+		} else {
+			restored, laneErr = readLaneStates(h.LaneStateFile)
+		}
+	}
 	if laneErr != nil {
 		logger.Warn("lane state not recovered; the task rejoins its lanes afresh", "error", laneErr)
+	}
+	laneNote := ""
+	if laneErr != nil && restored == nil {
+		laneNote = "; lane state not recovered (" + laneErr.Error() + "): the task rejoins its lanes afresh"
 	}
 	// The processes themselves say whether they are frozen; the lane states
 	// say which lanes have the task suspended, what is checkpointed and
@@ -608,7 +641,7 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 			msg += fmt.Sprintf(", lane %s mode %q, profile %s", spec.Key, st.Mode, st.Profile)
 		}
 	}
-	msg += ")"
+	msg += ")" + laneNote
 	if fallbackWhy != "" {
 		msg += "; " + fallbackMessage(fallbackWhy)
 	}
@@ -687,6 +720,12 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	}
 	forgetGrants(h)
 	d.tasks.Delete(taskID)
+	d.uids.release(h.Config.AllocID, d.tasks.All())
+	if h.LaneStateFile != "" {
+		if err := os.Remove(h.LaneStateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			h.Logger.Warn("lane state file not removed", "path", h.LaneStateFile, "error", err)
+		}
+	}
 	d.recoveryEvents.Delete(taskID)
 	return nil
 }

@@ -43,3 +43,26 @@ func FuzzPlanSpec(f *testing.F) {
 		}
 	})
 }
+
+// uid_range is plugin config: any text errors or gives a range of at most
+// maxUIDRange UIDs, none of them a system user's or root's.
+func FuzzParseUIDRange(f *testing.F) {
+	for _, seed := range []string{DefaultUIDRange, "none", "", "0-10", "70000", "5-4", "1000-1000", " 2000 - 3000 ", "-1-5", "1000-99999999999999999999"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		r, err := parseUIDRange(v)
+		if err != nil {
+			return
+		}
+		if !r.set() {
+			if v != "none" {
+				t.Fatalf("%q parsed as no range", v)
+			}
+			return
+		}
+		if r.min < 1000 || r.max < r.min || r.max-r.min >= maxUIDRange || r.max > 1<<31-2 {
+			t.Fatalf("%q accepted as %d-%d", v, r.min, r.max)
+		}
+	})
+}

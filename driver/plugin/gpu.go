@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 // openNVML opens the NVML backend; tests replace it with go-nvml's mocks.
@@ -194,19 +197,28 @@ func (p MemoryProfile) parse() (lane.Profile, error) {
 	return out, nil
 }
 
-// prepareIterationFile creates the task's iteration file, owned by the
-// task's user so that the job can append to it.
-func prepareIterationFile(path, username string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
+// iterationFileName is the task's iteration file, in its task directory.
+const iterationFileName = "caravan-iterations"
+
+// prepareIterationFile puts a fresh iteration file in the task directory,
+// owned by the task's user so that the job can append to it. The task can
+// write to that directory and may have left anything at the name, a
+// symlink to a root-owned file among them: the old entry is unlinked,
+// never opened (driver/safefile).
+func prepareIterationFile(cfg *drivers.TaskConfig, username string) (string, error) {
+	uid, gid := 0, 0
+	if u, g, _, err := dynamic.LookupUser(username); err == nil {
+		uid, gid = u, g
 	}
-	f.Close()
-	uid, gid, _, err := dynamic.LookupUser(username)
+	dir, err := safefile.OpenDir(cfg.TaskDir().Dir)
 	if err != nil {
-		return nil
+		return "", err
 	}
-	return os.Chown(path, uid, gid)
+	defer dir.Close()
+	if err := safefile.CreateFresh(dir, iterationFileName, 0o644, uid, gid); err != nil {
+		return "", err
+	}
+	return filepath.Join(cfg.TaskDir().Dir, iterationFileName), nil
 }
 
 // taskProcs returns the task's processes, pid → command name.
@@ -267,6 +279,15 @@ func (d *Driver) watch(h *task.Handle, backend gpu.Backend, interval time.Durati
 // returns the breach, if any.
 func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.Breach {
 	names := taskProcs(h)
+	if names != nil {
+		// Processes seen at an earlier sample that are gone now are judged
+		// by what the GPU's accounting kept of them, so that one that went
+		// over and exited between two samples is not missed.
+		gone := h.NoteProcs(names, processStart)
+		if breach := judgeExited(h, backend, gone); breach != nil {
+			return d.report(h, breach, false)
+		}
+	}
 	if len(names) == 0 {
 		return nil
 	}
@@ -285,6 +306,15 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 		d.metrics.TaskGPUMemory.WithLabelValues(h.Config.AllocID, h.Config.Name, u.UUID).Set(float64(u.UsedMiB))
 		d.metrics.TaskGPUBudget.WithLabelValues(h.Config.AllocID, h.Config.Name, u.UUID).Set(float64(u.LimitMiB))
 	}
+	// A task reaches only the GPUs it was granted: memory on any other is
+	// a breach, whatever its budget.
+	ungranted, err := budget.MeasureUngranted(backend, h.Spec.Budget, names)
+	if err != nil {
+		h.Logger.Warn("GPU memory sample of the GPUs the task was not granted failed", "error", err)
+	}
+	if breach := budget.CheckUngranted(h.Spec.Budget, ungranted); breach != nil && h.NoteUngranted(breach.UUID) {
+		return d.report(h, breach, false)
+	}
 	if !h.Spec.Budget.Enforced() {
 		return nil
 	}
@@ -298,16 +328,18 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	if breach == nil && peak != nil {
 		// A spike that came and went between two samples: not an episode
 		// that lasts, so it is reported on its own.
-		return d.enforce(h, peak)
+		return d.report(h, peak, false)
 	}
 	if !h.NoteBreach(breach != nil) || breach == nil {
 		return breach
 	}
-	return d.enforce(h, breach)
+	return d.report(h, breach, false)
 }
 
-// enforce reports a breach and acts on its policy.
-func (d *Driver) enforce(h *task.Handle, breach *budget.Breach) *budget.Breach {
+// report tells of a breach and acts on its policy. A task whose processes
+// have all exited (exited) is not killed: under "kill" it is marked so
+// that it ends failed with the reason.
+func (d *Driver) report(h *task.Handle, breach *budget.Breach, exited bool) *budget.Breach {
 	reason := breach.Reason()
 	d.metrics.Breaches.WithLabelValues(string(breach.Policy)).Inc()
 	annotations := map[string]string{
@@ -318,8 +350,16 @@ func (d *Driver) enforce(h *task.Handle, breach *budget.Breach) *budget.Breach {
 		annotations["peak_mib"] = strconv.FormatUint(breach.Peak.PeakMiB, 10)
 		annotations["pid"] = strconv.Itoa(breach.Peak.PID)
 	}
+	if breach.Ungranted {
+		annotations["granted"] = strings.Join(breach.Granted, ",")
+	}
 	if breach.Policy == budget.PolicyWarn {
 		d.emit(h, "warning: "+reason, annotations, nil)
+		return breach
+	}
+	if exited {
+		h.MarkKilled(reason)
+		d.emit(h, reason+"; the task fails (gpu_memory_policy = \"kill\"), though its processes had already exited", annotations, errors.New(reason))
 		return breach
 	}
 	d.emit(h, reason+"; killing the task (gpu_memory_policy = \"kill\")", annotations, errors.New(reason))
@@ -564,10 +604,22 @@ func freshGPUPIDs(h *task.Handle, backend gpu.Backend) []int {
 	return out
 }
 
-// laneStatePath is where a lane task's lane states are kept: in its task
-// directory, which lives as long as the task and survives a restart.
-func laneStatePath(cfg *drivers.TaskConfig) string {
-	return filepath.Join(cfg.TaskDir().Dir, "caravan-lane-state.json")
+// laneStatePath is where a lane task's lane states are kept: in the
+// driver's own state directory, where the task cannot write, under a name
+// made of its task ID.
+func laneStatePath(stateDir string, cfg *drivers.TaskConfig) string {
+	return filepath.Join(laneStateDir(stateDir), url.PathEscape(cfg.ID)+".json")
+}
+
+func laneStateDir(stateDir string) string { return filepath.Join(stateDir, "lanes") }
+
+// trustedLaneState returns the lane state file a recovered task's stored
+// state names when it is one this driver keeps; a file elsewhere (a task
+// directory, where drivers before state_dir kept it and the task could
+// forge it) is not believed.
+func trustedLaneState(stateDir string, cfg *drivers.TaskConfig, stored string) (path string, distrusted bool) {
+	path = laneStatePath(stateDir, cfg)
+	return path, stored != "" && stored != path
 }
 
 // persistLane writes a member's state in one lane whenever the coordinator
@@ -595,11 +647,26 @@ func writeLaneStates(path string, states laneStates) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	// The directory is the driver's alone (safefile.PrivateDir), so a
+	// plain temporary file and rename are safe there.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
 }
 
 // readLaneStates reads what writeLaneStates wrote; a missing file (a task

@@ -17,6 +17,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/caravan-gpu/caravan/internal/nomadcgroups"
 )
 
 // The test binary doubles as the workload: a task whose env carries
@@ -45,6 +46,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	// Tasks go in Nomad's cgroups, which a Nomad client sets up when it
+	// starts; a host where none has run has them half made or not at all.
+	cgroupsNotReady = nomadcgroups.Init()
 	// Tasks' grants are recorded for caravan-device in a directory of the
 	// test's own, not the host's.
 	dir, err := os.MkdirTemp("", "caravan-grants-")
@@ -53,8 +57,15 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	grantsDir = dir
+	// So is the driver's state_dir, one for the binary so that a second
+	// driver recovers what the first kept.
+	if testStateDir, err = os.MkdirTemp("", "caravan-driver-state-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	_ = os.RemoveAll(testStateDir)
 	os.Exit(code)
 }
 

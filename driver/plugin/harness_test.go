@@ -50,6 +50,13 @@ func newStoppableHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *
 	// No h.Kill at cleanup: MkAllocDir's cleanup closes the client, which
 	// stops the server over gRPC, and a second, direct Stop races with it
 	// inside go-plugin.
+	if conf.StateDir == "" {
+		conf.StateDir = testStateDir
+	}
+	if conf.UIDRange == "" {
+		// Tests run their tasks as root unless they say otherwise.
+		conf.UIDRange = "none"
+	}
 	if conf.DefaultUser == "" {
 		conf.DefaultUser = "root"
 		conf.AllowRoot = true
@@ -59,6 +66,13 @@ func newStoppableHarness(t *testing.T, conf Config) (*dtestutil.DriverHarness, *
 	must.NoError(t, h.SetConfig(&base.Config{PluginConfig: data}))
 	return h, d, cancel
 }
+
+// cgroupsNotReady says why Nomad's cgroups could not be set up as a Nomad
+// client would (TestMain); empty when they are ready or the host has none.
+var cgroupsNotReady string
+
+// testStateDir is the drivers' state_dir unless a test names its own.
+var testStateDir string
 
 // newTask returns a task config for command with its alloc dir, cgroup and
 // log fifos ready.
@@ -75,6 +89,9 @@ func newTask(t *testing.T, h *dtestutil.DriverHarness, name string, tc TaskConfi
 // for every task.
 func newTaskWithoutCgroup(t *testing.T, h *dtestutil.DriverHarness, name string, tc TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
 	t.Helper()
+	if cgroupsNotReady != "" {
+		t.Skip(cgroupsNotReady)
+	}
 	allocID := uuid.Generate()
 	cfg := &drivers.TaskConfig{
 		ID:        uuid.Generate(),

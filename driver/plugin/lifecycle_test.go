@@ -57,6 +57,12 @@ func TestBadPluginConfigNamesTheField(t *testing.T) {
 		{Config{SwitchMechanism: "pause"}, "switch_mechanism:"},
 		{Config{MPS: "maybe"}, "mps:"},
 		{Config{MeasureIterations: -2}, "measure_iterations:"},
+		{Config{StateDir: "var/lib/caravan"}, "state_dir:"},
+		{Config{UIDRange: "70000"}, "uid_range:"},
+		{Config{UIDRange: "0-100"}, "uid_range:"},
+		{Config{UIDRange: "80000-70000"}, "uid_range:"},
+		{Config{UIDRange: "1000-99999999"}, "uid_range:"},
+		{Config{UIDRange: "2000-4294967295"}, "uid_range:"},
 	}
 	for _, c := range cases {
 		_, err := c.conf.parse()

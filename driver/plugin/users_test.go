@@ -1,17 +1,22 @@
 package plugin
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/drivers"
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
+
+	"github.com/caravan-gpu/caravan/driver/task"
 )
 
 // dynamicUserTask is a task that runs script as the dynamic workload user
@@ -115,4 +120,90 @@ func TestDynamicUserRefusedUnlessConfiguredAndNeverRoot(t *testing.T) {
 			must.Eq(t, c.user, got)
 		})
 	}
+}
+
+func TestUIDLeasesGiveEachAllocationItsOwnUID(t *testing.T) {
+	r := uidRange{70000, 70002}
+	var l uidLeases
+	a, err := l.lease(r, "alloc-a")
+	must.NoError(t, err)
+	again, err := l.lease(r, "alloc-a")
+	must.NoError(t, err)
+	must.Eq(t, a, again) // tasks of one allocation share its UID
+	b, err := l.lease(r, "alloc-b")
+	must.NoError(t, err)
+	c, err := l.lease(r, "alloc-c")
+	must.NoError(t, err)
+	must.NotEq(t, a, b)
+	must.NotEq(t, b, c)
+	must.NotEq(t, a, c)
+	for _, uid := range []int{a, b, c} {
+		must.Between(t, 70000, uid, 70002)
+	}
+	_, err = l.lease(r, "alloc-d")
+	must.ErrorContains(t, err, "every UID of uid_range 70000-70002 is held")
+
+	// A UID comes back only when no task of its allocation is left.
+	l.release("alloc-b", []*task.Handle{{Config: &drivers.TaskConfig{AllocID: "alloc-b"}}})
+	_, err = l.lease(r, "alloc-d")
+	must.Error(t, err)
+	l.release("alloc-b", nil)
+	d, err := l.lease(r, "alloc-d")
+	must.NoError(t, err)
+	must.Eq(t, b, d)
+
+	// A recovered task holds its UID again.
+	var fresh uidLeases
+	fresh.recover(r, "alloc-a", "nomad-70001")
+	fresh.recover(r, "alloc-x", "nomad-80001") // not the driver's
+	got, err := fresh.lease(r, "alloc-a")
+	must.NoError(t, err)
+	must.Eq(t, 70001, got)
+	must.MapLen(t, 1, fresh.byAlloc)
+}
+
+func TestAJobMayNotNameAUIDOfTheRange(t *testing.T) {
+	s, err := Config{DynamicUsers: true, UIDRange: "70000-79999"}.parse()
+	must.NoError(t, err)
+	d := New(context.Background(), hclog.NewNullLogger())
+	_, err = d.taskUser(s, &drivers.TaskConfig{AllocID: "a", User: "nomad-70005"})
+	must.ErrorContains(t, err, "uid_range")
+	got, err := d.taskUser(s, &drivers.TaskConfig{AllocID: "a", User: "nomad-80005"})
+	must.NoError(t, err)
+	must.Eq(t, "nomad-80005", got)
+	got, err = d.taskUser(s, &drivers.TaskConfig{AllocID: "a"})
+	must.NoError(t, err)
+	must.StrHasPrefix(t, "nomad-7", got)
+}
+
+// Tasks of two allocations that name no user, on a client that gives no
+// dynamic users, run as two UIDs of uid_range: one's kill -9 -1 leaves the
+// other running, and cannot read its environment.
+func TestAllocationsOfTheUIDRangeCannotSignalOrReadEachOther(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running tasks as other users needs root")
+	}
+	h, _ := newHarness(t, Config{UIDRange: "70000-79999"})
+	victim := dynamicUserTask(t, h, "victim", "", `echo $$ > "$NOMAD_TASK_DIR/pid"; exec sleep 30`)
+	victim.Env["SECRET"] = "victims-secret"
+	_, _, err := h.StartTask(victim)
+	must.NoError(t, err)
+	pidFile := filepath.Join(victim.TaskDir().LocalDir, "pid")
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error { _, err := os.Stat(pidFile); return err }),
+		wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)))
+	attacker := dynamicUserTask(t, h, "attacker", "",
+		`id -u; if grep -q victims-secret "/proc/$(cat "`+pidFile+`")/environ"; then echo read-it; fi; kill -9 -1; exit 0`)
+	_, _, err = h.StartTask(attacker)
+	must.NoError(t, err)
+	waitExit(t, h, attacker.ID, 10*time.Second)
+	out := readLog(t, attacker, "stdout")
+	must.StrNotContains(t, out, "read-it")
+	uid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
+	must.NoError(t, err, must.Sprint(out))
+	must.Between(t, 70000, uid, 79999)
+	time.Sleep(200 * time.Millisecond)
+	status, err := h.InspectTask(victim.ID)
+	must.NoError(t, err)
+	must.Eq(t, drivers.TaskStateRunning, status.State, must.Sprint(readLog(t, victim, "stderr")))
+	must.NoError(t, h.StopTask(victim.ID, time.Second, "SIGKILL"))
 }

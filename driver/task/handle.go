@@ -64,6 +64,63 @@ type Handle struct {
 	// unknownMemory holds the PIDs already reported as holding memory the
 	// GPU does not tell.
 	unknownMemory map[int]bool
+	// seen are the task's processes the watchdog has seen and not yet seen
+	// go, with their starts.
+	seen map[int]SeenProc
+	// ungranted holds the GPUs where memory the task was not granted was
+	// reported already.
+	ungranted map[string]bool
+}
+
+// SeenProc is a process of the task that the watchdog saw, and when it
+// started, to tell it in the GPU's accounting from a later process with
+// the same PID.
+type SeenProc struct {
+	Name  string
+	Start time.Time
+}
+
+// NoteProcs records the task's processes alive now (pid → name), reading
+// a new one's start with startOf, and returns those seen before that are
+// gone now: exited since, their peaks to be judged from the GPU's
+// accounting. With now empty (the task has exited) it returns every
+// process still recorded.
+func (h *Handle) NoteProcs(now map[int]string, startOf func(pid int) time.Time) (gone map[int]SeenProc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[int]SeenProc{}
+	}
+	for pid, p := range h.seen {
+		if _, alive := now[pid]; !alive {
+			if gone == nil {
+				gone = map[int]SeenProc{}
+			}
+			gone[pid] = p
+			delete(h.seen, pid)
+		}
+	}
+	for pid, name := range now {
+		if _, ok := h.seen[pid]; !ok {
+			h.seen[pid] = SeenProc{Name: name, Start: startOf(pid)}
+		}
+	}
+	return gone
+}
+
+// NoteUngranted records that the task held memory on uuid, a GPU it was not
+// granted, and reports whether that is news.
+func (h *Handle) NoteUngranted(uuid string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ungranted[uuid] {
+		return false
+	}
+	if h.ungranted == nil {
+		h.ungranted = map[string]bool{}
+	}
+	h.ungranted[uuid] = true
+	return true
 }
 
 // SetGPUUsage records the watchdog's latest sample.

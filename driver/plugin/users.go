@@ -1,0 +1,130 @@
+package plugin
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/nomad/helper/users/dynamic"
+	"github.com/hashicorp/nomad/plugins/drivers"
+
+	"github.com/caravan-gpu/caravan/driver/task"
+)
+
+// uidRange is uid_range parsed; the zero value is none.
+type uidRange struct{ min, max int }
+
+func (r uidRange) set() bool { return r.max > 0 }
+
+func (r uidRange) contains(uid int) bool { return r.set() && uid >= r.min && uid <= r.max }
+
+// maxUIDRange bounds uid_range so that a typo cannot hand out system UIDs
+// by the million.
+const maxUIDRange = 1 << 20
+
+func parseUIDRange(v string) (uidRange, error) {
+	if v == "none" {
+		return uidRange{}, nil
+	}
+	lo, hi, ok := strings.Cut(v, "-")
+	min, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	max, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	switch {
+	case !ok || err1 != nil || err2 != nil:
+		return uidRange{}, fmt.Errorf(`uid_range: must be "MIN-MAX" (such as %q) or "none", got %q`, DefaultUIDRange, v)
+	case min < 1000:
+		return uidRange{}, fmt.Errorf("uid_range: must start at 1000 or above, clear of system users, got %d", min)
+	case max < min:
+		return uidRange{}, fmt.Errorf("uid_range: %d-%d is empty", min, max)
+	case max > 1<<31-2:
+		return uidRange{}, fmt.Errorf("uid_range: %d is past the largest UID", max)
+	case max-min >= maxUIDRange:
+		return uidRange{}, fmt.Errorf("uid_range: %d-%d holds more than %d UIDs", min, max, maxUIDRange)
+	}
+	return uidRange{min, max}, nil
+}
+
+// taskUser picks the user a task runs as. A task that names no user and got
+// no dynamic workload user from the Nomad client gets a UID of its
+// allocation's own from uid_range, so that tasks of different allocations
+// cannot signal or inspect each other; else default_user. A jobspec may not
+// name a UID of uid_range itself: it could be another allocation's.
+func (d *Driver) taskUser(s *settings, cfg *drivers.TaskConfig) (string, error) {
+	if cfg.User == "" && s.uids.set() {
+		uid, err := d.uids.lease(s.uids, cfg.AllocID)
+		if err != nil {
+			return "", err
+		}
+		return dynamic.String(dynamic.UGID(uid)), nil
+	}
+	if ugid, err := dynamic.Parse(cfg.User); err == nil && s.uids.contains(int(ugid)) {
+		return "", fmt.Errorf("user: %q is in the driver's uid_range %d-%d, which it gives allocations itself; a job may not name one", cfg.User, s.uids.min, s.uids.max)
+	}
+	return resolveUser(s, cfg.User)
+}
+
+// uidLeases are the UIDs of uid_range that allocations hold on this node:
+// from an allocation's first task's start to its last task's destruction.
+type uidLeases struct {
+	mu      sync.Mutex
+	byAlloc map[string]int
+}
+
+// lease is the UID of uid_range that allocID's tasks run as: the one it
+// holds, else the first free one from a point that allocID hashes to, so
+// that allocations spread over the range.
+func (l *uidLeases) lease(r uidRange, allocID string) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if uid, ok := l.byAlloc[allocID]; ok {
+		return uid, nil
+	}
+	used := map[int]bool{}
+	for _, uid := range l.byAlloc {
+		used[uid] = true
+	}
+	size := r.max - r.min + 1
+	hash := fnv.New32a()
+	hash.Write([]byte(allocID))
+	start := int(hash.Sum32() % uint32(size))
+	for i := range size {
+		uid := r.min + (start+i)%size
+		if !used[uid] {
+			l.hold(allocID, uid)
+			return uid, nil
+		}
+	}
+	return 0, fmt.Errorf("user: every UID of uid_range %d-%d is held by an allocation on this node", r.min, r.max)
+}
+
+// hold records that allocID runs as uid (a recovered task's).
+func (l *uidLeases) hold(allocID string, uid int) {
+	if l.byAlloc == nil {
+		l.byAlloc = map[string]int{}
+	}
+	l.byAlloc[allocID] = uid
+}
+
+// recover records a recovered task's UID, if it is one of uid_range.
+func (l *uidLeases) recover(r uidRange, allocID, user string) {
+	if ugid, err := dynamic.Parse(user); err == nil && r.contains(int(ugid)) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.hold(allocID, int(ugid))
+	}
+}
+
+// release gives allocID's UID back unless one of tasks (those the driver
+// still tracks) belongs to the allocation.
+func (l *uidLeases) release(allocID string, tasks []*task.Handle) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range tasks {
+		if h.Config.AllocID == allocID {
+			return
+		}
+	}
+	delete(l.byAlloc, allocID)
+}
