@@ -30,6 +30,7 @@ import (
 	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/driver/devices"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/metrics"
 	"github.com/caravan-gpu/caravan/driver/proctree"
@@ -353,12 +354,12 @@ func dynamicUser(name string) (uid, gid int, ok bool) {
 
 // runAsCommand wraps argv so that the executor, which runs it as root,
 // drops to a dynamic workload user before argv runs (driver/runas).
-func runAsCommand(uid, gid int, taskDir string, argv []string) ([]string, error) {
+func runAsCommand(uid, gid int, taskDir, devicesCgroup string, argv []string) ([]string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find the driver's binary: %w", err)
 	}
-	return runas.Command(self, uid, gid, taskDir, argv), nil
+	return runas.CommandWithDevices(self, uid, gid, taskDir, devicesCgroup, argv), nil
 }
 
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *drivers.DriverNetwork, err error) {
@@ -411,12 +412,28 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task_name", cfg.Name)
 
 	argv, envs, execUser := append([]string{tc.Command}, tc.Args...), envList(env), runAs
-	if uid, gid, ok := dynamicUser(runAs); ok {
+	uid, gid, runsAs := dynamicUser(runAs)
+	// Before the command runs: a device it opened before the
+	// restriction would stay open.
+	iso, err := isolateDevices(backend, spec, cfg, runsAs)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil && iso.v1Dir != "" {
+			_ = devices.RemoveV1(iso.v1Dir)
+		}
+	}()
+	if runsAs {
 		// The executor looks users up in the user database, where a dynamic
 		// workload user is not: it starts the driver's binary as root,
-		// which drops to the user and runs the command.
+		// which joins the task's devices cgroup (v1), drops to the user and
+		// runs the command.
 		env["USER"], env["LOGNAME"], env["HOME"] = runAs, runAs, dynamic.Home
-		if argv, err = runAsCommand(uid, gid, cfg.TaskDir().Dir, argv); err != nil {
+		if _, err = runas.Lookup(cfg.TaskDir().Dir, argv[0], envList(env)); err != nil {
+			return nil, nil, fmt.Errorf("launch %s: %w", tc.Command, err)
+		}
+		if argv, err = runAsCommand(uid, gid, cfg.TaskDir().Dir, iso.v1Dir, argv); err != nil {
 			return nil, nil, err
 		}
 		envs, execUser = runas.Env(envList(env)), ""
@@ -474,10 +491,12 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 		d.emit(h, fallbackMessage(fallbackWhy), map[string]string{"process_control": procs.Method()}, nil)
 	}
 	recordGrants(h, grants)
+	h.DevicesCgroup = iso.v1Dir
 	d.adopt(h, backend, s, nil)
 	if backend == nil {
 		d.warnUnenforced(h, s)
 	}
+	d.describeIsolation(h, iso)
 	return handle, nil, nil
 }
 
@@ -488,7 +507,7 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restore
 	// The main process is judged at the task's exit even if no sample saw
 	// it alive.
 	if p, err := proctree.Read(h.Pid); err == nil {
-		h.NoteProcs(map[int]string{h.Pid: p.Comm}, processStart)
+		h.NoteProcs(map[int]string{h.Pid: mainProcName(h, p.Comm)}, processStart)
 	}
 	d.tasks.Set(h.Config.ID, h)
 	go func() {
@@ -502,6 +521,25 @@ func (d *Driver) adopt(h *task.Handle, backend gpu.Backend, s *settings, restore
 	}()
 	go d.watch(h, backend, s.watchdogInterval)
 	d.joinLane(h, backend, restored)
+}
+
+// mainProcName names a task's main process for breach reports: while
+// caravan-run-as has not yet exec'd the task's command, the process goes by
+// the driver's name, so the command's is taken (as the kernel would show
+// it, 15 bytes at most).
+func mainProcName(h *task.Handle, comm string) string {
+	if _, _, runsAs := dynamicUser(h.Spec.User); !runsAs {
+		return comm
+	}
+	var tc TaskConfig
+	if err := h.Config.DecodeDriverConfig(&tc); err != nil || tc.Command == "" {
+		return comm
+	}
+	name := filepath.Base(tc.Command)
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
 }
 
 // describe puts the task's GPU spec and how its processes are reached in
@@ -598,6 +636,7 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	// The budget comes from the stored state, never from the env again.
 	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
 	d.uids.recover(s.uids, cfg.AllocID, h.Spec.User)
+	h.DevicesCgroup = recoveredDevicesCgroup(cfg)
 	backend, _ := d.gpuBackend()
 	var restored laneStates
 	var laneErr error
@@ -719,6 +758,7 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 		d.metrics.TaskGPUBudget.DeleteLabelValues(h.Config.AllocID, h.Config.Name, g.UUID)
 	}
 	forgetGrants(h)
+	releaseDevices(h)
 	d.tasks.Delete(taskID)
 	d.uids.release(h.Config.AllocID, d.tasks.All())
 	if h.LaneStateFile != "" {
@@ -808,5 +848,7 @@ func execCommand(h *task.Handle, cmd []string) ([]string, error) {
 	if !ok {
 		return cmd, nil
 	}
-	return runAsCommand(uid, gid, h.Config.TaskDir().Dir, cmd)
+	// An exec session is held to the task's devices too (v1; on v2 the
+	// executor puts it in the task's cgroup).
+	return runAsCommand(uid, gid, h.Config.TaskDir().Dir, h.DevicesCgroup, cmd)
 }

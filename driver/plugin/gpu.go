@@ -45,7 +45,7 @@ func openBackend(s *settings, logger hclog.Logger) (b gpu.Backend, none string, 
 		if err != nil {
 			return nil, "", fmt.Errorf("gpu_backend sim: %w", err)
 		}
-		if err := openSimState(b, s.Sim.StateDir); err != nil {
+		if err := openSimState(b, s.Sim.StateDir, logger); err != nil {
 			return nil, "", fmt.Errorf("gpu_backend sim: %w", err)
 		}
 		return b, "", nil
@@ -84,7 +84,7 @@ func unwatched(none string) string {
 // openSimState lets tasks that run as unprivileged users record their
 // simulated GPU memory, as any user may allocate on a real GPU: the
 // per-GPU process directories are world-writable and sticky.
-func openSimState(b *sim.Backend, stateDir string) error {
+func openSimState(b *sim.Backend, stateDir string, logger hclog.Logger) error {
 	devs, err := b.Devices()
 	if err != nil {
 		return err
@@ -105,6 +105,15 @@ func openSimState(b *sim.Backend, stateDir string) error {
 		if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
 			return err
 		}
+	}
+	// The simulated GPUs are opened through device nodes, so that the
+	// kernel holds each task to the GPUs the driver let it open.
+	skipped, err := b.CreateDeviceNodes()
+	if err != nil {
+		return err
+	}
+	if skipped != "" {
+		logger.Warn("simulated GPUs have no device nodes: every task can open every simulated GPU", "reason", skipped)
 	}
 	return nil
 }
@@ -340,6 +349,11 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 // have all exited (exited) is not killed: under "kill" it is marked so
 // that it ends failed with the reason.
 func (d *Driver) report(h *task.Handle, breach *budget.Breach, exited bool) *budget.Breach {
+	if h.KillReason() != "" {
+		// Killed already: its processes' peaks, judged as they go, are
+		// the same breach told again.
+		return breach
+	}
 	reason := breach.Reason()
 	d.metrics.Breaches.WithLabelValues(string(breach.Policy)).Inc()
 	annotations := map[string]string{

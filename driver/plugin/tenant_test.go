@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/client/lib/cgroupslib"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/drivers"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/task"
@@ -178,7 +180,65 @@ func TestMemoryOnAnUngrantedGPUIsABreach(t *testing.T) {
 	must.NoError(t, err)
 	res := waitExit(t, h, cfg.ID, 30*time.Second)
 	must.ErrorContains(t, res.Err, "GPU memory on GPU-other, a GPU the task was not granted (granted: GPU-test)")
-	found := waitEvents(events, cfg.ID, "not granted", 5*time.Second)
+	found := waitEvents(events, cfg.ID, "a GPU the task was not granted", 5*time.Second)
 	must.SliceNotEmpty(t, found)
 	must.Eq(t, "GPU-other", found[0].Annotations["gpu"])
+}
+
+// A task of a UID of its own is held by the kernel to the GPUs it was
+// granted: its open of another simulated GPU's device node is refused
+// before it can allocate there, and the GPU holds nothing of it.
+func TestTaskCannotOpenAGPUItWasNotGranted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("holding a task to its devices needs root")
+	}
+	if cgroupslib.GetMode() == cgroupslib.OFF {
+		t.Skip("no cgroups to hold a task to its devices")
+	}
+	conf := simConfigFor(t, `},{"uuid":"GPU-other","model":"Sim GPU","memory_mib":16384`)
+	conf.UIDRange = "70000-79999"
+	h, _ := newHarness(t, conf)
+	events := collectEvents(t, h)
+	// The task's user must be able to run the workload: a copy of the test
+	// binary where every user can reach it.
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		must.NoError(t, os.Chmod(d, 0o755))
+	}
+	exe, err := os.Executable()
+	must.NoError(t, err)
+	data, err := os.ReadFile(exe)
+	must.NoError(t, err)
+	workloadBin := filepath.Join(dir, "workload")
+	must.NoError(t, os.WriteFile(workloadBin, data, 0o755))
+
+	grant := reservation.Grant{InstanceID: "GPU-test", GPUUUID: "GPU-test", Lane: -1, Slots: 1, MemoryMiB: 8192, SharePercent: 100}
+	run := func(name, gpu string) (*drivers.TaskConfig, *drivers.ExitResult) {
+		cfg := workloadTask(t, h, name, workload.Config{Iterations: 3, IterationTime: 50 * time.Millisecond,
+			PersistentMiB: 256, EphemeralMiB: 128, GPU: gpu}, TaskConfig{}, grantEnv(grant))
+		must.NoError(t, cfg.EncodeConcreteDriverConfig(&TaskConfig{Command: workloadBin, GPUProcesses: 1, FrameworkHints: true}))
+		must.NoError(t, os.Chmod(filepath.Dir(cfg.AllocDir), 0o755))
+		must.NoError(t, os.Chmod(cfg.AllocDir, 0o755))
+		_, _, err := h.StartTask(cfg)
+		must.NoError(t, err)
+		return cfg, waitExit(t, h, cfg.ID, 30*time.Second)
+	}
+	// Its own GPU opens, and the task completes.
+	own, res := run("own", "")
+	must.Eq(t, 0, res.ExitCode, must.Sprint(readLog(t, own, "stderr")))
+	status, err := h.InspectTask(own.ID)
+	must.NoError(t, err)
+	if attr := status.DriverAttributes["caravan.devices"]; attr != "held to its granted GPUs" {
+		t.Skipf("the host cannot hold tasks to their devices: %s", attr)
+	}
+
+	other, res := run("trespasser", "GPU-other")
+	must.NotEq(t, 0, res.ExitCode)
+	must.StrContains(t, readLog(t, other, "stderr"), "CUDA error: no CUDA-capable device is detected: GPU GPU-other")
+	b, err := sim.New(conf.Sim.FleetFile, conf.Sim.StateDir)
+	must.NoError(t, err)
+	procs, err := b.AccountedProcesses("GPU-other")
+	must.NoError(t, err)
+	must.SliceEmpty(t, procs)
+	must.SliceEmpty(t, events(other.ID, "not isolated"))
 }

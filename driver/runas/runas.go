@@ -9,6 +9,13 @@
 // loader would honour a job's LD_PRELOAD. So Env hides every variable under
 // a prefix the loader ignores, and the subcommand restores them for the
 // command only.
+//
+// On cgroup v1 the root process also joins the task's devices cgroup
+// (CommandWithDevices, driver/devices) before it drops privileges: only
+// root may, and the command must already be held to the task's devices
+// when it runs, since a device opened before stays open. (On cgroup v2 the
+// executor starts the process in the task's cgroup, where the driver has
+// attached the device filter already: there is nothing to join.)
 package runas
 
 import (
@@ -23,11 +30,20 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/nomad/helper/subproc"
+
+	"github.com/caravan-gpu/caravan/driver/devices"
 )
 
 // SubCommand is the first argument that makes the driver's binary run a
 // command as another user.
 const SubCommand = "caravan-run-as"
+
+// devicesFlag, first after SubCommand, names the cgroup v1 devices cgroup
+// to join.
+const devicesFlag = "--devices-cgroup="
+
+// usage is the subcommand's argument forms.
+const usage = "usage: " + SubCommand + " [" + devicesFlag + "DIR] UID GID TASKDIR -- COMMAND [ARGS...]"
 
 // envPrefix hides a task's variable from the root process:
 // CARAVAN_RUN_AS_ENV_<n>=KEY=VALUE.
@@ -49,7 +65,20 @@ func init() {
 // binary. A relative command is looked up in taskDir/local, taskDir and the
 // task's PATH, as Nomad's executor does.
 func Command(self string, uid, gid int, taskDir string, argv []string) []string {
-	return append([]string{self, SubCommand, strconv.Itoa(uid), strconv.Itoa(gid), taskDir, "--"}, argv...)
+	return CommandWithDevices(self, uid, gid, taskDir, "", argv)
+}
+
+// CommandWithDevices is Command for a task held to the cgroup v1 devices
+// cgroup at devicesCgroup (an absolute path; see devices.ApplyV1): the root
+// process joins it before it drops to uid:gid, and fails, running nothing,
+// where it cannot. An empty devicesCgroup is Command.
+func CommandWithDevices(self string, uid, gid int, taskDir, devicesCgroup string, argv []string) []string {
+	out := []string{self, SubCommand}
+	if devicesCgroup != "" {
+		out = append(out, devicesFlag+devicesCgroup)
+	}
+	out = append(out, strconv.Itoa(uid), strconv.Itoa(gid), taskDir, "--")
+	return append(out, argv...)
 }
 
 // Env hides env (KEY=VALUE entries) from the process that runs as root.
@@ -89,26 +118,52 @@ func restoreEnv(environ []string) []string {
 	return out
 }
 
-// parseArgs reads "UID GID TASKDIR -- COMMAND [ARGS...]".
-func parseArgs(args []string) (uid, gid int, taskDir string, argv []string, err error) {
+// invocation is what the subcommand was asked to do.
+type invocation struct {
+	uid, gid int
+	taskDir  string
+	// devicesCgroup is the cgroup v1 devices cgroup to join; empty: none.
+	devicesCgroup string
+	argv          []string
+}
+
+// parseArgs reads "[--devices-cgroup=DIR] UID GID TASKDIR -- COMMAND
+// [ARGS...]".
+func parseArgs(args []string) (inv invocation, err error) {
+	if len(args) > 0 {
+		if dir, ok := strings.CutPrefix(args[0], devicesFlag); ok {
+			if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+				return invocation{}, fmt.Errorf("devices cgroup %q: must be an absolute, clean path", dir)
+			}
+			inv.devicesCgroup, args = dir, args[1:]
+		}
+	}
 	if len(args) < 5 || args[3] != "--" {
-		return 0, 0, "", nil, errors.New("usage: " + SubCommand + " UID GID TASKDIR -- COMMAND [ARGS...]")
+		return invocation{}, errors.New(usage)
 	}
-	if uid, err = strconv.Atoi(args[0]); err != nil || uid <= 0 {
-		return 0, 0, "", nil, fmt.Errorf("uid %q: must be a number above 0", args[0])
+	if inv.uid, err = strconv.Atoi(args[0]); err != nil || inv.uid <= 0 {
+		return invocation{}, fmt.Errorf("uid %q: must be a number above 0", args[0])
 	}
-	if gid, err = strconv.Atoi(args[1]); err != nil || gid <= 0 {
-		return 0, 0, "", nil, fmt.Errorf("gid %q: must be a number above 0", args[1])
+	if inv.gid, err = strconv.Atoi(args[1]); err != nil || inv.gid <= 0 {
+		return invocation{}, fmt.Errorf("gid %q: must be a number above 0", args[1])
 	}
-	return uid, gid, args[2], args[4:], nil
+	inv.taskDir, inv.argv = args[2], args[4:]
+	return inv, nil
 }
 
 func run(args, environ []string) error {
-	uid, gid, taskDir, argv, err := parseArgs(args)
+	inv, err := parseArgs(args)
 	if err != nil {
 		return err
 	}
+	uid, gid, taskDir, argv := inv.uid, inv.gid, inv.taskDir, inv.argv
 	env := restoreEnv(environ)
+	// While still root: the command must start held to its devices.
+	if inv.devicesCgroup != "" {
+		if err := devices.JoinV1(inv.devicesCgroup); err != nil {
+			return err
+		}
+	}
 	// Groups first: once the UID is not root, they can no longer change.
 	if err := syscall.Setgroups(nil); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
@@ -127,6 +182,13 @@ func run(args, environ []string) error {
 		return err
 	}
 	return syscall.Exec(path, argv, env)
+}
+
+// Lookup finds the command a task of env (KEY=VALUE entries) would run for
+// bin, as the subcommand will, so that a command that is missing fails the
+// task's start rather than its run.
+func Lookup(taskDir, bin string, env []string) (string, error) {
+	return lookup(taskDir, bin, pathOf(env))
 }
 
 func pathOf(env []string) string {

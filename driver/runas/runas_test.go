@@ -15,29 +15,48 @@ func TestParseArgs(t *testing.T) {
 	cases := []struct {
 		name    string
 		args    []string
+		devices string
 		wantErr string
 	}{
-		{"ok", []string{"80001", "80001", "/task", "--", "sh", "-c", "true"}, ""},
-		{"no command", []string{"80001", "80001", "/task", "--"}, "usage"},
-		{"no separator", []string{"80001", "80001", "/task", "sh", "-c"}, "usage"},
-		{"root", []string{"0", "80001", "/task", "--", "sh"}, "uid"},
-		{"root group", []string{"80001", "0", "/task", "--", "sh"}, "gid"},
-		{"not a number", []string{"nobody", "80001", "/task", "--", "sh"}, "uid"},
+		{"ok", []string{"80001", "80001", "/task", "--", "sh", "-c", "true"}, "", ""},
+		{"devices cgroup", []string{"--devices-cgroup=/sys/fs/cgroup/devices/caravan/a.t", "80001", "80001", "/task", "--", "sh", "-c", "true"},
+			"/sys/fs/cgroup/devices/caravan/a.t", ""},
+		{"relative devices cgroup", []string{"--devices-cgroup=caravan/a.t", "80001", "80001", "/task", "--", "sh"}, "", "absolute"},
+		{"unclean devices cgroup", []string{"--devices-cgroup=/sys/fs/cgroup/devices/../x", "80001", "80001", "/task", "--", "sh"}, "", "clean"},
+		{"empty devices cgroup", []string{"--devices-cgroup=", "80001", "80001", "/task", "--", "sh"}, "", "absolute"},
+		{"devices cgroup not first", []string{"80001", "--devices-cgroup=/x", "80001", "/task", "--", "sh"}, "", "usage"},
+		{"no command", []string{"80001", "80001", "/task", "--"}, "", "usage"},
+		{"no separator", []string{"80001", "80001", "/task", "sh", "-c"}, "", "usage"},
+		{"root", []string{"0", "80001", "/task", "--", "sh"}, "", "uid"},
+		{"root group", []string{"80001", "0", "/task", "--", "sh"}, "", "gid"},
+		{"not a number", []string{"nobody", "80001", "/task", "--", "sh"}, "", "uid"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			uid, gid, dir, argv, err := parseArgs(c.args)
+			inv, err := parseArgs(c.args)
 			if c.wantErr != "" {
 				must.ErrorContains(t, err, c.wantErr)
 				return
 			}
 			must.NoError(t, err)
-			must.Eq(t, 80001, uid)
-			must.Eq(t, 80001, gid)
-			must.Eq(t, "/task", dir)
-			must.Eq(t, []string{"sh", "-c", "true"}, argv)
+			must.Eq(t, invocation{uid: 80001, gid: 80001, taskDir: "/task", devicesCgroup: c.devices,
+				argv: []string{"sh", "-c", "true"}}, inv)
 		})
 	}
+}
+
+func TestCommandWithDevices(t *testing.T) {
+	argv := []string{"train", "--epochs", "3"}
+	plain := Command("/bin/driver", 80001, 80002, "/task", argv)
+	must.Eq(t, []string{"/bin/driver", SubCommand, "80001", "80002", "/task", "--", "train", "--epochs", "3"}, plain)
+	must.Eq(t, plain, CommandWithDevices("/bin/driver", 80001, 80002, "/task", "", argv))
+	with := CommandWithDevices("/bin/driver", 80001, 80002, "/task", "/sys/fs/cgroup/devices/caravan/a.t", argv)
+	must.Eq(t, []string{"/bin/driver", SubCommand, "--devices-cgroup=/sys/fs/cgroup/devices/caravan/a.t",
+		"80001", "80002", "/task", "--", "train", "--epochs", "3"}, with)
+	inv, err := parseArgs(with[2:])
+	must.NoError(t, err)
+	must.Eq(t, "/sys/fs/cgroup/devices/caravan/a.t", inv.devicesCgroup)
+	must.Eq(t, argv, inv.argv)
 }
 
 func TestEnvRoundTrip(t *testing.T) {

@@ -44,6 +44,9 @@ type Handle struct {
 	Logger hclog.Logger
 	// LaneStateFile is State.LaneStateFile; empty outside a lane.
 	LaneStateFile string
+	// DevicesCgroup is the cgroup v1 devices cgroup the task is held to;
+	// empty on v2 and where it is not held.
+	DevicesCgroup string
 
 	// Done is closed when the process has exited and ExitResult is final.
 	Done chan struct{}
@@ -101,8 +104,14 @@ func (h *Handle) NoteProcs(now map[int]string, startOf func(pid int) time.Time) 
 		}
 	}
 	for pid, name := range now {
-		if _, ok := h.seen[pid]; !ok {
+		p, ok := h.seen[pid]
+		switch {
+		case !ok:
 			h.seen[pid] = SeenProc{Name: name, Start: startOf(pid)}
+		case name != "" && name != p.Name:
+			// The process exec'd (caravan-run-as into the task's command).
+			p.Name = name
+			h.seen[pid] = p
 		}
 	}
 	return gone

@@ -380,6 +380,8 @@ type recorder struct {
 	cfg     Config
 	pid     int
 	current uint64
+	// opened is set once the GPU's device node opened (sim.OpenDevice).
+	opened bool
 }
 
 // set allocates or frees down to mib. Past an MPS client limit the
@@ -392,6 +394,14 @@ func (r *recorder) set(mib uint64) error {
 	}
 	if err := sim.WaitRestored(r.ctx, r.cfg.SimStateDir, r.cfg.GPU, r.pid); err != nil {
 		return err
+	}
+	// The first allocation opens the GPU, as CUDA's first call does: the
+	// task's device cgroup may refuse it.
+	if !r.opened {
+		if err := sim.OpenDevice(r.cfg.SimStateDir, r.cfg.GPU); err != nil {
+			return err
+		}
+		r.opened = true
 	}
 	if err := sim.AllocateProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib, r.cfg.MPSLimitMiB); err != nil {
 		return err
