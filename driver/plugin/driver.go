@@ -497,6 +497,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 		d.warnUnenforced(h, s)
 	}
 	d.describeIsolation(h, iso)
+	d.warnMPSServesOneUID(h, cfg, runsAs)
 	return handle, nil, nil
 }
 

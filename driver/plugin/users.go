@@ -128,3 +128,15 @@ func (l *uidLeases) release(allocID string, tasks []*task.Handle) {
 	}
 	delete(l.byAlloc, allocID)
 }
+
+// warnMPSServesOneUID tells a task of a UID of its own that MPS will make
+// it wait for other users' MPS clients: the control daemon runs one MPS
+// server at a time, for one UID, and starts the next user's only when the
+// running server's clients are done (nvidia-cuda-mps-control(1)).
+func (d *Driver) warnMPSServesOneUID(h *task.Handle, cfg *drivers.TaskConfig, runsAs bool) {
+	if !runsAs || cfg.DeviceEnv["CUDA_MPS_PIPE_DIRECTORY"] == "" {
+		return
+	}
+	d.emit(h, "warning: this task's MPS client runs as "+h.Spec.User+", a UID of its own; MPS serves one UID at a time, so its CUDA calls wait while another user's MPS clients run on this node, and it shares no lane with them at once (name one user in jobs that must)",
+		map[string]string{"mps": "one UID at a time", "user": h.Spec.User}, nil)
+}

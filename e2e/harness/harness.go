@@ -391,6 +391,7 @@ plugin "caravan-device" {
 plugin "caravan-driver" {
   config {
     allow_root  = true
+    state_dir   = %q
     gpu_backend = "sim"
     sim {
       fleet_file = %q
@@ -400,7 +401,7 @@ plugin "caravan-driver" {
   }
 }
 `, filepath.Join(c.Dir, "nomad-client"), pluginDir, ports[8], ports[9], ports[10], ports[6], c.opts.ClientConfig,
-		c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS(), c.FleetPath, c.StateDir, c.opts.DeviceConfig, c.FleetPath, c.StateDir, c.opts.DriverConfig)
+		c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS(), c.FleetPath, c.StateDir, c.opts.DeviceConfig, filepath.Join(c.Dir, "driver-state"), c.FleetPath, c.StateDir, c.opts.DriverConfig)
 	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
 		return err
 	}
