@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
@@ -338,4 +339,42 @@ func TestReasonOfAnExitedProcessPeak(t *testing.T) {
 	must.Eq(t, "GPU memory budget exceeded on GPU-a: pid 7 (python3) peaked at 2561 MiB of its 2048 MiB budget and exited before a sample saw it (the GPU's accounting of exited processes)", br.Reason())
 	// The same peak is judged once.
 	must.Nil(t, p.Check(b, []Usage{{UUID: "GPU-a", LimitMiB: 2048, Procs: []ProcUsage{{PID: 7, Name: "python3", PeakMiB: 2561, Exited: true}}}}))
+}
+
+// BenchmarkWatchdogSampleEightGPUs is a sample of a task granted one GPU of
+// an 8-GPU node: its own GPU alone (granted), then with the other seven
+// searched for its processes as well (all), as every sample now does.
+func BenchmarkWatchdogSampleEightGPUs(b *testing.B) {
+	bud := Budget{Policy: PolicyKill, GPUs: []GPU{{UUID: "GPU-0", LimitMiB: 80000}}, Processes: 8}
+	s := fakeSampler{}
+	names := map[int]string{}
+	for g := range 8 {
+		var procs []gpu.Process
+		for pid := 100 + 32*g; pid < 132+32*g; pid++ {
+			procs = append(procs, gpu.Process{PID: pid, UsedMemoryMiB: 1024, PeakMemoryMiB: 2048})
+			if g == 0 && pid%4 == 0 {
+				names[pid] = "python3"
+			}
+		}
+		s["GPU-"+strconv.Itoa(g)] = procs
+	}
+	for _, all := range []bool{false, true} {
+		name := "granted"
+		if all {
+			name = "all"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Measure(s, bud, names); err != nil {
+					b.Fatal(err)
+				}
+				if all {
+					other, err := MeasureUngranted(s, bud, names)
+					if err != nil || CheckUngranted(bud, other) != nil {
+						b.Fatal("unexpected breach", err)
+					}
+				}
+			}
+		})
+	}
 }

@@ -201,3 +201,52 @@ func TestApplyV2HoldsAProcessStartedInTheCgroup(t *testing.T) {
 	got = openIn(t, inCgroup, nodes[0], nodes[1])
 	must.Eq(t, map[string]string{nodes[0]: "ENXIO", nodes[1]: "EPERM"}, got)
 }
+
+// BenchmarkApply is what holding a task to its GPUs adds to its start: a
+// fresh v1 devices cgroup made, set and removed, and a BPF device program
+// loaded and attached to a fresh v2 cgroup, each allowing 2 GPUs of 8.
+func BenchmarkApply(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("cgroups and eBPF need root")
+	}
+	rules, err := Rules([]int{2, 5}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := func() string {
+		r := make([]byte, 6)
+		_, _ = rand.Read(r)
+		return "caravan-bench-" + hex.EncodeToString(r)
+	}
+	b.Run("v1", func(b *testing.B) {
+		if _, err := V1Dir("", "probe"); err != nil {
+			b.Skipf("no cgroup v1 devices controller: %v", err)
+		}
+		for b.Loop() {
+			dir, _ := V1Dir("", name())
+			if err := ApplyV1(dir, rules); err != nil {
+				b.Fatal(err)
+			}
+			if err := RemoveV1(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("v2", func(b *testing.B) {
+		mnt := cgroup2Mount()
+		if mnt == "" {
+			b.Skip("no cgroup v2 hierarchy is mounted")
+		}
+		for b.Loop() {
+			dir := filepath.Join(mnt, name())
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				b.Skipf("cannot make a cgroup v2 directory: %v", err)
+			}
+			err := ApplyV2(dir, rules)
+			_ = unix.Rmdir(dir)
+			if err != nil {
+				b.Skipf("cannot attach a device program here: %v", err)
+			}
+		}
+	})
+}
