@@ -114,16 +114,17 @@ func (m *mpsDaemon) ensure() error {
 			return fmt.Errorf("mps: nvidia-cuda-mps-server not found next to %s or on PATH: install the NVIDIA driver's MPS utilities, or set mps.enabled = false", control)
 		}
 	}
-	if m.running(control) {
-		return nil
-	}
 	// Whoever can write to the pipe directory can talk to the control
-	// daemon as root would (raise limits, stop it): one a task made first,
-	// under /tmp say, is refused.
+	// daemon as root would (raise limits, stop it), or run a daemon of its
+	// own there: one a task made first, under /tmp say, is refused before
+	// any daemon found in it is taken as ours.
 	for _, dir := range []string{m.cfg.PipeDir, m.cfg.LogDir} {
 		if err := safefile.OwnDir(dir, 0o755); err != nil {
 			return fmt.Errorf("mps: %w", err)
 		}
+	}
+	if m.running(control) {
+		return nil
 	}
 	m.logger.Info("starting MPS control daemon", "bin", control, "pipe_dir", m.cfg.PipeDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

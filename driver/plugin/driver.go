@@ -115,8 +115,10 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	if err != nil {
 		return fmt.Errorf("caravan-driver config: %w", err)
 	}
-	if err := safefile.PrivateDir(laneStateDir(s.StateDir)); err != nil {
-		return fmt.Errorf("caravan-driver config: state_dir: %w", err)
+	for _, dir := range []string{laneStateDir(s.StateDir), executorLogDir(s.StateDir)} {
+		if err := safefile.PrivateDir(dir); err != nil {
+			return fmt.Errorf("caravan-driver config: state_dir: %w", err)
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -366,11 +368,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	if _, ok := d.tasks.Get(cfg.ID); ok {
 		return nil, nil, fmt.Errorf("task with ID %q already started", cfg.ID)
 	}
-	defer func() {
-		if err != nil {
-			d.uids.release(cfg.AllocID, d.tasks.All())
-		}
-	}()
+
 	s, nomadConfig, compute := d.config()
 	var tc TaskConfig
 	if err := cfg.DecodeDriverConfig(&tc); err != nil {
@@ -383,6 +381,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			d.uids.release(s.uids, cfg.AllocID, runAs)
+		}
+	}()
 	backend, backendErr := d.gpuBackend()
 	spec, grants, err := planSpec(s, cfg, tc)
 	if err != nil {
@@ -440,7 +443,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	}
 
 	exec, client, err := executor.CreateExecutor(logger, nomadConfig, &executor.ExecutorConfig{
-		LogFile:  filepath.Join(cfg.TaskDir().Dir, "executor.out"),
+		// Nomad's executor opens its log as root, following symlinks: not
+		// in the task's directory, where the task could plant one.
+		LogFile:  executorLogPath(s.StateDir, cfg),
 		LogLevel: "debug",
 		Compute:  compute,
 	})
@@ -761,7 +766,12 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	forgetGrants(h)
 	releaseDevices(h)
 	d.tasks.Delete(taskID)
-	d.uids.release(h.Config.AllocID, d.tasks.All())
+	if st, _, _ := d.config(); st != nil {
+		d.uids.release(st.uids, h.Config.AllocID, h.Spec.User)
+	}
+	if st, _, _ := d.config(); st != nil {
+		_ = os.Remove(executorLogPath(st.StateDir, h.Config))
+	}
 	if h.LaneStateFile != "" {
 		if err := os.Remove(h.LaneStateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			h.Logger.Warn("lane state file not removed", "path", h.LaneStateFile, "error", err)

@@ -627,6 +627,14 @@ func laneStatePath(stateDir string, cfg *drivers.TaskConfig) string {
 
 func laneStateDir(stateDir string) string { return filepath.Join(stateDir, "lanes") }
 
+// executorLogPath is where a task's executor writes its own log: in the
+// driver's state directory, since the executor opens it as root.
+func executorLogPath(stateDir string, cfg *drivers.TaskConfig) string {
+	return filepath.Join(executorLogDir(stateDir), url.PathEscape(cfg.ID)+".log")
+}
+
+func executorLogDir(stateDir string) string { return filepath.Join(stateDir, "executors") }
+
 // trustedLaneState returns the lane state file a recovered task's stored
 // state names when it is one this driver keeps; a file elsewhere (a task
 // directory, where drivers before state_dir kept it and the task could

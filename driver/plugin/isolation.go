@@ -31,15 +31,16 @@ type deviceIsolation struct {
 
 // gpuMinors are the device minors of the GPUs a task may open: those it was
 // granted, every GPU for a budget on any GPU, none for a task granted none.
-// ok is false where the minors cannot be told (no backend, a MIG instance,
-// whose access also needs nvidia-caps minors not worked out yet).
-func gpuMinors(backend gpu.Backend, b budget.Budget) (minors []int, why string) {
+// why says where they are not worked out (no backend, a MIG instance, whose
+// access also needs nvidia-caps minors); a GPU that cannot be asked is an
+// error, and the task does not start unheld.
+func gpuMinors(backend gpu.Backend, b budget.Budget) (minors []int, why string, err error) {
 	if backend == nil {
-		return nil, "no GPU backend to tell the GPUs' device minors"
+		return nil, "no GPU backend to tell the GPUs' device minors", nil
 	}
 	devs, err := backend.Devices()
 	if err != nil {
-		return nil, fmt.Sprintf("listing the GPUs: %v", err)
+		return nil, "", fmt.Errorf("device isolation: listing the GPUs: %w", err)
 	}
 	for _, d := range devs {
 		if d.MIGEnabled {
@@ -49,15 +50,15 @@ func gpuMinors(backend gpu.Backend, b budget.Budget) (minors []int, why string) 
 			continue
 		}
 		if d.IsMIG() {
-			return nil, fmt.Sprintf("%s is a MIG instance, whose nvidia-caps access minors are not worked out yet", d.UUID)
+			return nil, fmt.Sprintf("%s is a MIG instance, whose nvidia-caps access minors are not worked out yet", d.UUID), nil
 		}
 		minor, err := deviceMinor(backend, d)
 		if err != nil {
-			return nil, fmt.Sprintf("the device minor of %s: %v", d.UUID, err)
+			return nil, "", fmt.Errorf("device isolation: the device minor of %s: %w", d.UUID, err)
 		}
 		minors = append(minors, minor)
 	}
-	return minors, ""
+	return minors, "", nil
 }
 
 func deviceMinor(backend gpu.Backend, d gpu.Device) (int, error) {
@@ -74,7 +75,10 @@ func deviceMinor(backend gpu.Backend, d gpu.Device) (int, error) {
 // task that cannot be held says why in off; a set-up that fails is an
 // error, and the task does not start.
 func isolateDevices(backend gpu.Backend, spec task.Spec, cfg *drivers.TaskConfig, runsAs bool) (deviceIsolation, error) {
-	minors, why := gpuMinors(backend, spec.Budget)
+	minors, why, err := gpuMinors(backend, spec.Budget)
+	if err != nil {
+		return deviceIsolation{}, err
+	}
 	if why != "" {
 		return deviceIsolation{off: why}, nil
 	}

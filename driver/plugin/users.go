@@ -65,25 +65,30 @@ func (d *Driver) taskUser(s *settings, cfg *drivers.TaskConfig) (string, error) 
 	return resolveUser(s, cfg.User)
 }
 
-// uidLeases are the UIDs of uid_range that allocations hold on this node:
-// from an allocation's first task's start to its last task's destruction.
+// uidLeases are the UIDs of uid_range that allocations hold on this node,
+// counted by task: taken at a task's start (or recovery), given back at its
+// destruction or failed start, so that an allocation's UID stays its own
+// while any of its tasks starts or runs.
 type uidLeases struct {
 	mu      sync.Mutex
-	byAlloc map[string]int
+	byAlloc map[string]*uidLease
 }
 
-// lease is the UID of uid_range that allocID's tasks run as: the one it
-// holds, else the first free one from a point that allocID hashes to, so
-// that allocations spread over the range.
+type uidLease struct{ uid, tasks int }
+
+// lease takes allocID's UID for one more task: the one it holds, else the
+// first free one from a point that allocID hashes to, so that allocations
+// spread over the range.
 func (l *uidLeases) lease(r uidRange, allocID string) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if uid, ok := l.byAlloc[allocID]; ok {
-		return uid, nil
+	if have, ok := l.byAlloc[allocID]; ok {
+		have.tasks++
+		return have.uid, nil
 	}
 	used := map[int]bool{}
-	for _, uid := range l.byAlloc {
-		used[uid] = true
+	for _, have := range l.byAlloc {
+		used[have.uid] = true
 	}
 	size := r.max - r.min + 1
 	hash := fnv.New32a()
@@ -99,15 +104,19 @@ func (l *uidLeases) lease(r uidRange, allocID string) (int, error) {
 	return 0, fmt.Errorf("user: every UID of uid_range %d-%d is held by an allocation on this node", r.min, r.max)
 }
 
-// hold records that allocID runs as uid (a recovered task's).
+// hold counts one more task of allocID running as uid.
 func (l *uidLeases) hold(allocID string, uid int) {
 	if l.byAlloc == nil {
-		l.byAlloc = map[string]int{}
+		l.byAlloc = map[string]*uidLease{}
 	}
-	l.byAlloc[allocID] = uid
+	if have, ok := l.byAlloc[allocID]; ok && have.uid == uid {
+		have.tasks++
+		return
+	}
+	l.byAlloc[allocID] = &uidLease{uid: uid, tasks: 1}
 }
 
-// recover records a recovered task's UID, if it is one of uid_range.
+// recover counts a recovered task's UID, if it is one of uid_range.
 func (l *uidLeases) recover(r uidRange, allocID, user string) {
 	if ugid, err := dynamic.Parse(user); err == nil && r.contains(int(ugid)) {
 		l.mu.Lock()
@@ -116,17 +125,22 @@ func (l *uidLeases) recover(r uidRange, allocID, user string) {
 	}
 }
 
-// release gives allocID's UID back unless one of tasks (those the driver
-// still tracks) belongs to the allocation.
-func (l *uidLeases) release(allocID string, tasks []*task.Handle) {
+// release gives back one task's hold on allocID's UID, if user (the
+// task's) is one of uid_range; the UID is free once no task holds it.
+func (l *uidLeases) release(r uidRange, allocID, user string) {
+	ugid, err := dynamic.Parse(user)
+	if err != nil || !r.contains(int(ugid)) {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, h := range tasks {
-		if h.Config.AllocID == allocID {
-			return
-		}
+	have, ok := l.byAlloc[allocID]
+	if !ok || have.uid != int(ugid) {
+		return
 	}
-	delete(l.byAlloc, allocID)
+	if have.tasks--; have.tasks <= 0 {
+		delete(l.byAlloc, allocID)
+	}
 }
 
 // warnMPSServesOneUID tells a task of a UID of its own that MPS will make

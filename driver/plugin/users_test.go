@@ -15,8 +15,6 @@ import (
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
-
-	"github.com/caravan-gpu/caravan/driver/task"
 )
 
 // dynamicUserTask is a task that runs script as the dynamic workload user
@@ -143,11 +141,16 @@ func TestUIDLeasesGiveEachAllocationItsOwnUID(t *testing.T) {
 	_, err = l.lease(r, "alloc-d")
 	must.ErrorContains(t, err, "every UID of uid_range 70000-70002 is held")
 
-	// A UID comes back only when no task of its allocation is left.
-	l.release("alloc-b", []*task.Handle{{Config: &drivers.TaskConfig{AllocID: "alloc-b"}}})
+	// A UID comes back only when no task of its allocation holds it.
+	b2, err := l.lease(r, "alloc-b")
+	must.NoError(t, err)
+	must.Eq(t, b, b2)
+	user := func(uid int) string { return "nomad-" + strconv.Itoa(uid) }
+	l.release(r, "alloc-b", user(b))
 	_, err = l.lease(r, "alloc-d")
-	must.Error(t, err)
-	l.release("alloc-b", nil)
+	must.Error(t, err)                     // one task of alloc-b still holds it
+	l.release(r, "alloc-b", "nomad-80001") // not a UID of the range: no hold
+	l.release(r, "alloc-b", user(b))
 	d, err := l.lease(r, "alloc-d")
 	must.NoError(t, err)
 	must.Eq(t, b, d)
@@ -160,6 +163,7 @@ func TestUIDLeasesGiveEachAllocationItsOwnUID(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 70001, got)
 	must.MapLen(t, 1, fresh.byAlloc)
+	must.Eq(t, 2, fresh.byAlloc["alloc-a"].tasks) // recovered, then leased again
 }
 
 func TestAJobMayNotNameAUIDOfTheRange(t *testing.T) {
