@@ -766,12 +766,9 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	forgetGrants(h)
 	releaseDevices(h)
 	d.tasks.Delete(taskID)
-	if st, _, _ := d.config(); st != nil {
-		d.uids.release(st.uids, h.Config.AllocID, h.Spec.User)
-	}
-	if st, _, _ := d.config(); st != nil {
-		_ = os.Remove(executorLogPath(st.StateDir, h.Config))
-	}
+	s, _, _ := d.config()
+	d.uids.release(s.uids, h.Config.AllocID, h.Spec.User)
+	_ = os.Remove(executorLogPath(s.StateDir, h.Config))
 	if h.LaneStateFile != "" {
 		if err := os.Remove(h.LaneStateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			h.Logger.Warn("lane state file not removed", "path", h.LaneStateFile, "error", err)

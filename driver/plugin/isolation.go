@@ -119,15 +119,11 @@ func v1DevicesDir(cfg *drivers.TaskConfig) (string, error) {
 
 // releaseDevices removes the task's cgroup v1 devices cgroup, if it has one.
 func releaseDevices(h *task.Handle) {
-	if cgroupslib.GetMode() != cgroupslib.CG1 {
+	if h.DevicesCgroup == "" {
 		return
 	}
-	dir, err := v1DevicesDir(h.Config)
-	if err != nil {
-		return
-	}
-	if err := devices.RemoveV1(dir); err != nil {
-		h.Logger.Warn("the task's devices cgroup was not removed", "cgroup", dir, "error", err)
+	if err := devices.RemoveV1(h.DevicesCgroup); err != nil {
+		h.Logger.Warn("the task's devices cgroup was not removed", "cgroup", h.DevicesCgroup, "error", err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 // Backend is the simulated GPU backend.
@@ -435,16 +436,11 @@ const maxRecord = 256
 // is a regular file: the per-GPU directories are writable by every task,
 // and the reader may be root.
 func readRecord(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := safefile.OpenRegular(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return "", err
-	} else if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", path)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
 	if err != nil {
 		return "", err
