@@ -75,8 +75,12 @@ func BenchmarkLaneSwitchSim(b *testing.B) {
 	resumed := make(chan time.Duration, 1024)
 	var suspendAt time.Time
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c := New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: be}, Quantum: time.Millisecond, Hooks: Hooks{
+	var c *Coordinator
+	defer func() {
+		cancel()
+		c.Wait()
+	}()
+	c = New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: be}, Quantum: time.Millisecond, Hooks: Hooks{
 		Switched: func(op, _ string, d time.Duration, err error) {
 			if err != nil {
 				return

@@ -49,9 +49,14 @@ func gpuPIDsOf(b *sim.Backend, pids ...int) func() []int {
 
 func simCoordinator(t *testing.T, b *sim.Backend, quantum time.Duration, hooks Hooks) (*Coordinator, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: quantum, MeasureIterations: 2,
-		ResumeBackoff: 10 * time.Millisecond, RejoinGrace: time.Second, Hooks: hooks}), cancel
+	c := New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: quantum, MeasureIterations: 2,
+		ResumeBackoff: 10 * time.Millisecond, RejoinGrace: time.Second, Hooks: hooks})
+	// The lanes write the sim's state directory; it goes only once they stop.
+	t.Cleanup(func() {
+		cancel()
+		c.Wait()
+	})
+	return c, cancel
 }
 
 var big = Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
@@ -141,7 +146,12 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 			failed := make(chan string, 4)
 			rec := &recorder{}
 			c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
-				ResumeFailed: func(id string, err error) { failed <- id }})
+				ResumeFailed: func(id string, err error) {
+					select {
+					case failed <- id:
+					default:
+					}
+				}})
 			pa, pb := startProc(t), startProc(t)
 			ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
 			must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
@@ -316,13 +326,16 @@ func TestSuspendWritesItsProcessesAhead(t *testing.T) {
 	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
 	mech := &intentRecorder{CUDACheckpoint: switcher.CUDACheckpoint{GPU: b}, mu: &mu, states: states, pidTask: map[int]string{ida: "a", idb: "b"}}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	c := New(ctx, Options{Mechanism: mech, Quantum: 50 * time.Millisecond, MeasureIterations: 2, RejoinGrace: time.Second,
 		Hooks: Hooks{Persist: func(id string, _ Key, st MemberState) {
 			mu.Lock()
 			defer mu.Unlock()
 			states[id] = st
 		}}})
+	t.Cleanup(func() {
+		cancel()
+		c.Wait()
+	})
 	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
 	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
 	key := Key{GPU: simGPU, Lane: 3}

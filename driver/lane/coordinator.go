@@ -130,6 +130,10 @@ type Coordinator struct {
 	// holds counts, per task, the lanes that have it suspended: its
 	// processes are one, so they run only while no lane holds them.
 	holds map[string]*hold
+
+	// running counts the lane loops and hook calls still going, so that
+	// Wait can tell when nothing touches the GPU or the hooks any more.
+	running sync.WaitGroup
 }
 
 // hold is how many lanes have a task suspended; mu serialises the task's
@@ -248,6 +252,10 @@ func New(ctx context.Context, opts Options) *Coordinator {
 	return &Coordinator{opts: opts, ctx: ctx, logger: opts.Logger, lanes: map[Key]*laneState{}, members: map[string][]Key{}, holds: map[string]*hold{}}
 }
 
+// Wait returns once every lane loop and hook call has ended; call it
+// after the context given to New is done.
+func (c *Coordinator) Wait() { c.running.Wait() }
+
 // Mechanism is the switching mechanism in use.
 func (c *Coordinator) Mechanism() string { return c.opts.Mechanism.Name() }
 
@@ -266,7 +274,11 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 	if !ok {
 		l = &laneState{key: key, memMiB: laneMiB, wake: make(chan struct{}, 1), done: make(chan struct{})}
 		c.lanes[key] = l
-		go c.loop(l)
+		c.running.Add(1)
+		go func() {
+			defer c.running.Done()
+			c.loop(l)
+		}()
 	}
 	c.members[m.TaskID] = append(c.members[m.TaskID], key)
 	h := c.holds[m.TaskID]
@@ -766,7 +778,11 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed after %d attempt(s); the task is ended so that its restart policy takes over: %v", l.key, attempt, err),
 			Annotations: map[string]string{"lane": l.key.String(), "resume_attempts": strconv.Itoa(attempt)}})
 		if c.opts.Hooks.ResumeFailed != nil {
-			go c.opts.Hooks.ResumeFailed(m.TaskID, err)
+			c.running.Add(1)
+			go func() {
+				defer c.running.Done()
+				c.opts.Hooks.ResumeFailed(m.TaskID, err)
+			}()
 		}
 		return false
 	}

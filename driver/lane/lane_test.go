@@ -117,8 +117,12 @@ func indexOf(s, sub string) int {
 
 func newCoordinator(t *testing.T, m switcher.Mechanism, quantum time.Duration, hooks Hooks) *Coordinator {
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return New(ctx, Options{Mechanism: m, Quantum: quantum, IterationGrace: 500 * time.Millisecond, MeasureIterations: 2, Hooks: hooks})
+	c := New(ctx, Options{Mechanism: m, Quantum: quantum, IterationGrace: 500 * time.Millisecond, MeasureIterations: 2, Hooks: hooks})
+	t.Cleanup(func() {
+		cancel()
+		c.Wait()
+	})
+	return c
 }
 
 func TestProfilesThatFitRunConcurrently(t *testing.T) {
