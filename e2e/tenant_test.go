@@ -214,3 +214,22 @@ func TestTenantMemoryOnAnUngrantedGPUIsABreach(t *testing.T) {
 	killed := strings.Contains(events, "GPU memory on "+other+", a GPU the task was not granted")
 	must.True(t, refused || killed, must.Sprint("neither refused nor killed over the ungranted GPU"))
 }
+
+// TestTenantRaisedMPSLimitIsRefused: a task under MPS that raises its own
+// pinned memory limit before CUDA starts is still held to its share by the
+// limit the driver set on its MPS server: the allocation past it fails in
+// the task, although the watchdog would only warn.
+func TestTenantRaisedMPSLimitIsRefused(t *testing.T) {
+	c := harness.StartT(t, harness.Options{DriverConfig: `
+    mps = "on"`})
+	job := c.RunJobspec(t, c.Jobspec("tenant-mps-raised-limit.nomad.hcl"), workloadVars(c))
+	stub := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)[0]
+	logs := c.NomadCLI(t, "alloc", "logs", stub.ID, "train")
+	events := strings.Join(taskEvents(t, c, *job.ID), "\n")
+	t.Logf("events:\n%s\nlogs:\n%s", events, logs)
+	must.StrContains(t, logs, "limit given: 0=2048M", must.Sprint("the driver gave no MPS limit"))
+	must.StrContains(t, events, "the MPS server of uid")
+	must.Eq(t, "failed", stub.ClientStatus)
+	must.StrContains(t, logs, "past the MPS pinned device memory limit of 2048 MiB")
+	must.StrNotContains(t, events, "budget exceeded")
+}

@@ -152,6 +152,18 @@ type Checkpointer interface {
 	CheckpointState(ctx context.Context, pid int) (CheckpointState, error)
 }
 
+// MPSServers sets limits on an MPS server rather than in its clients'
+// environment: a client's own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT can only
+// lower the limit its server gives it, never raise it. The control daemon
+// (package mpsctl) and the simulated backend's model of it (sim.MPSDaemon)
+// implement it.
+type MPSServers interface {
+	// LimitServer makes sure the MPS server of uid runs and caps the
+	// pinned device memory of each of its new clients on each GPU in
+	// limitsMiB, by UUID.
+	LimitServer(uid uint32, limitsMiB map[string]uint64) error
+}
+
 // Accounting is implemented by a backend that keeps each process's
 // statistics after it exits, as NVML's accounting mode does, so that a
 // process that went past its budget between two samples and exited before

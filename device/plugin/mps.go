@@ -14,6 +14,7 @@ import (
 
 	log "github.com/hashicorp/go-hclog"
 
+	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
@@ -130,7 +131,7 @@ func (m *mpsDaemon) ensure() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, control, "-d")
-	cmd.Env = m.env()
+	cmd.Env = m.daemon(control).Env()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mps: %s -d failed: %v: %s", control, err, strings.TrimSpace(string(out)))
 	}
@@ -140,10 +141,8 @@ func (m *mpsDaemon) ensure() error {
 	return nil
 }
 
-func (m *mpsDaemon) env() []string {
-	return append(os.Environ(),
-		"CUDA_MPS_PIPE_DIRECTORY="+m.cfg.PipeDir,
-		"CUDA_MPS_LOG_DIRECTORY="+m.cfg.LogDir)
+func (m *mpsDaemon) daemon(control string) mpsctl.Daemon {
+	return mpsctl.Daemon{Bin: control, PipeDir: m.cfg.PipeDir, LogDir: m.cfg.LogDir}
 }
 
 // running asks the daemon for its server list; only a live daemon answers.
@@ -156,16 +155,7 @@ func (m *mpsDaemon) running(control string) bool {
 }
 
 func (m *mpsDaemon) command(control, line string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, control)
-	cmd.Env = m.env()
-	cmd.Stdin = strings.NewReader(line + "\n")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s: %v: %s", line, err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
+	return m.daemon(control).Command(line)
 }
 
 // mpsDefaultCommands are the control commands that give new MPS clients

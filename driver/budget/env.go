@@ -59,6 +59,21 @@ func Owned(name string) bool {
 	return false
 }
 
+// MPSClientLimits is what each MPS client of the task may hold on each
+// granted GPU, by UUID: its process's share of the GPU's budget.
+func MPSClientLimits(grants []reservation.Grant, b Budget) map[string]uint64 {
+	limits := map[string]uint64{}
+	if !b.Enforced() {
+		return limits
+	}
+	for _, g := range grants {
+		if gb, ok := b.For(g.GPUUUID); ok {
+			limits[g.GPUUUID] = b.ShareMiB(gb.LimitMiB)
+		}
+	}
+	return limits
+}
+
 // TaskEnv returns the task's environment: jobEnv without any driver-owned
 // variable, then the trusted device env (the grants as caravan-device wrote
 // them), then what the budget implies.

@@ -45,6 +45,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewLiteral(`"500ms"`)),
 	"mps":                hclspec.NewDefault(hclspec.NewAttr("mps", "string", false), hclspec.NewLiteral(`"auto"`)),
 	"mps_pipe_directory": hclspec.NewAttr("mps_pipe_directory", "string", false),
+	"mps_control_bin":    hclspec.NewDefault(hclspec.NewAttr("mps_control_bin", "string", false), hclspec.NewLiteral(`"nvidia-cuda-mps-control"`)),
 	"switch_mechanism": hclspec.NewDefault(hclspec.NewAttr("switch_mechanism", "string", false),
 		hclspec.NewLiteral(`"auto"`)),
 	"cuda_checkpoint_path": hclspec.NewAttr("cuda_checkpoint_path", "string", false),

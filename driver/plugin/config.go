@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
 )
 
 // Config is the plugin block of the Nomad client config.
@@ -35,6 +37,9 @@ type Config struct {
 	// "on" or "off".
 	MPS              string `codec:"mps"`
 	MPSPipeDirectory string `codec:"mps_pipe_directory"`
+	// MPSControlBin is the control program through which each task's MPS
+	// server gets its limits.
+	MPSControlBin string `codec:"mps_control_bin"`
 	// SwitchMechanism is "auto", "cuda-checkpoint" or "freeze" ("sigstop",
 	// its former name, is still accepted).
 	SwitchMechanism string `codec:"switch_mechanism"`
@@ -74,7 +79,7 @@ const DefaultStateDir = "/var/lib/caravan/driver"
 func defaultConfig() Config {
 	return Config{
 		DefaultUser: "nobody", DynamicUsers: true, UIDRange: DefaultUIDRange, GPUBackend: "auto", StateDir: DefaultStateDir, BudgetPolicy: "kill",
-		WatchdogInterval: "500ms", MPS: "auto", SwitchMechanism: "auto",
+		WatchdogInterval: "500ms", MPS: "auto", MPSControlBin: mpsctl.DefaultControlBin, SwitchMechanism: "auto",
 		TimeSliceQuantum: "10s", IterationGrace: "2s", MeasureIterations: 3,
 	}
 }
@@ -95,6 +100,7 @@ func (c Config) withDefaults() Config {
 	fill(&c.BudgetPolicy, d.BudgetPolicy)
 	fill(&c.WatchdogInterval, d.WatchdogInterval)
 	fill(&c.MPS, d.MPS)
+	fill(&c.MPSControlBin, d.MPSControlBin)
 	fill(&c.SwitchMechanism, d.SwitchMechanism)
 	fill(&c.TimeSliceQuantum, d.TimeSliceQuantum)
 	fill(&c.IterationGrace, d.IterationGrace)

@@ -427,6 +427,10 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 			_ = devices.RemoveV1(iso.v1Dir)
 		}
 	}()
+	mpsLimits, err := limitMPSServer(s, mpsServers(s), grants, spec.Budget, runAs)
+	if err != nil {
+		return nil, nil, err
+	}
 	if runsAs {
 		// The executor looks users up in the user database, where a dynamic
 		// workload user is not: it starts the driver's binary as root,
@@ -502,6 +506,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 		d.warnUnenforced(h, s)
 	}
 	d.describeIsolation(h, iso)
+	if mpsLimits != "" {
+		d.emit(h, mpsLimits, map[string]string{"mps": "server limits"}, nil)
+	}
 	d.warnMPSServesOneUID(h, cfg, runsAs)
 	return handle, nil, nil
 }

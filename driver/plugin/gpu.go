@@ -106,6 +106,11 @@ func openSimState(b *sim.Backend, stateDir string, logger hclog.Logger) error {
 			return err
 		}
 	}
+	// The simulated MPS daemon's server limits: root's alone, made before
+	// any task could make the directory first.
+	if err := (sim.MPSDaemon{StateDir: stateDir}).Prepare(); err != nil {
+		return err
+	}
 	// The simulated GPUs are opened through device nodes, so that the
 	// kernel holds each task to the GPUs the driver let it open.
 	skipped, err := b.CreateDeviceNodes()

@@ -85,6 +85,14 @@ func grantEnv(g reservation.Grant) map[string]string {
 	return map[string]string{g.EnvName(): g.EnvValue(), "CUDA_VISIBLE_DEVICES": g.GPUUUID}
 }
 
+// testBinary is this test binary, which runs as a workload under
+// workloadEnv.
+func testBinary(t *testing.T) string {
+	exe, err := os.Executable()
+	must.NoError(t, err)
+	return exe
+}
+
 func workloadTask(t *testing.T, h *dtestutil.DriverHarness, name string, w workload.Config, tc TaskConfig, deviceEnv map[string]string) *drivers.TaskConfig {
 	t.Helper()
 	if w.Steps == 0 {
@@ -93,9 +101,7 @@ func workloadTask(t *testing.T, h *dtestutil.DriverHarness, name string, w workl
 	if w.Mode == "" {
 		w.Mode = workload.ModeNormal
 	}
-	exe, err := os.Executable()
-	must.NoError(t, err)
-	tc.Command = exe
+	tc.Command = testBinary(t)
 	cfg := newTask(t, h, name, tc, deviceEnv)
 	raw, _ := json.Marshal(w)
 	cfg.Env[workloadEnv] = string(raw)

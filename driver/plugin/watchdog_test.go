@@ -3,6 +3,7 @@ package plugin
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,9 @@ func TestMillisecondSpikePastTheBudget(t *testing.T) {
 		{"kill", "off", "kill", "2561 MiB of its 2048 MiB budget", 0, "killing the task", ""},
 		{"warn", "off", "warn", "", 0, "warning: GPU memory budget exceeded on GPU-test", ""},
 		{"MPS refuses the allocation", "on", "kill", "", 1, "", "budget exceeded"},
+		// The task raises its own MPS limit before CUDA starts: its
+		// server's limit, which the driver set, still refuses the excess.
+		{"MPS limit raised from inside", "on", "kill", "", 1, "the MPS server of uid", "budget exceeded"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,6 +101,10 @@ func TestMillisecondSpikePastTheBudget(t *testing.T) {
 			task := workloadTask(t, h, "spiky", workload.Config{Iterations: 8, IterationTime: 300 * time.Millisecond,
 				PersistentMiB: 1024, EphemeralMiB: 512, Mode: workload.ModeExceed, ExceedAfter: 1, SpikeTime: time.Millisecond},
 				TaskConfig{GPUMemoryPolicy: tc.policy}, grantEnv(grant))
+			if strings.Contains(tc.name, "raised") {
+				must.NoError(t, task.EncodeConcreteDriverConfig(&TaskConfig{GPUMemoryPolicy: tc.policy, GPUProcesses: 1, Command: "/bin/sh",
+					Args: []string{"-c", `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1000000M exec "$0"`, testBinary(t)}}))
+			}
 			_, _, err := h.StartTask(task)
 			must.NoError(t, err)
 			res := waitExit(t, h, task.ID, 30*time.Second)
@@ -109,7 +117,11 @@ func TestMillisecondSpikePastTheBudget(t *testing.T) {
 			if tc.event != "" {
 				found := waitEvents(events, task.ID, tc.event, 5*time.Second)
 				must.SliceNotEmpty(t, found)
-				must.StrContains(t, found[0].Message, "2561 MiB of its 2048 MiB budget")
+				if tc.mps == "on" {
+					must.StrContains(t, found[0].Message, "2048 MiB on GPU-test")
+				} else {
+					must.StrContains(t, found[0].Message, "2561 MiB of its 2048 MiB budget")
+				}
 			}
 			if tc.noEvent != "" {
 				must.SliceEmpty(t, events(task.ID, tc.noEvent))

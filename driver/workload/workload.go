@@ -79,9 +79,13 @@ type Config struct {
 	// BudgetMiB is this process's share of the budget the driver announced
 	// on GPU (0 when unknown).
 	BudgetMiB uint64
-	// MPSLimitMiB is the MPS client limit on GPU (0: none): an allocation
-	// past it fails as CUDA's does under MPS.
+	// MPSLimitMiB is the limit the process's own environment asks of MPS on
+	// GPU (0: none). The limit it gets is its MPS server's, which this can
+	// only lower, and none where no MPS daemon listens at MPSPipeDir.
 	MPSLimitMiB uint64
+	// MPSPipeDir is where the process looks for the MPS control daemon
+	// (CUDA_MPS_PIPE_DIRECTORY); the default when empty.
+	MPSPipeDir string
 	// SimStateDir is the sim backend's state directory, when simulated.
 	SimStateDir  string
 	ProgressFile string
@@ -143,6 +147,9 @@ func (c *Config) FromEnv(env map[string]string) error {
 	}
 	if c.MPSLimitMiB, err = budget.LimitFor(env, budget.MPSLimitEnv, c.GPU); err != nil {
 		return err
+	}
+	if c.MPSPipeDir == "" {
+		c.MPSPipeDir = env["CUDA_MPS_PIPE_DIRECTORY"]
 	}
 	if c.SimStateDir == "" {
 		c.SimStateDir = env["CARAVAN_SIM_STATE_DIR"]
@@ -382,6 +389,8 @@ type recorder struct {
 	current uint64
 	// opened is set once the GPU's device node opened (sim.OpenDevice).
 	opened bool
+	// mps is what the process connected to at its first call.
+	mps sim.MPSConnection
 }
 
 // set allocates or frees down to mib. Past an MPS client limit the
@@ -401,9 +410,15 @@ func (r *recorder) set(mib uint64) error {
 		if err := sim.OpenDevice(r.cfg.SimStateDir, r.cfg.GPU); err != nil {
 			return err
 		}
-		r.opened = true
+		// CUDA connects to MPS at its first call, and keeps the limit it
+		// got then.
+		conn, err := sim.ConnectMPS(r.cfg.SimStateDir, r.cfg.GPU, r.cfg.MPSPipeDir, r.cfg.MPSLimitMiB)
+		if err != nil {
+			return err
+		}
+		r.mps, r.opened = conn, true
 	}
-	if err := sim.AllocateProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib, r.cfg.MPSLimitMiB); err != nil {
+	if err := sim.AllocateProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib, r.mps.LimitMiB); err != nil {
 		return err
 	}
 	r.current = mib

@@ -257,23 +257,55 @@ func TestSpikeStaysInThePeak(t *testing.T) {
 	must.Eq(t, uint64(2561), peak.PeakMemoryMiB)
 }
 
-// Under an MPS client limit the excess is refused at allocation: the run
-// ends with CUDA's out-of-memory error, reported, and nothing past the
-// limit is ever counted.
-func TestMPSLimitRefusesTheExcess(t *testing.T) {
-	_, state := simBackend(t)
-	var out bytes.Buffer
-	c := Config{Iterations: 5, IterationTime: 10 * time.Millisecond, Steps: 1, PersistentMiB: 1024, EphemeralMiB: 512,
-		Mode: ModeExceed, ExceedAfter: 2, GPU: "GPU-a", BudgetMiB: 2048, MPSLimitMiB: 2048, SimStateDir: state}
-	err := Run(context.Background(), c, &out)
-	must.ErrorIs(t, err, sim.ErrOutOfMemory)
-	ps := progressLines(t, out.String())
-	last := ps[len(ps)-1]
-	must.Eq(t, 2, last.Iteration)
-	must.StrContains(t, last.Event, "CUDA error: out of memory: 2561 MiB is past the MPS pinned device memory limit of 2048 MiB")
-	for _, p := range ps {
-		must.LessEq(t, uint64(2048), p.GPUMemory)
+// Under its MPS server's limit the excess is refused at allocation: the
+// run ends with CUDA's out-of-memory error, reported, and nothing past the
+// limit is ever counted, whatever limit the process's own environment asks
+// for. A process that looks for MPS where no daemon listens runs outside
+// it, with no MPS limit at all.
+func TestMPSServerLimitRefusesTheExcess(t *testing.T) {
+	cases := []struct {
+		name      string
+		clientMiB uint64
+		elsewhere bool // the process looks for the daemon in another directory
+		refused   bool
+	}{
+		{"server limit", 0, false, true},
+		{"client raises its limit", 1 << 20, false, true},
+		{"client leaves MPS", 1 << 20, true, false},
 	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, state := simBackend(t)
+			pipe := t.TempDir()
+			must.NoError(t, sim.MPSDaemon{StateDir: state, PipeDir: pipe}.LimitServer(uint32(os.Getuid()), map[string]uint64{"GPU-a": 2048}))
+			if tc.elsewhere {
+				pipe = t.TempDir()
+			}
+			var out bytes.Buffer
+			c := Config{Iterations: 5, IterationTime: 10 * time.Millisecond, Steps: 1, PersistentMiB: 1024, EphemeralMiB: 512,
+				Mode: ModeExceed, ExceedAfter: 2, GPU: "GPU-a", BudgetMiB: 2048, MPSLimitMiB: tc.clientMiB, MPSPipeDir: pipe, SimStateDir: state}
+			err := Run(context.Background(), c, &out)
+			ps := progressLines(t, out.String())
+			if !tc.refused {
+				must.NoError(t, err)
+				must.Eq(t, uint64(2561), maxMemory(ps))
+				return
+			}
+			must.ErrorIs(t, err, sim.ErrOutOfMemory)
+			last := ps[len(ps)-1]
+			must.Eq(t, 2, last.Iteration)
+			must.StrContains(t, last.Event, "CUDA error: out of memory: 2561 MiB is past the MPS pinned device memory limit of 2048 MiB")
+			must.LessEq(t, uint64(2048), maxMemory(ps))
+		})
+	}
+}
+
+func maxMemory(ps []Progress) uint64 {
+	var peak uint64
+	for _, p := range ps {
+		peak = max(peak, p.GPUMemory)
+	}
+	return peak
 }
 
 // A task on several GPUs reads its own GPU's budget and MPS limit.

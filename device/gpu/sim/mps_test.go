@@ -1,0 +1,60 @@
+package sim
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// A client's limit is its server's; its own environment can lower it but
+// never raise it, and a client that looks for the daemon elsewhere runs
+// outside MPS.
+func TestConnectMPSTakesTheServersLimit(t *testing.T) {
+	state, pipe := t.TempDir(), t.TempDir()
+	d := MPSDaemon{StateDir: state, PipeDir: pipe}
+	uid := uint32(os.Getuid())
+	must.NoError(t, d.LimitServer(uid, map[string]uint64{"GPU-a": 2048, "GPU-b": 4096}))
+	// A later limit on one GPU leaves the other's as it was.
+	must.NoError(t, d.LimitServer(uid, map[string]uint64{"GPU-b": 3072}))
+
+	own := t.TempDir() // a daemon of the task's own
+	must.NoError(t, os.WriteFile(filepath.Join(own, "control"), nil, 0o600))
+	cases := []struct {
+		name   string
+		gpu    string
+		pipe   string
+		client uint64
+		want   MPSConnection
+	}{
+		{"server limit", "GPU-a", pipe, 0, MPSConnection{Connected: true, LimitMiB: 2048, FromServer: true}},
+		{"client asks for more", "GPU-a", pipe, 1 << 20, MPSConnection{Connected: true, LimitMiB: 2048, FromServer: true}},
+		{"client asks for less", "GPU-a", pipe, 1024, MPSConnection{Connected: true, LimitMiB: 1024}},
+		{"later limit", "GPU-b", pipe, 0, MPSConnection{Connected: true, LimitMiB: 3072, FromServer: true}},
+		{"GPU with no server limit", "GPU-c", pipe, 0, MPSConnection{Connected: true}},
+		{"own daemon", "GPU-a", own, 1 << 20, MPSConnection{Connected: true, LimitMiB: 1 << 20}},
+		{"no daemon", "GPU-a", t.TempDir(), 1024, MPSConnection{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ConnectMPS(state, tc.gpu, tc.pipe, tc.client)
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+		})
+	}
+}
+
+// The daemon keeps its servers' limits only where no task can write: a
+// directory planted by another user is refused, not used.
+func TestMPSDaemonRefusesAPlantedServersDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("planting a directory of another user needs root")
+	}
+	state := t.TempDir()
+	dir := filepath.Join(state, "mps")
+	must.NoError(t, os.Mkdir(dir, 0o777))
+	must.NoError(t, os.Chown(dir, 70001, 70001))
+	err := MPSDaemon{StateDir: state, PipeDir: t.TempDir()}.LimitServer(70001, map[string]uint64{"GPU-a": 1})
+	must.ErrorContains(t, err, "owned by uid 70001")
+}
