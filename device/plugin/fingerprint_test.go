@@ -236,37 +236,35 @@ func TestFingerprint_MPSRefusesAPipeDirOthersCanWrite(t *testing.T) {
 	pipe := filepath.Join(t.TempDir(), "nvidia-mps")
 	must.NoError(t, os.Mkdir(pipe, 0o777))
 	must.NoError(t, os.Chmod(pipe, 0o777))
-	d, _ := newSimDevice(t, testFleet, h100Lanes+`
-mps {
-  enabled     = true
-  pipe_dir    = "`+pipe+`"
-  control_bin = "`+control+`"
-}`)
+	d, _ := newSimDevice(t, testFleet, h100Lanes+mpsBlock(`pipe_dir = "`+pipe+`"`, `control_bin = "`+control+`"`))
+	_, resp := startFingerprint(t, d)
+	must.Eq(t, structs.NewStringAttribute("down"), resp.Devices[0].Attributes["mps"])
+	must.StrContains(t, *resp.Devices[0].Attributes["mps_error"].String, "writable by others")
+}
+
+// mpsBlock is an enabled mps block with the given settings.
+func mpsBlock(settings ...string) string {
+	return "\nmps {\n  enabled = true\n  " + strings.Join(settings, "\n  ") + "\n}"
+}
+
+// startFingerprint starts d's fingerprint stream and returns it with its
+// first answer.
+func startFingerprint(t *testing.T, d *Device) (<-chan *device.FingerprintResponse, *device.FingerprintResponse) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	ch, err := d.Fingerprint(ctx)
 	must.NoError(t, err)
 	resp := nextFingerprint(t, ch, 5*time.Second)
 	must.NotNil(t, resp)
-	must.Eq(t, structs.NewStringAttribute("down"), resp.Devices[0].Attributes["mps"])
-	must.StrContains(t, *resp.Devices[0].Attributes["mps_error"].String, "writable by others")
+	return ch, resp
 }
 
 // MPS that comes back is used again, and the fingerprint says so.
 func TestFingerprint_MPSComesBack(t *testing.T) {
 	pipe := t.TempDir()
-	d, _ := newSimDevice(t, testFleet, h100Lanes+`
-mps {
-  enabled  = true
-  mode     = "external"
-  pipe_dir = "`+pipe+`"
-}`)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := d.Fingerprint(ctx)
-	must.NoError(t, err)
-	resp := nextFingerprint(t, ch, 5*time.Second)
-	must.NotNil(t, resp)
+	d, _ := newSimDevice(t, testFleet, h100Lanes+mpsBlock(`mode = "external"`, `pipe_dir = "`+pipe+`"`))
+	ch, resp := startFingerprint(t, d)
 	must.Eq(t, structs.NewStringAttribute("down"), resp.Devices[0].Attributes["mps"])
 
 	// The operator starts the daemon.

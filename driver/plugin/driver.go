@@ -395,6 +395,9 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 		return nil, nil, fmt.Errorf("cannot enforce the GPU memory budget: %w", backendErr)
 	}
 	spec.User = runAs
+	if err = checkLogFIFOs(cfg); err != nil {
+		return nil, nil, err
+	}
 	if spec.IterationFile, err = prepareIterationFile(cfg, runAs); err != nil {
 		return nil, nil, fmt.Errorf("iteration file: %w", err)
 	}

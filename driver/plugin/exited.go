@@ -20,8 +20,10 @@ func processStart(pid int) time.Time {
 // the GPU's accounting of exited processes recorded of them: their peaks.
 // A backend that keeps no such accounting gives nothing; the processes
 // alive at a sample are judged all the same.
+// A failure to read the accounting is a warning: the exited processes go
+// unjudged on that GPU.
 func exitedUsage(backend gpu.Backend, b budget.Budget, gone map[int]task.SeenProc, logger interface {
-	Debug(string, ...any)
+	Warn(string, ...any)
 }) []budget.Usage {
 	acct, ok := backend.(gpu.Accounting)
 	if !ok || len(gone) == 0 {
@@ -29,7 +31,7 @@ func exitedUsage(backend gpu.Backend, b budget.Budget, gone map[int]task.SeenPro
 	}
 	devs, err := backend.Devices()
 	if err != nil {
-		logger.Debug("listing GPUs for the accounting of exited processes failed", "error", err)
+		logger.Warn("cannot list the GPUs, so the task's exited processes go unjudged", "error", err)
 		return nil
 	}
 	var out []budget.Usage
@@ -39,7 +41,7 @@ func exitedUsage(backend gpu.Backend, b budget.Budget, gone map[int]task.SeenPro
 		}
 		procs, err := acct.AccountedProcesses(d.UUID)
 		if err != nil {
-			logger.Debug("reading the accounting of exited processes failed", "gpu", d.UUID, "error", err)
+			logger.Warn("cannot read the GPU's accounting, so the task's processes that exited go unjudged on it", "gpu", d.UUID, "error", err)
 			continue
 		}
 		limit, _ := b.For(d.UUID)

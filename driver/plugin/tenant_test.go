@@ -242,3 +242,25 @@ func TestTaskCannotOpenAGPUItWasNotGranted(t *testing.T) {
 	must.SliceEmpty(t, procs)
 	must.SliceEmpty(t, events(other.ID, "not isolated"))
 }
+
+// A task whose stdout FIFO was replaced with a symlink (alloc/logs is
+// writable by every task of the allocation) is not started: the executor
+// would open the link as root and write the task's output into its
+// target.
+func TestStartRefusesALogFIFOReplacedWithASymlink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, as the driver runs")
+	}
+	h, _ := newHarness(t, Config{})
+	cfg := newTask(t, h, "planted", TaskConfig{Command: "/bin/sh", Args: []string{"-c", "echo overwritten"}}, nil)
+	victim := filepath.Join(t.TempDir(), "shadow")
+	must.NoError(t, os.WriteFile(victim, []byte("root's own\n"), 0o600))
+	must.NoError(t, os.Remove(cfg.StdoutPath))
+	must.NoError(t, os.Symlink(victim, cfg.StdoutPath))
+
+	_, _, err := h.StartTask(cfg)
+	must.ErrorContains(t, err, "is a symlink, not the FIFO Nomad made")
+	data, err := os.ReadFile(victim)
+	must.NoError(t, err)
+	must.Eq(t, "root's own\n", string(data))
+}

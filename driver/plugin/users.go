@@ -1,8 +1,11 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,4 +156,40 @@ func (d *Driver) warnMPSServesOneUID(h *task.Handle, cfg *drivers.TaskConfig, ru
 	}
 	d.emit(h, "warning: this task's MPS client runs as "+h.Spec.User+", a UID of its own; MPS serves one UID at a time, so its CUDA calls wait while another user's MPS clients run on this node, and it shares no lane with them at once (name one user in jobs that must)",
 		map[string]string{"mps": "one UID at a time", "user": h.Spec.User}, nil)
+}
+
+// checkLogFIFOs refuses a task whose stdout or stderr FIFO is not one: the
+// shared alloc/logs directory is writable by every task of the allocation,
+// and the executor opens these paths as root, following symlinks, to
+// write the task's output. A task that replaced its FIFO with a symlink
+// before a restart would have the executor write into the link's target.
+func checkLogFIFOs(cfg *drivers.TaskConfig) error {
+	for _, path := range []string{cfg.StdoutPath, cfg.StderrPath} {
+		if path == "" || path == os.DevNull {
+			continue
+		}
+		st, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the executor's open fails with its own error
+		}
+		if err != nil {
+			return fmt.Errorf("task log FIFO: %w", err)
+		}
+		if st.Mode().Type() != fs.ModeNamedPipe {
+			return fmt.Errorf("task log FIFO %s is a %s, not the FIFO Nomad made (something in the allocation replaced it); refusing to have the executor open it as root", path, describeMode(st.Mode()))
+		}
+	}
+	return nil
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m.IsRegular():
+		return "regular file"
+	case m.IsDir():
+		return "directory"
+	}
+	return m.Type().String()
 }
