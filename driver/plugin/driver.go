@@ -115,7 +115,7 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	if err != nil {
 		return fmt.Errorf("caravan-driver config: %w", err)
 	}
-	for _, dir := range []string{laneStateDir(s.StateDir), executorLogDir(s.StateDir)} {
+	for _, dir := range []string{laneStateDir(s.StateDir), executorLogDir(s.StateDir), uidLeaseDir(s.StateDir)} {
 		if err := safefile.PrivateDir(dir); err != nil {
 			return fmt.Errorf("caravan-driver config: state_dir: %w", err)
 		}
@@ -651,7 +651,9 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	procs, fallbackWhy := taskProcesses(dir, state.Pid)
 	// The budget comes from the stored state, never from the env again.
 	h := task.NewHandle(exec, client, state.Pid, procs, cfg, state.Spec, state.StartedAt, logger)
-	d.uids.recover(s.uids, cfg.AllocID, h.Spec.User)
+	if err := d.uids.recover(s.uids, uidLeaseDir(s.StateDir), cfg.AllocID, cfg.AllocDir, h.Spec.User); err != nil {
+		logger.Warn("cannot store the task's UID lease; another allocation could be given its UID after the next driver restart", "error", err)
+	}
 	h.DevicesCgroup = recoveredDevicesCgroup(cfg)
 	backend, _ := d.gpuBackend()
 	var restored laneStates

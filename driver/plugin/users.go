@@ -1,11 +1,13 @@
 package plugin
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 
 	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 // uidRange is uid_range parsed; the zero value is none.
@@ -56,7 +59,7 @@ func parseUIDRange(v string) (uidRange, error) {
 // name a UID of uid_range itself: it could be another allocation's.
 func (d *Driver) taskUser(s *settings, cfg *drivers.TaskConfig) (string, error) {
 	if cfg.User == "" && s.uids.set() {
-		uid, err := d.uids.lease(s.uids, cfg.AllocID)
+		uid, err := d.uids.lease(s.uids, uidLeaseDir(s.StateDir), cfg.AllocID, cfg.AllocDir)
 		if err != nil {
 			return "", err
 		}
@@ -68,10 +71,14 @@ func (d *Driver) taskUser(s *settings, cfg *drivers.TaskConfig) (string, error) 
 	return resolveUser(s, cfg.User)
 }
 
-// uidLeases are the UIDs of uid_range that allocations hold on this node,
-// counted by task: taken at a task's start (or recovery), given back at its
-// destruction or failed start, so that an allocation's UID stays its own
-// while any of its tasks starts or runs.
+// uidLeases are the UIDs of uid_range that allocations hold on this node.
+// In memory they are counted by task: taken at a task's start (or
+// recovery), given back at its destruction or failed start. On disk, in
+// state_dir/uids, each names its allocation and the allocation's
+// directory, and holds the UID for as long as that directory exists: the
+// allocation's files, owned by the UID, outlive its tasks until Nomad
+// collects them, and a task's restart or a driver restart must not hand
+// the UID to another allocation meanwhile.
 type uidLeases struct {
 	mu      sync.Mutex
 	byAlloc map[string]*uidLease
@@ -79,10 +86,20 @@ type uidLeases struct {
 
 type uidLease struct{ uid, tasks int }
 
-// lease takes allocID's UID for one more task: the one it holds, else the
-// first free one from a point that allocID hashes to, so that allocations
-// spread over the range.
-func (l *uidLeases) lease(r uidRange, allocID string) (int, error) {
+// uidLeaseRecord is a lease on disk, state_dir/uids/<uid>.
+type uidLeaseRecord struct {
+	AllocID  string `json:"alloc_id"`
+	AllocDir string `json:"alloc_dir"`
+}
+
+func uidLeaseDir(stateDir string) string { return filepath.Join(stateDir, "uids") }
+
+// lease takes allocID's UID for one more task: the one it holds, in memory
+// or on disk in dir (empty: in memory only), else the first free one from
+// a point that allocID hashes to, so that allocations spread over the
+// range. A UID is free when no task holds it and no allocation directory
+// that a lease on disk names exists.
+func (l *uidLeases) lease(r uidRange, dir, allocID, allocDir string) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if have, ok := l.byAlloc[allocID]; ok {
@@ -93,6 +110,23 @@ func (l *uidLeases) lease(r uidRange, allocID string) (int, error) {
 	for _, have := range l.byAlloc {
 		used[have.uid] = true
 	}
+	onDisk, err := readUIDLeases(r, dir)
+	if err != nil {
+		return 0, err
+	}
+	for uid, rec := range onDisk {
+		switch {
+		case rec.AllocID == allocID:
+			l.hold(allocID, uid)
+			return uid, nil
+		case used[uid]:
+		case rec.AllocDir != "" && exists(rec.AllocDir):
+			used[uid] = true
+		default:
+			// Its allocation's files are gone: the UID is free again.
+			_ = os.Remove(filepath.Join(dir, strconv.Itoa(uid)))
+		}
+	}
 	size := r.max - r.min + 1
 	hash := fnv.New32a()
 	hash.Write([]byte(allocID))
@@ -100,11 +134,70 @@ func (l *uidLeases) lease(r uidRange, allocID string) (int, error) {
 	for i := range size {
 		uid := r.min + (start+i)%size
 		if !used[uid] {
+			if err := writeUIDLease(dir, uid, uidLeaseRecord{AllocID: allocID, AllocDir: allocDir}); err != nil {
+				return 0, err
+			}
 			l.hold(allocID, uid)
 			return uid, nil
 		}
 	}
-	return 0, fmt.Errorf("user: every UID of uid_range %d-%d is held by an allocation on this node", r.min, r.max)
+	return 0, fmt.Errorf("user: every UID of uid_range %d-%d is held by an allocation on this node, or by the files of one that Nomad has not collected yet", r.min, r.max)
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// readUIDLeases reads the leases on disk of UIDs in r; a file that is not
+// one (another name, or not JSON) is skipped, as the directory is the
+// driver's alone (safefile.PrivateDir) and only a crash mid-write leaves
+// one.
+func readUIDLeases(r uidRange, dir string) (map[int]uidLeaseRecord, error) {
+	out := map[int]uidLeaseRecord{}
+	if dir == "" {
+		return out, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("user: UID leases: %w", err)
+	}
+	for _, e := range entries {
+		uid, err := strconv.Atoi(e.Name())
+		if err != nil || !r.contains(uid) || !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec uidLeaseRecord
+		if json.Unmarshal(data, &rec) == nil && rec.AllocID != "" {
+			out[uid] = rec
+		}
+	}
+	return out, nil
+}
+
+func writeUIDLease(dir string, uid int, rec uidLeaseRecord) error {
+	if dir == "" {
+		return nil
+	}
+	if err := safefile.PrivateDir(dir); err != nil {
+		return fmt.Errorf("user: UID leases: %w", err)
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, strconv.Itoa(uid))
+	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+		return fmt.Errorf("user: UID lease: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
 }
 
 // hold counts one more task of allocID running as uid.
@@ -119,13 +212,20 @@ func (l *uidLeases) hold(allocID string, uid int) {
 	l.byAlloc[allocID] = &uidLease{uid: uid, tasks: 1}
 }
 
-// recover counts a recovered task's UID, if it is one of uid_range.
-func (l *uidLeases) recover(r uidRange, allocID, user string) {
-	if ugid, err := dynamic.Parse(user); err == nil && r.contains(int(ugid)) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.hold(allocID, int(ugid))
+// recover counts a recovered task's UID, if it is one of uid_range, and
+// puts its lease on disk where a driver before state_dir/uids left none.
+func (l *uidLeases) recover(r uidRange, dir, allocID, allocDir, user string) error {
+	ugid, err := dynamic.Parse(user)
+	if err != nil || !r.contains(int(ugid)) {
+		return nil
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hold(allocID, int(ugid))
+	if dir == "" || exists(filepath.Join(dir, strconv.Itoa(int(ugid)))) {
+		return nil
+	}
+	return writeUIDLease(dir, int(ugid), uidLeaseRecord{AllocID: allocID, AllocDir: allocDir})
 }
 
 // release gives back one task's hold on allocID's UID, if user (the

@@ -123,14 +123,14 @@ func TestDynamicUserRefusedUnlessConfiguredAndNeverRoot(t *testing.T) {
 func TestUIDLeasesGiveEachAllocationItsOwnUID(t *testing.T) {
 	r := uidRange{70000, 70002}
 	var l uidLeases
-	a, err := l.lease(r, "alloc-a")
+	a, err := l.lease(r, "", "alloc-a", "")
 	must.NoError(t, err)
-	again, err := l.lease(r, "alloc-a")
+	again, err := l.lease(r, "", "alloc-a", "")
 	must.NoError(t, err)
 	must.Eq(t, a, again) // tasks of one allocation share its UID
-	b, err := l.lease(r, "alloc-b")
+	b, err := l.lease(r, "", "alloc-b", "")
 	must.NoError(t, err)
-	c, err := l.lease(r, "alloc-c")
+	c, err := l.lease(r, "", "alloc-c", "")
 	must.NoError(t, err)
 	must.NotEq(t, a, b)
 	must.NotEq(t, b, c)
@@ -138,28 +138,28 @@ func TestUIDLeasesGiveEachAllocationItsOwnUID(t *testing.T) {
 	for _, uid := range []int{a, b, c} {
 		must.Between(t, 70000, uid, 70002)
 	}
-	_, err = l.lease(r, "alloc-d")
+	_, err = l.lease(r, "", "alloc-d", "")
 	must.ErrorContains(t, err, "every UID of uid_range 70000-70002 is held")
 
 	// A UID comes back only when no task of its allocation holds it.
-	b2, err := l.lease(r, "alloc-b")
+	b2, err := l.lease(r, "", "alloc-b", "")
 	must.NoError(t, err)
 	must.Eq(t, b, b2)
 	user := func(uid int) string { return "nomad-" + strconv.Itoa(uid) }
 	l.release(r, "alloc-b", user(b))
-	_, err = l.lease(r, "alloc-d")
+	_, err = l.lease(r, "", "alloc-d", "")
 	must.Error(t, err)                     // one task of alloc-b still holds it
 	l.release(r, "alloc-b", "nomad-80001") // not a UID of the range: no hold
 	l.release(r, "alloc-b", user(b))
-	d, err := l.lease(r, "alloc-d")
+	d, err := l.lease(r, "", "alloc-d", "")
 	must.NoError(t, err)
 	must.Eq(t, b, d)
 
 	// A recovered task holds its UID again.
 	var fresh uidLeases
-	fresh.recover(r, "alloc-a", "nomad-70001")
-	fresh.recover(r, "alloc-x", "nomad-80001") // not the driver's
-	got, err := fresh.lease(r, "alloc-a")
+	must.NoError(t, fresh.recover(r, "", "alloc-a", "", "nomad-70001"))
+	must.NoError(t, fresh.recover(r, "", "alloc-x", "", "nomad-80001")) // not the driver's
+	got, err := fresh.lease(r, "", "alloc-a", "")
 	must.NoError(t, err)
 	must.Eq(t, 70001, got)
 	must.MapLen(t, 1, fresh.byAlloc)
@@ -167,7 +167,7 @@ func TestUIDLeasesGiveEachAllocationItsOwnUID(t *testing.T) {
 }
 
 func TestAJobMayNotNameAUIDOfTheRange(t *testing.T) {
-	s, err := Config{DynamicUsers: true, UIDRange: "70000-79999"}.parse()
+	s, err := Config{DynamicUsers: true, UIDRange: "70000-79999", StateDir: t.TempDir()}.parse()
 	must.NoError(t, err)
 	d := New(context.Background(), hclog.NewNullLogger())
 	_, err = d.taskUser(s, &drivers.TaskConfig{AllocID: "a", User: "nomad-70005"})
@@ -210,4 +210,38 @@ func TestAllocationsOfTheUIDRangeCannotSignalOrReadEachOther(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, drivers.TaskStateRunning, status.State, must.Sprint(readLog(t, victim, "stderr")))
 	must.NoError(t, h.StopTask(victim.ID, time.Second, "SIGKILL"))
+}
+
+// A UID stays its allocation's while the allocation's directory exists,
+// across the end of its tasks and a driver restart; once Nomad has
+// collected the directory, the UID goes to another allocation.
+func TestUIDLeasesOutliveTasksAndRestartsUntilTheAllocIsCollected(t *testing.T) {
+	r := uidRange{70000, 70001}
+	dir := filepath.Join(t.TempDir(), "uids")
+	must.NoError(t, os.Mkdir(dir, 0o700))
+	allocA, allocB := t.TempDir(), t.TempDir()
+
+	var before uidLeases
+	a, err := before.lease(r, dir, "alloc-a", allocA)
+	must.NoError(t, err)
+	before.release(r, "alloc-a", "nomad-"+strconv.Itoa(a)) // its last task ends
+
+	var after uidLeases // the driver restarted
+	b, err := after.lease(r, dir, "alloc-b", allocB)
+	must.NoError(t, err)
+	must.NotEq(t, a, b)
+	_, err = after.lease(r, dir, "alloc-c", t.TempDir())
+	must.ErrorContains(t, err, "not collected yet")
+	again, err := after.lease(r, dir, "alloc-a", allocA) // a's task restarts
+	must.NoError(t, err)
+	must.Eq(t, a, again)
+	after.release(r, "alloc-a", "nomad-"+strconv.Itoa(a))
+
+	must.NoError(t, os.RemoveAll(allocA)) // Nomad collects alloc-a
+	c, err := after.lease(r, dir, "alloc-c", t.TempDir())
+	must.NoError(t, err)
+	must.Eq(t, a, c)
+	data, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(c)))
+	must.NoError(t, err)
+	must.StrContains(t, string(data), `"alloc_id":"alloc-c"`)
 }
