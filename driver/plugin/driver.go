@@ -356,12 +356,38 @@ func dynamicUser(name string) (uid, gid int, ok bool) {
 
 // runAsCommand wraps argv so that the executor, which runs it as root,
 // drops to a dynamic workload user before argv runs (driver/runas).
-func runAsCommand(uid, gid int, taskDir, devicesCgroup string, argv []string) ([]string, error) {
+func runAsCommand(cred runas.Credential, taskDir, devicesCgroup string, argv []string) ([]string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find the driver's binary: %w", err)
 	}
-	return runas.CommandWithDevices(self, uid, gid, taskDir, devicesCgroup, argv), nil
+	return runas.CommandAs(self, cred, taskDir, devicesCgroup, argv), nil
+}
+
+// taskCredential is who a task of user runs as, numerically, and whether
+// caravan-run-as can start it (any user but root: a dynamic workload user,
+// or a user of the user database with its supplementary groups).
+func taskCredential(name string) (runas.Credential, bool) {
+	if uid, gid, ok := dynamicUser(name); ok {
+		return runas.Credential{UID: uid, GID: gid}, true
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return runas.Credential{}, false
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil || uid <= 0 || gid <= 0 {
+		return runas.Credential{}, false
+	}
+	cred := runas.Credential{UID: uid, GID: gid}
+	ids, _ := u.GroupIds()
+	for _, id := range ids {
+		if g, err := strconv.Atoi(id); err == nil && g > 0 {
+			cred.Groups = append(cred.Groups, g)
+		}
+	}
+	return cred, true
 }
 
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *drivers.DriverNetwork, err error) {
@@ -418,10 +444,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task_name", cfg.Name)
 
 	argv, envs, execUser := append([]string{tc.Command}, tc.Args...), envList(env), runAs
-	uid, gid, runsAs := dynamicUser(runAs)
+	_, _, runsAs := dynamicUser(runAs)
+	cred, canJoin := taskCredential(runAs)
 	// Before the command runs: a device it opened before the
 	// restriction would stay open.
-	iso, err := isolateDevices(backend, spec, cfg, runsAs)
+	iso, err := isolateDevices(backend, spec, cfg, canJoin)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -443,7 +470,18 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 		if _, err = runas.Lookup(cfg.TaskDir().Dir, argv[0], envList(env)); err != nil {
 			return nil, nil, fmt.Errorf("launch %s: %w", tc.Command, err)
 		}
-		if argv, err = runAsCommand(uid, gid, cfg.TaskDir().Dir, iso.v1Dir, argv); err != nil {
+		if argv, err = runAsCommand(cred, cfg.TaskDir().Dir, iso.v1Dir, argv); err != nil {
+			return nil, nil, err
+		}
+		envs, execUser = runas.Env(envList(env)), ""
+	} else if iso.v1Dir != "" {
+		// A user of the user database on cgroup v1: the executor would
+		// start it outside the task's devices cgroup, which only root may
+		// join, so it too starts through caravan-run-as, with its groups.
+		if _, err = runas.Lookup(cfg.TaskDir().Dir, argv[0], envList(env)); err != nil {
+			return nil, nil, fmt.Errorf("launch %s: %w", tc.Command, err)
+		}
+		if argv, err = runAsCommand(cred, cfg.TaskDir().Dir, iso.v1Dir, argv); err != nil {
 			return nil, nil, err
 		}
 		envs, execUser = runas.Env(envList(env)), ""
@@ -864,11 +902,15 @@ func (d *Driver) ExecTaskStreamingRaw(ctx context.Context, taskID string, comman
 // task's dynamic workload user, if it has one, rather than as root, which
 // the executor would run it as.
 func execCommand(h *task.Handle, cmd []string) ([]string, error) {
-	uid, gid, ok := dynamicUser(h.Spec.User)
+	_, _, dynamicUID := dynamicUser(h.Spec.User)
+	if !dynamicUID && h.DevicesCgroup == "" {
+		return cmd, nil
+	}
+	cred, ok := taskCredential(h.Spec.User)
 	if !ok {
 		return cmd, nil
 	}
 	// An exec session is held to the task's devices too (v1; on v2 the
 	// executor puts it in the task's cgroup).
-	return runAsCommand(uid, gid, h.Config.TaskDir().Dir, h.DevicesCgroup, cmd)
+	return runAsCommand(cred, h.Config.TaskDir().Dir, h.DevicesCgroup, cmd)
 }

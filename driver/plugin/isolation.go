@@ -71,10 +71,11 @@ func deviceMinor(backend gpu.Backend, d gpu.Device) (int, error) {
 // isolateDevices sets up, before the task's command runs, that it can open
 // only the GPUs it was granted (and the devices every process needs): on
 // cgroup v2 a BPF device program on its cgroup, on v1 a devices cgroup of
-// its own that caravan-run-as joins (runsAs: the task runs through it). A
+// its own that caravan-run-as joins (canJoin: the task can run through it,
+// as any user but root can). A
 // task that cannot be held says why in off; a set-up that fails is an
 // error, and the task does not start.
-func isolateDevices(backend gpu.Backend, spec task.Spec, cfg *drivers.TaskConfig, runsAs bool) (deviceIsolation, error) {
+func isolateDevices(backend gpu.Backend, spec task.Spec, cfg *drivers.TaskConfig, canJoin bool) (deviceIsolation, error) {
 	minors, why, err := gpuMinors(backend, spec.Budget)
 	if err != nil {
 		return deviceIsolation{}, err
@@ -97,8 +98,8 @@ func isolateDevices(backend gpu.Backend, spec task.Spec, cfg *drivers.TaskConfig
 		}
 		return deviceIsolation{}, nil
 	case cgroupslib.CG1:
-		if !runsAs {
-			return deviceIsolation{off: fmt.Sprintf("on cgroups v1 only a task with a UID of its own (dynamic_users, uid_range) is held to its GPUs, and this one runs as %q", spec.User)}, nil
+		if !canJoin {
+			return deviceIsolation{off: fmt.Sprintf("on cgroups v1 a task that runs as %q, root or a user the driver cannot look up, can leave any devices cgroup", spec.User)}, nil
 		}
 		dir, err := v1DevicesDir(cfg)
 		if err != nil {

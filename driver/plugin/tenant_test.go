@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -185,10 +186,20 @@ func TestMemoryOnAnUngrantedGPUIsABreach(t *testing.T) {
 	must.Eq(t, "GPU-other", found[0].Annotations["gpu"])
 }
 
-// A task of a UID of its own is held by the kernel to the GPUs it was
-// granted: its open of another simulated GPU's device node is refused
-// before it can allocate there, and the GPU holds nothing of it.
+// A task is held by the kernel to the GPUs it was granted, whether it runs
+// as a UID of its own or as a user of the user database (a job's user): its
+// open of another simulated GPU's device node is refused before it can
+// allocate there, and the GPU holds nothing of it.
 func TestTaskCannotOpenAGPUItWasNotGranted(t *testing.T) {
+	for _, who := range []struct{ name, uidRange, user string }{
+		{"UID of its own", "70000-79999", ""},
+		{"user of the user database", "none", "nobody"},
+	} {
+		t.Run(who.name, func(t *testing.T) { testTaskCannotOpenAGPUItWasNotGranted(t, who.uidRange, who.user) })
+	}
+}
+
+func testTaskCannotOpenAGPUItWasNotGranted(t *testing.T, uidRange, user string) {
 	if os.Geteuid() != 0 {
 		t.Skip("holding a task to its devices needs root")
 	}
@@ -196,7 +207,7 @@ func TestTaskCannotOpenAGPUItWasNotGranted(t *testing.T) {
 		t.Skip("no cgroups to hold a task to its devices")
 	}
 	conf := simConfigFor(t, `},{"uuid":"GPU-other","model":"Sim GPU","memory_mib":16384`)
-	conf.UIDRange = "70000-79999"
+	conf.UIDRange = uidRange
 	h, _ := newHarness(t, conf)
 	events := collectEvents(t, h)
 	// The task's user must be able to run the workload: a copy of the test
@@ -217,6 +228,7 @@ func TestTaskCannotOpenAGPUItWasNotGranted(t *testing.T) {
 		cfg := workloadTask(t, h, name, workload.Config{Iterations: 3, IterationTime: 50 * time.Millisecond,
 			PersistentMiB: 256, EphemeralMiB: 128, GPU: gpu}, TaskConfig{}, grantEnv(grant))
 		must.NoError(t, cfg.EncodeConcreteDriverConfig(&TaskConfig{Command: workloadBin, GPUProcesses: 1, FrameworkHints: true}))
+		cfg.User = user
 		must.NoError(t, os.Chmod(filepath.Dir(cfg.AllocDir), 0o755))
 		must.NoError(t, os.Chmod(cfg.AllocDir, 0o755))
 		_, _, err := h.StartTask(cfg)
@@ -228,9 +240,11 @@ func TestTaskCannotOpenAGPUItWasNotGranted(t *testing.T) {
 	must.Eq(t, 0, res.ExitCode, must.Sprint(readLog(t, own, "stderr")))
 	status, err := h.InspectTask(own.ID)
 	must.NoError(t, err)
-	if attr := status.DriverAttributes["caravan.devices"]; attr != "held to its granted GPUs" {
+	attr := status.DriverAttributes["caravan.devices"]
+	if strings.Contains(attr, "no cgroups") {
 		t.Skipf("the host cannot hold tasks to their devices: %s", attr)
 	}
+	must.Eq(t, "held to its granted GPUs", attr)
 
 	other, res := run("trespasser", "GPU-other")
 	must.NotEq(t, 0, res.ExitCode)

@@ -38,12 +38,15 @@ import (
 // command as another user.
 const SubCommand = "caravan-run-as"
 
-// devicesFlag, first after SubCommand, names the cgroup v1 devices cgroup
-// to join.
+// devicesFlag names the cgroup v1 devices cgroup to join.
 const devicesFlag = "--devices-cgroup="
 
+// groupsFlag lists the supplementary groups to keep, for a user of the
+// user database; a dynamic workload user has none.
+const groupsFlag = "--groups="
+
 // usage is the subcommand's argument forms.
-const usage = "usage: " + SubCommand + " [" + devicesFlag + "DIR] UID GID TASKDIR -- COMMAND [ARGS...]"
+const usage = "usage: " + SubCommand + " [" + devicesFlag + "DIR] [" + groupsFlag + "GID,...] UID GID TASKDIR -- COMMAND [ARGS...]"
 
 // envPrefix hides a task's variable from the root process:
 // CARAVAN_RUN_AS_ENV_<n>=KEY=VALUE.
@@ -73,11 +76,32 @@ func Command(self string, uid, gid int, taskDir string, argv []string) []string 
 // process joins it before it drops to uid:gid, and fails, running nothing,
 // where it cannot. An empty devicesCgroup is Command.
 func CommandWithDevices(self string, uid, gid int, taskDir, devicesCgroup string, argv []string) []string {
+	return CommandAs(self, Credential{UID: uid, GID: gid}, taskDir, devicesCgroup, argv)
+}
+
+// Credential is who the command runs as.
+type Credential struct {
+	UID, GID int
+	// Groups are the supplementary groups of a user of the user database,
+	// as Nomad's executor would give them; none for a dynamic user.
+	Groups []int
+}
+
+// CommandAs is CommandWithDevices for a credential with supplementary
+// groups.
+func CommandAs(self string, cred Credential, taskDir, devicesCgroup string, argv []string) []string {
 	out := []string{self, SubCommand}
 	if devicesCgroup != "" {
 		out = append(out, devicesFlag+devicesCgroup)
 	}
-	out = append(out, strconv.Itoa(uid), strconv.Itoa(gid), taskDir, "--")
+	if len(cred.Groups) > 0 {
+		ids := make([]string, len(cred.Groups))
+		for i, g := range cred.Groups {
+			ids[i] = strconv.Itoa(g)
+		}
+		out = append(out, groupsFlag+strings.Join(ids, ","))
+	}
+	out = append(out, strconv.Itoa(cred.UID), strconv.Itoa(cred.GID), taskDir, "--")
 	return append(out, argv...)
 }
 
@@ -124,11 +148,12 @@ type invocation struct {
 	taskDir  string
 	// devicesCgroup is the cgroup v1 devices cgroup to join; empty: none.
 	devicesCgroup string
+	groups        []int
 	argv          []string
 }
 
-// parseArgs reads "[--devices-cgroup=DIR] UID GID TASKDIR -- COMMAND
-// [ARGS...]".
+// parseArgs reads "[--devices-cgroup=DIR] [--groups=GID,...] UID GID
+// TASKDIR -- COMMAND [ARGS...]".
 func parseArgs(args []string) (inv invocation, err error) {
 	if len(args) > 0 {
 		if dir, ok := strings.CutPrefix(args[0], devicesFlag); ok {
@@ -136,6 +161,18 @@ func parseArgs(args []string) (inv invocation, err error) {
 				return invocation{}, fmt.Errorf("devices cgroup %q: must be an absolute, clean path", dir)
 			}
 			inv.devicesCgroup, args = dir, args[1:]
+		}
+	}
+	if len(args) > 0 {
+		if list, ok := strings.CutPrefix(args[0], groupsFlag); ok {
+			for _, f := range strings.Split(list, ",") {
+				g, err := strconv.Atoi(f)
+				if err != nil || g <= 0 {
+					return invocation{}, fmt.Errorf("groups %q: must be numbers above 0, separated by commas", list)
+				}
+				inv.groups = append(inv.groups, g)
+			}
+			args = args[1:]
 		}
 	}
 	if len(args) < 5 || args[3] != "--" {
@@ -165,7 +202,7 @@ func run(args, environ []string) error {
 		}
 	}
 	// Groups first: once the UID is not root, they can no longer change.
-	if err := syscall.Setgroups(nil); err != nil {
+	if err := syscall.Setgroups(inv.groups); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
 	}
 	if err := syscall.Setgid(gid); err != nil {

@@ -147,3 +147,29 @@ func TestRunRefusesRoot(t *testing.T) {
 	must.Error(t, err)
 	must.StrContains(t, string(out), "must be a number above 0")
 }
+
+// A user of the user database keeps its supplementary groups, as Nomad's
+// executor would give them; a list that is not group IDs is refused.
+func TestRunKeepsTheGroupsItIsGiven(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("dropping to another user needs root")
+	}
+	self, err := os.Executable()
+	must.NoError(t, err)
+	argv := CommandAs(self, Credential{UID: 80123, GID: 80124, Groups: []int{80124, 80200}}, t.TempDir(), "", []string{"id"})
+	must.SliceContains(t, argv, "--groups=80124,80200")
+	cmd := exec.Command(self, argv[1:]...)
+	cmd.Env = Env([]string{"PATH=" + defaultPath})
+	out, err := cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.Eq(t, "uid=80123 gid=80124 groups=80124,80200\n", string(out))
+
+	for _, bad := range []string{"--groups=", "--groups=0", "--groups=1,x"} {
+		_, err := parseArgs([]string{bad, "80001", "80001", "/task", "--", "sh"})
+		must.ErrorContains(t, err, "groups", must.Sprint(bad))
+	}
+	inv, err := parseArgs([]string{"--devices-cgroup=/sys/fs/cgroup/devices/caravan/a.t", "--groups=7,8", "80001", "80001", "/task", "--", "sh"})
+	must.NoError(t, err)
+	must.Eq(t, []int{7, 8}, inv.groups)
+	must.Eq(t, "/sys/fs/cgroup/devices/caravan/a.t", inv.devicesCgroup)
+}
