@@ -233,3 +233,37 @@ func TestTenantRaisedMPSLimitIsRefused(t *testing.T) {
 	must.StrContains(t, logs, "past the MPS pinned device memory limit of 2048 MiB")
 	must.StrNotContains(t, events, "budget exceeded")
 }
+
+// TestTenantLeavingMPSFindsNoGPU: a lane task that points its MPS pipe
+// directory elsewhere, to run outside its MPS server's limit, finds no GPU:
+// caravan-device keeps lane GPUs in exclusive-process mode while it
+// supervises MPS, and the one context there is the MPS server's.
+func TestTenantLeavingMPSFindsNoGPU(t *testing.T) {
+	pipe := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
+	// The control daemon at the hardware seam: -d makes its control pipe,
+	// and every command is answered.
+	must.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\nif [ \"$1\" = -d ]; then mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\" && : > \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\nread line; echo ok\n"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(bin), "nvidia-cuda-mps-server"), []byte("#!/bin/sh\n"), 0o755))
+	c := harness.StartT(t, harness.Options{
+		DeviceConfig: h100Lanes + `
+    mps {
+      enabled     = true
+      pipe_dir    = "` + pipe + `"
+      log_dir     = "` + t.TempDir() + `"
+      control_bin = "` + bin + `"
+    }`,
+		DriverConfig: `
+    mps                = "on"
+    mps_pipe_directory = "` + pipe + `"`})
+	job := c.RunJobspec(t, c.Jobspec("tenant-mps-leave.nomad.hcl"), workloadVars(c))
+	stub := c.WaitAllocs(t, *job.ID, 1, 2*time.Minute, harness.Terminal)[0]
+	logs := c.NomadCLI(t, "alloc", "logs", stub.ID, "train")
+	stderr := c.NomadCLI(t, "alloc", "logs", "-stderr", stub.ID, "train")
+	events := strings.Join(taskEvents(t, c, *job.ID), "\n")
+	t.Logf("events:\n%s\nlogs:\n%s\nstderr:\n%s", events, logs, stderr)
+	must.StrContains(t, logs, "MPS pipe directory given: "+pipe)
+	must.Eq(t, "failed", stub.ClientStatus)
+	must.StrContains(t, stderr, "all CUDA-capable devices are busy or unavailable")
+	must.StrContains(t, stderr, "exclusive-process compute mode")
+}

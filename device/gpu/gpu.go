@@ -164,6 +164,25 @@ type MPSServers interface {
 	LimitServer(uid uint32, limitsMiB map[string]uint64) error
 }
 
+// ComputeMode is a GPU's compute mode, as nvidia-smi -c sets it.
+type ComputeMode string
+
+const (
+	ComputeDefault ComputeMode = "default"
+	// ComputeExclusiveProcess lets one process hold a context on the GPU:
+	// under MPS that is the MPS server, so a process that leaves MPS gets
+	// no GPU while the server holds it.
+	ComputeExclusiveProcess ComputeMode = "exclusive_process"
+	ComputeProhibited       ComputeMode = "prohibited"
+)
+
+// ComputeModes is implemented by a backend that can tell and set a GPU's
+// compute mode (root only on a real GPU).
+type ComputeModes interface {
+	ComputeMode(uuid string) (ComputeMode, error)
+	SetComputeMode(uuid string, m ComputeMode) error
+}
+
 // Accounting is implemented by a backend that keeps each process's
 // statistics after it exits, as NVML's accounting mode does, so that a
 // process that went past its budget between two samples and exited before

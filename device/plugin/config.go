@@ -65,6 +65,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 			hclspec.NewLiteral(`"nvidia-cuda-mps-control"`),
 		),
 		"task_pipe_dir": hclspec.NewAttr("task_pipe_dir", "string", false),
+		"compute_mode": hclspec.NewDefault(
+			hclspec.NewAttr("compute_mode", "string", false),
+			hclspec.NewLiteral(`"exclusive_process"`),
+		),
 	})),
 })
 
@@ -117,7 +121,17 @@ type MPSConfig struct {
 	// TaskPipeDir is where the pipe directory appears inside a task; the
 	// host path when empty.
 	TaskPipeDir string `codec:"task_pipe_dir"`
+	// ComputeMode is what a supervised daemon's lane GPUs are set to:
+	// "exclusive_process" (the default; only the MPS server holds a
+	// context, so a client that leaves MPS gets no GPU) or "unchanged".
+	ComputeMode string `codec:"compute_mode"`
 }
+
+// MPS compute_mode values.
+const (
+	MPSComputeExclusive = "exclusive_process"
+	MPSComputeUnchanged = "unchanged"
+)
 
 // settings is a validated Config in the types the plugin works with.
 type settings struct {
@@ -218,6 +232,13 @@ func (c Config) validate() (*settings, error) {
 		}
 		if s.mps.Mode == MPSSupervise && s.mps.ControlBin == "" {
 			return nil, fmt.Errorf("mps.control_bin: must not be empty")
+		}
+		switch s.mps.ComputeMode {
+		case "":
+			s.mps.ComputeMode = MPSComputeExclusive
+		case MPSComputeExclusive, MPSComputeUnchanged:
+		default:
+			return nil, fmt.Errorf(`mps.compute_mode: must be %q or %q, got %q`, MPSComputeExclusive, MPSComputeUnchanged, s.mps.ComputeMode)
 		}
 	}
 	return s, nil

@@ -151,5 +151,5 @@ mps {
 		{model: "Tesla T4", laneMemoryMiB: 4768, slots: 1}, // 5e9 bytes
 	}, s.rules)
 	must.Eq(t, MPSConfig{Enabled: true, Mode: MPSExternal, PipeDir: "/run/nvidia-mps",
-		LogDir: "/var/log/nvidia-mps", ControlBin: "nvidia-cuda-mps-control", TaskPipeDir: "/tmp/nvidia-mps"}, s.mps)
+		LogDir: "/var/log/nvidia-mps", ControlBin: "nvidia-cuda-mps-control", TaskPipeDir: "/tmp/nvidia-mps", ComputeMode: MPSComputeExclusive}, s.mps)
 }

@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/gpu/sim"
 )
 
 const h100Lanes = `
@@ -306,4 +309,41 @@ mps {
 		"set_default_device_pinned_mem_limit GPU-h100-01 20389M",
 		"set_default_active_thread_percentage 25",
 	}, strings.Split(strings.TrimSpace(string(data)), "\n"))
+}
+
+// A supervised daemon's lane GPUs are put in exclusive-process compute
+// mode, so that a process that leaves MPS finds no GPU; whole GPUs, and
+// every GPU with compute_mode = "unchanged", are left as they are.
+func TestFingerprint_MPSLaneGPUsAreExclusiveProcess(t *testing.T) {
+	for _, tc := range []struct {
+		setting string
+		want    gpu.ComputeMode
+	}{
+		{"", gpu.ComputeExclusiveProcess},
+		{`compute_mode = "unchanged"`, gpu.ComputeDefault},
+	} {
+		t.Run(string(tc.want), func(t *testing.T) {
+			control, _ := fakeMPSControl(t, false)
+			d, _ := newSimDevice(t, testFleet, h100Lanes+mpsBlock(`pipe_dir = "`+t.TempDir()+`"`, `control_bin = "`+control+`"`, tc.setting))
+			_, resp := startFingerprint(t, d)
+			must.Eq(t, structs.NewStringAttribute("ready"), resp.Devices[0].Attributes["mps"])
+			modes := d.backend.(gpu.ComputeModes)
+			for _, u := range []string{"GPU-h100-00", "GPU-h100-01"} {
+				m, err := modes.ComputeMode(u)
+				must.NoError(t, err)
+				must.Eq(t, tc.want, m, must.Sprint(u))
+			}
+			m, err := modes.ComputeMode("GPU-a100-0") // a whole GPU
+			must.NoError(t, err)
+			must.Eq(t, gpu.ComputeDefault, m)
+		})
+	}
+}
+
+func TestConfig_MPSComputeModeMustBeKnown(t *testing.T) {
+	d := New(testLogger(t))
+	fleetPath, stateDir := simFiles(t, testFleet)
+	data, err := encodeConfig(t, simConfig(fleetPath, stateDir)+mpsBlock(`compute_mode = "shared"`))
+	must.NoError(t, err)
+	must.ErrorContains(t, d.SetConfig(&base.Config{PluginConfig: data}), "mps.compute_mode")
 }

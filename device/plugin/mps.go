@@ -14,6 +14,7 @@ import (
 
 	log "github.com/hashicorp/go-hclog"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
@@ -46,12 +47,14 @@ func (d *Device) mpsReady(s *settings) error {
 	}
 	m := d.mps
 	insts := d.instances
+	backend := d.backend
 	d.mu.Unlock()
 	m.check.Lock()
 	defer m.check.Unlock()
 	err := m.ensure()
 	if err == nil && insts != nil {
 		m.applyDefaults(insts)
+		err = m.exclusive(backend, insts)
 	}
 	m.record(err)
 	return err
@@ -156,6 +159,37 @@ func (m *mpsDaemon) running(control string) bool {
 
 func (m *mpsDaemon) command(control, line string) (string, error) {
 	return m.daemon(control).Command(line)
+}
+
+// exclusive puts each lane-cut GPU in exclusive-process compute mode, so
+// that its one context is the MPS server's: a task's process that points
+// CUDA_MPS_PIPE_DIRECTORY elsewhere, to run outside MPS and its limits,
+// then finds no GPU. Only a supervised daemon's GPUs are changed; an
+// error degrades MPS, with the reason, as the limits would not hold.
+func (m *mpsDaemon) exclusive(backend gpu.Backend, insts map[string]instance) error {
+	if m.cfg.Mode == MPSExternal || m.cfg.ComputeMode == MPSComputeUnchanged {
+		return nil
+	}
+	modes, ok := backend.(gpu.ComputeModes)
+	if !ok {
+		return nil
+	}
+	done := map[string]bool{}
+	for _, in := range insts {
+		u := in.device.UUID
+		if !in.isLane() || in.device.IsMIG() || done[u] {
+			continue
+		}
+		done[u] = true
+		if cur, err := modes.ComputeMode(u); err == nil && cur == gpu.ComputeExclusiveProcess {
+			continue
+		}
+		if err := modes.SetComputeMode(u, gpu.ComputeExclusiveProcess); err != nil {
+			return fmt.Errorf("mps: %w (set mps.compute_mode = %q to leave GPUs as they are, and rely on the watchdog for clients that leave MPS)", err, MPSComputeUnchanged)
+		}
+		m.logger.Info("GPU set to exclusive-process compute mode, so that only the MPS server holds a context", "gpu", u)
+	}
+	return nil
 }
 
 // mpsDefaultCommands are the control commands that give new MPS clients

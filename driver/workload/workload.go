@@ -416,6 +416,9 @@ func (r *recorder) set(mib uint64) error {
 		if err != nil {
 			return err
 		}
+		if err := sim.CheckContext(r.cfg.SimStateDir, r.cfg.GPU, conn); err != nil {
+			return err
+		}
 		r.mps, r.opened = conn, true
 	}
 	if err := sim.AllocateProcessMemory(r.cfg.SimStateDir, r.cfg.GPU, r.pid, mib, r.mps.LimitMiB); err != nil {

@@ -442,6 +442,47 @@ func (b *Backend) accounting(uuid string, h nvml.Device) bool {
 	return false
 }
 
+var computeModes = map[gpu.ComputeMode]nvml.ComputeMode{
+	gpu.ComputeDefault:          nvml.COMPUTEMODE_DEFAULT,
+	gpu.ComputeExclusiveProcess: nvml.COMPUTEMODE_EXCLUSIVE_PROCESS,
+	gpu.ComputeProhibited:       nvml.COMPUTEMODE_PROHIBITED,
+}
+
+// ComputeMode is the GPU's compute mode; exclusive-thread mode, which
+// CUDA no longer offers, reads as exclusive-process.
+func (b *Backend) ComputeMode(uuid string) (gpu.ComputeMode, error) {
+	h, err := b.handle(uuid)
+	if err != nil {
+		return "", err
+	}
+	m, ret := h.GetComputeMode()
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("nvml: compute mode of %s: %s", uuid, errorString(ret))
+	}
+	for name, v := range computeModes {
+		if v == m {
+			return name, nil
+		}
+	}
+	return gpu.ComputeExclusiveProcess, nil
+}
+
+// SetComputeMode sets the GPU's compute mode, which needs root.
+func (b *Backend) SetComputeMode(uuid string, m gpu.ComputeMode) error {
+	v, ok := computeModes[m]
+	if !ok {
+		return fmt.Errorf("nvml: unknown compute mode %q", m)
+	}
+	h, err := b.handle(uuid)
+	if err != nil {
+		return err
+	}
+	if ret := h.SetComputeMode(v); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml: set the compute mode of %s to %s: %s", uuid, m, errorString(ret))
+	}
+	return nil
+}
+
 // AccountingUnavailable says why NVML does not account the processes on
 // uuid: accounting mode is off and the backend could not turn it on, or
 // the device does not tell. It tries to turn the mode on where it has not

@@ -409,3 +409,24 @@ func BenchmarkProcesses(b *testing.B) {
 		})
 	}
 }
+
+// The compute mode reads and sets through NVML; a refusal (not root) is an
+// error that names the GPU and the mode.
+func TestComputeMode(t *testing.T) {
+	fleet := nvmltest.New(gpus.H100_SXM5_80GB)
+	uuid, _ := fleet.Devices[0].GetUUID()
+	b := open(t, fleet)
+	m, err := b.ComputeMode(uuid)
+	must.NoError(t, err)
+	must.Eq(t, gpu.ComputeDefault, m)
+	must.NoError(t, b.SetComputeMode(uuid, gpu.ComputeExclusiveProcess))
+	must.Eq(t, gonvml.COMPUTEMODE_EXCLUSIVE_PROCESS, fleet.State(uuid).ComputeMode)
+	m, err = b.ComputeMode(uuid)
+	must.NoError(t, err)
+	must.Eq(t, gpu.ComputeExclusiveProcess, m)
+
+	fleet.Update(uuid, func(s *nvmltest.GPUState) { s.ComputeModeSetErr = gonvml.ERROR_NO_PERMISSION })
+	err = b.SetComputeMode(uuid, gpu.ComputeDefault)
+	must.ErrorContains(t, err, "set the compute mode of "+uuid+" to default")
+	must.ErrorContains(t, b.SetComputeMode(uuid, "shared"), `unknown compute mode "shared"`)
+}

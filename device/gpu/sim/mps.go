@@ -110,6 +110,10 @@ type MPSConnection struct {
 	// FromServer is true when the limit is its server's, which the client
 	// cannot raise.
 	FromServer bool
+	// Served is true when the simulated daemon serves the client, rather
+	// than a daemon of the task's own: only its servers hold a context on
+	// a GPU in exclusive-process mode (CheckContext).
+	Served bool
 }
 
 // ConnectMPS is what CUDA does at a client's first call on uuid, for a
@@ -129,15 +133,35 @@ func ConnectMPS(stateDir, uuid, pipeDir string, clientLimitMiB uint64) (MPSConne
 		return MPSConnection{}, err
 	}
 	if srv != nil && srv.PipeDir == pipeDir {
-		c := MPSConnection{Connected: true, LimitMiB: srv.LimitsMiB[uuid]}
+		c := MPSConnection{Connected: true, Served: true, LimitMiB: srv.LimitsMiB[uuid]}
 		c.FromServer = c.LimitMiB > 0
 		if clientLimitMiB > 0 && (c.LimitMiB == 0 || clientLimitMiB < c.LimitMiB) {
 			c.LimitMiB, c.FromServer = clientLimitMiB, false
 		}
 		return c, nil
 	}
+	if servesAt(stateDir, pipeDir) {
+		// The simulated daemon, which set no limit for this UID.
+		return MPSConnection{Connected: true, Served: true, LimitMiB: clientLimitMiB}, nil
+	}
 	if _, err := os.Stat(filepath.Join(pipeDir, "control")); err == nil {
 		return MPSConnection{Connected: true, LimitMiB: clientLimitMiB}, nil
 	}
 	return MPSConnection{}, nil
+}
+
+// servesAt reports whether the simulated daemon listens at pipeDir: a
+// server it limited names it.
+func servesAt(stateDir, pipeDir string) bool {
+	dir := MPSDaemon{StateDir: stateDir}.serversDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if srv, err := readServer(filepath.Join(dir, e.Name())); err == nil && srv != nil && srv.PipeDir == pipeDir {
+			return true
+		}
+	}
+	return false
 }

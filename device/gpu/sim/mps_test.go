@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
 )
 
 // A client's limit is its server's; its own environment can lower it but
@@ -28,11 +30,11 @@ func TestConnectMPSTakesTheServersLimit(t *testing.T) {
 		client uint64
 		want   MPSConnection
 	}{
-		{"server limit", "GPU-a", pipe, 0, MPSConnection{Connected: true, LimitMiB: 2048, FromServer: true}},
-		{"client asks for more", "GPU-a", pipe, 1 << 20, MPSConnection{Connected: true, LimitMiB: 2048, FromServer: true}},
-		{"client asks for less", "GPU-a", pipe, 1024, MPSConnection{Connected: true, LimitMiB: 1024}},
-		{"later limit", "GPU-b", pipe, 0, MPSConnection{Connected: true, LimitMiB: 3072, FromServer: true}},
-		{"GPU with no server limit", "GPU-c", pipe, 0, MPSConnection{Connected: true}},
+		{"server limit", "GPU-a", pipe, 0, MPSConnection{Connected: true, Served: true, LimitMiB: 2048, FromServer: true}},
+		{"client asks for more", "GPU-a", pipe, 1 << 20, MPSConnection{Connected: true, Served: true, LimitMiB: 2048, FromServer: true}},
+		{"client asks for less", "GPU-a", pipe, 1024, MPSConnection{Connected: true, Served: true, LimitMiB: 1024}},
+		{"later limit", "GPU-b", pipe, 0, MPSConnection{Connected: true, Served: true, LimitMiB: 3072, FromServer: true}},
+		{"GPU with no server limit", "GPU-c", pipe, 0, MPSConnection{Connected: true, Served: true}},
 		{"own daemon", "GPU-a", own, 1 << 20, MPSConnection{Connected: true, LimitMiB: 1 << 20}},
 		{"no daemon", "GPU-a", t.TempDir(), 1024, MPSConnection{}},
 	}
@@ -57,4 +59,38 @@ func TestMPSDaemonRefusesAPlantedServersDirectory(t *testing.T) {
 	must.NoError(t, os.Chown(dir, 70001, 70001))
 	err := MPSDaemon{StateDir: state, PipeDir: t.TempDir()}.LimitServer(70001, map[string]uint64{"GPU-a": 1})
 	must.ErrorContains(t, err, "owned by uid 70001")
+}
+
+// On a GPU in exclusive-process mode the one context is the MPS server's:
+// a process that left MPS, or talks to a daemon of its own, is refused
+// while the simulated daemon serves the GPU; its clients are not.
+func TestCheckContextUnderExclusiveProcessMode(t *testing.T) {
+	b := simGPU(t)
+	state := b.stateDir
+	pipe := t.TempDir()
+	mode, err := b.ComputeMode("GPU-a")
+	must.NoError(t, err)
+	must.Eq(t, gpu.ComputeDefault, mode)
+
+	outside := MPSConnection{}
+	own := MPSConnection{Connected: true}
+	served := MPSConnection{Connected: true, Served: true}
+	// Default mode, or no server yet: everyone gets a context.
+	must.NoError(t, CheckContext(state, "GPU-a", outside))
+	must.NoError(t, b.SetComputeMode("GPU-a", gpu.ComputeExclusiveProcess))
+	must.NoError(t, CheckContext(state, "GPU-a", outside))
+
+	must.NoError(t, MPSDaemon{StateDir: state, PipeDir: pipe}.LimitServer(uint32(os.Getuid()), map[string]uint64{"GPU-a": 1024}))
+	must.ErrorIs(t, CheckContext(state, "GPU-a", outside), ErrDevicesUnavailable)
+	must.ErrorIs(t, CheckContext(state, "GPU-a", own), ErrDevicesUnavailable)
+	must.NoError(t, CheckContext(state, "GPU-a", served))
+	conn, err := ConnectMPS(state, "GPU-a", pipe, 0)
+	must.NoError(t, err)
+	must.NoError(t, CheckContext(state, "GPU-a", conn))
+
+	must.NoError(t, b.SetComputeMode("GPU-a", gpu.ComputeProhibited))
+	must.ErrorIs(t, CheckContext(state, "GPU-a", served), ErrDevicesUnavailable)
+	must.ErrorContains(t, b.SetComputeMode("GPU-a", "shared"), `unknown compute mode "shared"`)
+	_, err = b.ComputeMode("GPU-nope")
+	must.Error(t, err)
 }

@@ -56,6 +56,10 @@ type GPUState struct {
 	AccountingCalls int
 	// MIG holds the MIG device handles of the GPU, filled by EnableMIG.
 	MIG []*mock.Device
+	// ComputeMode is the GPU's; ComputeModeSetErr, when set, is what
+	// SetComputeMode returns.
+	ComputeMode       nvml.ComputeMode
+	ComputeModeSetErr nvml.Return
 }
 
 // New builds a mock server holding the given GPUs, completed for the backend.
@@ -205,6 +209,7 @@ func (f *Fleet) completeDevice(d *server.Device) {
 		return st.MPSProcesses, nvml.SUCCESS
 	}
 	f.completeAccounting(uuid, &d.Device)
+	f.completeComputeMode(uuid, &d.Device)
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
@@ -213,6 +218,18 @@ func (f *Fleet) completeDevice(d *server.Device) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		return st.MIG[i], nvml.SUCCESS
+	}
+}
+
+// completeComputeMode mocks the GPU's compute mode.
+func (f *Fleet) completeComputeMode(uuid string, d *mock.Device) {
+	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) { return f.read(uuid).ComputeMode, nvml.SUCCESS }
+	d.SetComputeModeFunc = func(m nvml.ComputeMode) nvml.Return {
+		if err := f.read(uuid).ComputeModeSetErr; err != nvml.SUCCESS {
+			return err
+		}
+		f.Update(uuid, func(st *GPUState) { st.ComputeMode = m })
+		return nvml.SUCCESS
 	}
 }
 
