@@ -32,7 +32,19 @@ const h100Lanes = `
     }
 `
 
+// laneGroup is the H100s' lane layout: caravan-device offers it as a
+// device group per lane index, "<layout> lane <L>", each with one instance
+// per GPU.
 const laneGroup = "NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]"
+
+// layoutName is the lane layout a device group belongs to (its layout
+// attribute), or the group's own name for whole GPUs.
+func layoutName(d *api.NodeDeviceResource) string {
+	if a := d.Attributes["layout"]; a != nil && a.StringVal != nil {
+		return *a.StringVal
+	}
+	return d.Name
+}
 
 // The device tests run tasks with raw_exec, so they exercise the device
 // plugin and Nomad's scheduler on their own; the caravan driver has its own
@@ -52,9 +64,11 @@ func TestDevice(t *testing.T) {
 			if d.Name == "NVIDIA H100 80GB HBM3" {
 				t.Fatalf("an H100 cut into lanes is also offered whole: %v", d.Instances)
 			}
-			if d.Name != laneGroup {
+			if layoutName(d) != laneGroup {
 				continue
 			}
+			must.StrHasPrefix(t, laneGroup+" lane ", d.Name)
+			must.Len(t, 2, d.Instances, must.Sprint("one lane of each H100"))
 			must.Eq(t, "nvidia", d.Vendor)
 			must.Eq(t, "lane", d.Type, must.Sprint("lanes are a device type of their own"))
 			for _, in := range d.Instances {
@@ -77,7 +91,7 @@ func TestDevice(t *testing.T) {
 			job := runDeviceJob(t, c, "device-lane.nomad.hcl", fmt.Sprintf("lane-%d", i), map[string]string{"min_memory": "10 GiB"})
 			alloc := waitRunning(t, c, job)
 			dev := allocDevice(t, alloc)
-			must.Eq(t, laneGroup, dev.Name)
+			must.StrHasPrefix(t, laneGroup+" lane ", dev.Name)
 			must.StrContains(t, dev.DeviceIDs[0], ":lane")
 		}
 
@@ -176,39 +190,16 @@ func TestDevice(t *testing.T) {
 		}
 	})
 
-	// Nomad picks a request's instances without regard to their GPU; the
-	// device plugin refuses two lanes of one GPU, so a request for two lanes
-	// runs on two GPUs or fails with the reason, never on one GPU.
-	t.Run("count = 2 lanes never share a GPU", func(t *testing.T) {
-		for i := 0; i < 3; i++ {
+	// Nomad takes a request's instances from one device group, and each
+	// lane group holds one lane of each GPU: a request for two lanes runs
+	// on two GPUs, every time, and is never refused.
+	t.Run("count = 2 lanes are two GPUs, every time", func(t *testing.T) {
+		for i := 0; i < 20; i++ {
 			id := fmt.Sprintf("two-lanes-%d", i)
-			job := registerSleepJob(t, c, id, "nvidia/lane", 2)
-			var ran, refused bool
-			deadline := time.Now().Add(60 * time.Second)
-			for !ran && !refused {
-				must.True(t, time.Now().Before(deadline), must.Sprintf("job %s neither ran nor was refused", id))
-				allocs, _, err := c.Nomad.Jobs().Allocations(*job.ID, false, nil)
-				must.NoError(t, err)
-				for _, stub := range allocs {
-					alloc, _, err := c.Nomad.Allocations().Info(stub.ID, nil)
-					must.NoError(t, err)
-					if alloc.ClientStatus == "running" {
-						ids := allocDeviceIDs(alloc)
-						must.Len(t, 2, ids)
-						must.NotEq(t, gpuOfInstance(ids[0]), gpuOfInstance(ids[1]), must.Sprintf("%s runs on two lanes of one GPU", id))
-						ran = true
-					}
-					for _, ts := range alloc.TaskStates {
-						for _, e := range ts.Events {
-							if strings.Contains(e.DisplayMessage+e.DriverError+e.SetupError, "two lanes of GPU") {
-								refused = true
-							}
-						}
-					}
-				}
-				time.Sleep(250 * time.Millisecond)
-			}
-			t.Logf("%s: ran on two GPUs %v, refused %v", id, ran, refused)
+			alloc := waitRunning(t, c, registerSleepJob(t, c, id, "nvidia/lane", 2))
+			ids := allocDeviceIDs(alloc)
+			must.Len(t, 2, ids)
+			must.NotEq(t, gpuOfInstance(ids[0]), gpuOfInstance(ids[1]), must.Sprintf("%s runs on two lanes of one GPU", id))
 			stopJobs(t, c, id)
 		}
 	})
@@ -384,7 +375,7 @@ func waitDeviceGroups(t *testing.T, c *harness.Cluster, want map[string]int) *ap
 			got = map[string]int{}
 			for _, d := range node.NodeResources.Devices {
 				if d.Vendor == "nvidia" && (d.Type == "gpu" || d.Type == "lane") {
-					got[d.Name] = len(d.Instances)
+					got[layoutName(d)] += len(d.Instances)
 				}
 			}
 			if fmt.Sprint(got) == fmt.Sprint(want) {

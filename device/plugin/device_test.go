@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,25 @@ func groupNamed(groups []*device.DeviceGroup, prefix string) *device.DeviceGroup
 	return nil
 }
 
+// layoutDevices are the devices of every group whose name starts with
+// prefix, by ID: the lanes of one layout, which lie in a group per lane
+// index.
+func layoutDevices(groups []*device.DeviceGroup, prefix string) []*device.Device {
+	var out []*device.Device
+	for _, g := range groups {
+		if strings.HasPrefix(g.Name, prefix) {
+			out = append(out, g.Devices...)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// layoutOf is a group's name without its lane index and slot.
+func layoutOf(group string) string { return laneSuffix.ReplaceAllString(group, "") }
+
+var laneSuffix = regexp.MustCompile(` lane \d+( slot \d+)?$`)
+
 func TestReserve_Lane(t *testing.T) {
 	d, _ := newSimDevice(t, testFleet, `
 partition {
@@ -45,9 +66,9 @@ partition {
   lanes = 4
 }`)
 	groups := firstFingerprint(t, d)
-	lanes := groupNamed(groups, "NVIDIA H100 80GB HBM3 [4 lanes")
+	lanes := groupNamed(groups, "NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB] lane 2")
 	must.NotNil(t, lanes)
-	must.Len(t, 8, lanes.Devices)
+	must.Len(t, 2, lanes.Devices) // one per GPU
 
 	res, err := d.Reserve([]string{"GPU-h100-01:lane2:slot0"})
 	must.NoError(t, err)

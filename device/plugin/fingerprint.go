@@ -185,6 +185,12 @@ func groupAttributes(members []instance, driverVersion, cudaVersion string) map[
 	if dev.IsMIG() {
 		attrs["mig_profile"] = structs.NewStringAttribute(dev.MIGProfile)
 	}
+	if in.isLane() {
+		// The group is one lane index (and slot) of the layout's GPUs.
+		attrs["layout"] = structs.NewStringAttribute(in.layoutName)
+		attrs["lane"] = structs.NewIntAttribute(int64(in.lane), "")
+		attrs["slot"] = structs.NewIntAttribute(int64(in.slot), "")
+	}
 	return attrs
 }
 

@@ -38,10 +38,15 @@ func TestFingerprint_Attributes(t *testing.T) {
 		"gpu/NVIDIA A100-SXM4-40GB",
 		"gpu/NVIDIA A100-SXM4-40GB MIG 3g.20gb",
 		"gpu/Tesla T4",
-		"lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]",
+		"lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB] lane 0",
+		"lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB] lane 1",
+		"lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB] lane 2",
+		"lane/NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB] lane 3",
 	}, names)
 
-	lanes := groupNamed(groups, "NVIDIA H100")
+	// A lane group is one lane index across the layout's GPUs, one
+	// instance per GPU, so that a request for N lanes gets N GPUs.
+	lanes := groupNamed(groups, "NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB] lane 1")
 	want := map[string]*structs.Attribute{
 		"memory":             structs.NewIntAttribute(20389, structs.UnitMiB),
 		"gpu_memory":         structs.NewIntAttribute(81559, structs.UnitMiB),
@@ -57,10 +62,14 @@ func TestFingerprint_Attributes(t *testing.T) {
 		"lanes_per_gpu":      structs.NewIntAttribute(4, ""),
 		"lane_share":         structs.NewIntAttribute(25, ""),
 		"slots":              structs.NewIntAttribute(1, ""),
+		"layout":             structs.NewStringAttribute("NVIDIA H100 80GB HBM3 [4 lanes x 20389 MiB]"),
+		"lane":               structs.NewIntAttribute(1, ""),
+		"slot":               structs.NewIntAttribute(0, ""),
 	}
 	must.Eq(t, want, lanes.Attributes)
-	must.Len(t, 8, lanes.Devices)
-	must.Eq(t, "GPU-h100-00:lane0:slot0", lanes.Devices[0].ID)
+	must.Len(t, 2, lanes.Devices)
+	must.Eq(t, "GPU-h100-00:lane1:slot0", lanes.Devices[0].ID)
+	must.Eq(t, "GPU-h100-01:lane1:slot0", lanes.Devices[1].ID)
 	must.True(t, lanes.Devices[0].Healthy)
 	must.Eq(t, "00000000:10:00.0", lanes.Devices[0].HwLocality.PciBusID)
 
@@ -113,9 +122,8 @@ func TestFingerprint_ReEmitsOnHealthAndAttributeChange(t *testing.T) {
 	must.NoError(t, sim.InjectFault(stateDir, "GPU-h100-01", "Xid 79: GPU has fallen off the bus"))
 	resp := nextFingerprint(t, ch, 5*time.Second)
 	must.NotNil(t, resp)
-	lanes := groupNamed(resp.Devices, "NVIDIA H100")
 	unhealthy := 0
-	for _, dev := range lanes.Devices {
+	for _, dev := range layoutDevices(resp.Devices, "NVIDIA H100") {
 		if !dev.Healthy {
 			unhealthy++
 			must.StrHasPrefix(t, "GPU-h100-01:", dev.ID)
@@ -211,7 +219,7 @@ mps {
 			resp := nextFingerprint(t, ch, 5*time.Second)
 			must.NotNil(t, resp)
 			must.NoError(t, resp.Error)
-			must.Len(t, 4, resp.Devices)
+			must.Len(t, 7, resp.Devices) // 3 whole-GPU groups, 4 lane groups
 			for _, g := range resp.Devices {
 				must.Eq(t, structs.NewStringAttribute("down"), g.Attributes["mps"])
 				must.StrContains(t, *g.Attributes["mps_error"].String, tc.want)

@@ -57,7 +57,7 @@ func TestGRPC_SimFleet(t *testing.T) {
 	groups := firstFingerprint(t, p)
 	lanes := groupNamed(groups, "NVIDIA H100 80GB HBM3 [4 lanes")
 	must.NotNil(t, lanes)
-	must.Len(t, 8, lanes.Devices)
+	must.Len(t, 8, layoutDevices(groups, "NVIDIA H100 80GB HBM3 [4 lanes"))
 	mem, ok := lanes.Attributes["memory"].GetInt()
 	must.True(t, ok)
 	must.Eq(t, int64(20389), mem)
@@ -117,7 +117,7 @@ partition {
 	groups := firstFingerprint(t, p)
 	got := map[string]int{}
 	for _, g := range groups {
-		got[g.Name] = len(g.Devices)
+		got[layoutOf(g.Name)] += len(g.Devices)
 	}
 	a100 := "Mock NVIDIA A100-SXM4-40GB"
 	must.Eq(t, map[string]int{
@@ -140,7 +140,7 @@ partition {
 	resp := nextFingerprint(t, ch, 5*time.Second)
 	must.NotNil(t, resp)
 	bad := 0
-	for _, dev := range groupNamed(resp.Devices, "NVIDIA H100").Devices {
+	for _, dev := range layoutDevices(resp.Devices, "NVIDIA H100") {
 		if !dev.Healthy {
 			bad++
 			must.StrContains(t, dev.HealthDesc, "critical Xid 48: double-bit ECC error")

@@ -19,8 +19,10 @@ type instance struct {
 	lanes, slots int
 	memoryMiB    uint64
 	sharePercent int
-	group        string
-	typ          string // the device type Nomad sees: "gpu", or lanes' type
+	// group is the device group Nomad sees the instance in; layoutName
+	// names every lane of GPUs of one model cut the same way.
+	group, layoutName string
+	typ               string // the device type Nomad sees: "gpu", or lanes' type
 }
 
 func (in instance) isLane() bool { return in.lane >= 0 }
@@ -67,12 +69,13 @@ func layout(devs []gpu.Device, s *settings) ([]instance, []layoutProblem) {
 			continue
 		}
 		share := 100 / lanes
-		group := laneGroupName(d.Model, lanes, laneMiB, r.slots)
+		name := laneGroupName(d.Model, lanes, laneMiB, r.slots)
 		for l := 0; l < lanes; l++ {
 			for k := 0; k < r.slots; k++ {
 				out = append(out, instance{
 					id: reservation.LaneInstanceID(d.UUID, l, k), device: d, lane: l, slot: k,
-					lanes: lanes, slots: r.slots, memoryMiB: laneMiB, sharePercent: share, group: group, typ: s.laneType,
+					lanes: lanes, slots: r.slots, memoryMiB: laneMiB, sharePercent: share,
+					group: laneSlotGroupName(name, l, k, r.slots), layoutName: name, typ: s.laneType,
 				})
 			}
 		}
@@ -117,7 +120,20 @@ func (r rule) cut(gpuMiB uint64) (lanes int, laneMiB uint64, err error) {
 	return int(n), r.laneMemoryMiB, nil
 }
 
-// laneGroupName names a device group by model and lane layout, so GPUs cut
+// laneSlotGroupName is the device group of one lane index and slot across
+// the GPUs of one layout. Nomad takes all the instances of one request
+// from one group, so a group that holds at most one instance per GPU makes
+// every request for N lanes N distinct GPUs (Reserve refuses two lanes of
+// one GPU). Free lanes at different indexes cannot be combined in one
+// request; docs/device.md says how the planner places around it.
+func laneSlotGroupName(layout string, lane, slot, slots int) string {
+	if slots > 1 {
+		return fmt.Sprintf("%s lane %d slot %d", layout, lane, slot)
+	}
+	return fmt.Sprintf("%s lane %d", layout, lane)
+}
+
+// laneGroupName names a lane layout by model and cut, so GPUs cut
 // differently never share a group (a group has one set of attributes).
 func laneGroupName(model string, lanes int, laneMiB uint64, slots int) string {
 	var b strings.Builder

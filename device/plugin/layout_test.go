@@ -84,10 +84,18 @@ func TestLayout(t *testing.T) {
 			must.Len(t, tc.want.problems, problems)
 			must.Len(t, tc.want.instances, insts)
 			groups := map[string]int{}
-			seen := map[string]bool{}
+			seen, perGPU := map[string]bool{}, map[string]bool{}
 			wholeOrLanes := map[string]string{}
 			for _, in := range insts {
-				groups[in.group]++
+				if in.isLane() {
+					groups[in.layoutName]++
+					// A lane group holds one instance per GPU at most.
+					key := in.group + "/" + in.device.UUID
+					must.False(t, perGPU[key], must.Sprintf("group %s holds two instances of %s", in.group, in.device.UUID))
+					perGPU[key] = true
+				} else {
+					groups[in.group]++
+				}
 				must.False(t, seen[in.id], must.Sprintf("duplicate instance %s", in.id))
 				seen[in.id] = true
 				kind := "whole"

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -115,6 +116,33 @@ func TestNodeFromReadsLaneGroups(t *testing.T) {
 	must.Eq(t, "lane", n.GPUs[0].Type)
 	must.True(t, n.GPUs[0].Lanes())
 	must.Eq(t, "gpu", n.GPUs[1].Type)
+}
+
+// caravan-device offers a layout as a group per lane index; the planner
+// sees one group of the layout's GPUs, with every lane of them.
+func TestNodeFromMergesTheLaneGroupsOfALayout(t *testing.T) {
+	model, layout, lanes := "H100", "H100 [2 lanes x 40000 MiB]", int64(2)
+	var groups []*api.NodeDeviceResource
+	for l := range 2 {
+		lane := int64(l)
+		attrs := map[string]*api.Attribute{"model": {StringVal: &model}, "lanes_per_gpu": {IntVal: &lanes},
+			"layout": {StringVal: &layout}, "lane": {IntVal: &lane}}
+		g := &api.NodeDeviceResource{Vendor: "nvidia", Type: "lane", Name: fmt.Sprintf("%s lane %d", layout, l), Attributes: attrs}
+		for _, gpu := range []string{"GPU-1", "GPU-0"} {
+			g.Instances = append(g.Instances, &api.NodeDevice{ID: fmt.Sprintf("%s:lane%d:slot0", gpu, l), Healthy: true})
+		}
+		groups = append(groups, g)
+	}
+	n := NodeFrom(&api.NodeListStub{ID: "n", Status: "ready", NodeResources: &api.NodeResources{Devices: groups}})
+	must.Len(t, 1, n.GPUs)
+	g := n.GPUs[0]
+	must.Eq(t, layout, g.Name)
+	must.Eq(t, 2, g.LanesPerGPU)
+	var ids []string
+	for _, in := range g.Instances {
+		ids = append(ids, in.ID)
+	}
+	must.Eq(t, []string{"GPU-0:lane0:slot0", "GPU-0:lane1:slot0", "GPU-1:lane0:slot0", "GPU-1:lane1:slot0"}, ids)
 }
 
 func TestParseDuration(t *testing.T) {

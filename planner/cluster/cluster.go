@@ -100,9 +100,10 @@ type Instance struct {
 	AllocID string
 }
 
-// GPUGroup is one device group of a node: same model and lane layout.
+// GPUGroup is the GPUs of a node of one model and lane layout: one Nomad
+// device group, or for lanes the groups of every lane index of the layout.
 type GPUGroup struct {
-	Name string // Nomad's device name
+	Name string // Nomad's device name; the layout's name for lanes
 	// Type is the device type: "gpu", or "lane" where the device plugin
 	// offers lanes under a type of their own (a job asks "nvidia/lane").
 	Type         string
@@ -334,35 +335,49 @@ func NodeFrom(stub *api.NodeListStub) *Node {
 	n.CPUMHz = int(res.Cpu.CpuShares)
 	n.CPUCores = int(res.Cpu.TotalCpuCores)
 	n.MemoryMB = int(res.Memory.MemoryMB)
+	// caravan-device offers a lane layout as one device group per lane
+	// index (so that N lanes of one request are N GPUs); the planner sees
+	// the layout whole, its groups merged by their layout attribute.
+	byLayout := map[string]*GPUGroup{}
 	for _, d := range res.Devices {
 		if d.Vendor != "nvidia" || !IsGPUType(d.Type) {
 			continue
 		}
-		g := &GPUGroup{Name: d.Name, Type: d.Type, Model: d.Name, LanesPerGPU: 1, Share: 1, Slots: 1}
-		if v, ok := attrString(d.Attributes, "model"); ok {
-			g.Model = v
+		name := d.Name
+		if v, ok := attrString(d.Attributes, "layout"); ok && v != "" {
+			name = v
 		}
-		g.MemoryMiB = attrMiB(d.Attributes, "memory")
-		g.GPUMemoryMiB = attrMiB(d.Attributes, "gpu_memory")
-		if g.GPUMemoryMiB == 0 {
-			g.GPUMemoryMiB = g.MemoryMiB
-		}
-		if v := attrInt(d.Attributes, "lanes_per_gpu"); v > 1 {
-			g.LanesPerGPU = int(v)
-		}
-		if v := attrFloat(d.Attributes, "lane_share"); v > 0 && v <= 100 {
-			g.Share = v / 100
-		} else if g.LanesPerGPU > 1 {
-			g.Share = 1 / float64(g.LanesPerGPU)
-		}
-		if v := attrInt(d.Attributes, "slots"); v > 1 {
-			g.Slots = int(v)
+		g := byLayout[d.Type+"/"+name]
+		if g == nil {
+			g = &GPUGroup{Name: name, Type: d.Type, Model: name, LanesPerGPU: 1, Share: 1, Slots: 1}
+			if v, ok := attrString(d.Attributes, "model"); ok {
+				g.Model = v
+			}
+			g.MemoryMiB = attrMiB(d.Attributes, "memory")
+			g.GPUMemoryMiB = attrMiB(d.Attributes, "gpu_memory")
+			if g.GPUMemoryMiB == 0 {
+				g.GPUMemoryMiB = g.MemoryMiB
+			}
+			if v := attrInt(d.Attributes, "lanes_per_gpu"); v > 1 {
+				g.LanesPerGPU = int(v)
+			}
+			if v := attrFloat(d.Attributes, "lane_share"); v > 0 && v <= 100 {
+				g.Share = v / 100
+			} else if g.LanesPerGPU > 1 {
+				g.Share = 1 / float64(g.LanesPerGPU)
+			}
+			if v := attrInt(d.Attributes, "slots"); v > 1 {
+				g.Slots = int(v)
+			}
+			byLayout[d.Type+"/"+name] = g
+			n.GPUs = append(n.GPUs, g)
 		}
 		for _, inst := range d.Instances {
 			g.Instances = append(g.Instances, &Instance{ID: inst.ID, Healthy: inst.Healthy, Health: inst.HealthDescription})
 		}
+	}
+	for _, g := range n.GPUs {
 		sort.Slice(g.Instances, func(i, j int) bool { return g.Instances[i].ID < g.Instances[j].ID })
-		n.GPUs = append(n.GPUs, g)
 	}
 	sort.Slice(n.GPUs, func(i, j int) bool { return n.GPUs[i].Name < n.GPUs[j].Name })
 	return n
