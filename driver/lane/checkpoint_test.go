@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -358,4 +359,150 @@ func TestSuspendWritesItsProcessesAhead(t *testing.T) {
 			must.SliceLen(t, 1, st.Checkpointed, must.Sprint(id))
 		}
 	}
+}
+
+// A task whose checkpoint always fails cannot hold its partner off the
+// GPU: after SuspendAttempts tries, spaced out, it is handed to
+// SuspendFailed (the driver ends it), and once it has left the partner
+// runs. The lane does not spin on the failing suspend meanwhile.
+func TestFailedSuspendEndsTheTaskNotItsPartner(t *testing.T) {
+	b, state := simGPUBackend(t)
+	rec := &recorder{}
+	var c *Coordinator
+	evicted := make(chan string, 4)
+	c, _ = simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
+		SuspendFailed: func(id string, err error) {
+			evicted <- id
+			c.Leave(id) // as the driver's kill and DestroyTask do
+		}})
+	pa, pb := startProc(t), startProc(t)
+	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	must.NoError(t, sim.InjectCheckpointFault(state, ida, "checkpoint", -1))
+	key := Key{GPU: simGPU, Lane: 4}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	select {
+	case id := <-evicted:
+		must.Eq(t, "a", id)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a task that cannot be suspended was never ended; failed suspends: %d", rec.count("a", "suspend in"))
+	}
+	must.Eq(t, 3, rec.count("a", "failed, task keeps running"))
+	must.Positive(t, rec.count("a", "failed 3 times in a row"))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		st, ok := c.Status("b")
+		return ok && !st.Suspended && rec.count("b", "resumed in") > 0
+	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.False(t, pb.stopped())
+}
+
+// A task that leaves its lane while suspended is resumed first; a resume
+// that fails is returned and told, not dropped, so that the driver ends the
+// task by force rather than wait on a frozen one.
+func TestLeaveReportsAFailedResume(t *testing.T) {
+	b, state := simGPUBackend(t)
+	rec := &recorder{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
+	pa, pb := startProc(t), startProc(t)
+	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	key := Key{GPU: simGPU, Lane: 5}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		st, ok := c.Status("b")
+		return ok && st.Suspended
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	must.NoError(t, sim.InjectCheckpointFault(state, idb, "restore", -1))
+	err := c.Leave("b")
+	must.ErrorContains(t, err, "as the task leaves it")
+	must.Positive(t, rec.count("b", "is ended by force"))
+	_, ok := c.Status("b")
+	must.False(t, ok)
+}
+
+// spawningTask is a task's processes as signals reach them, and a process
+// the task starts on the GPU during its first suspend, between the
+// checkpoints and the freeze, as a data loader might.
+type spawningTask struct {
+	t       *testing.T
+	state   string
+	mu      sync.Mutex
+	pids    []int
+	spawned int
+}
+
+func (s *spawningTask) Method() string { return "signals" }
+
+func (s *spawningTask) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pid := range s.pids {
+		if err := syscall.Kill(pid, sig); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *spawningTask) Freeze(context.Context) error {
+	s.mu.Lock()
+	if s.spawned == 0 {
+		late := startProc(s.t)
+		s.spawned = late.cmd.Process.Pid
+		s.pids = append(s.pids, s.spawned)
+		s.mu.Unlock()
+		if err := sim.SetProcessMemory(s.state, simGPU, s.spawned, 1500); err != nil {
+			return err
+		}
+	} else {
+		s.mu.Unlock()
+	}
+	return s.signal(syscall.SIGSTOP)
+}
+
+func (s *spawningTask) Thaw(context.Context) error { return s.signal(syscall.SIGCONT) }
+
+func (s *spawningTask) gpuPIDs(b *sim.Backend) func() []int {
+	return func() []int {
+		s.mu.Lock()
+		pids := append([]int(nil), s.pids...)
+		s.mu.Unlock()
+		return gpuPIDsOf(b, pids...)()
+	}
+}
+
+// A process the task starts while its others are checkpointed is frozen
+// with them and checkpointed too: the suspended task holds nothing on the
+// GPU, so its partner's memory fits, and a resume restores every process.
+func TestProcessStartedDuringASuspendIsCheckpointedToo(t *testing.T) {
+	b, state := simGPUBackend(t)
+	rec := &recorder{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
+	pa, pb := startProc(t), startProc(t)
+	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	spawner := &spawningTask{t: t, state: state, pids: []int{idb}}
+	key := Key{GPU: simGPU, Lane: 6}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: spawner, GPUPIDs: spawner.gpuPIDs(b)}, MemberState{})
+	// b is suspended first, for a's turn; its new process must go too.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		st, ok := c.Status("b")
+		return ok && st.Suspended
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	spawner.mu.Lock()
+	late := spawner.spawned
+	spawner.mu.Unlock()
+	must.Positive(t, late)
+	must.SliceEmpty(t, spawner.gpuPIDs(b)(), must.Sprint("a process of the suspended task still holds GPU memory"))
+	must.Positive(t, rec.count("b", fmt.Sprintf("processes [%d] started on the GPU during the suspend", late)))
+	// Its next turn restores both.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		return rec.count("b", fmt.Sprintf("restored PIDs [%d %d]", idb, late)) > 0
+	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
 }

@@ -2,6 +2,7 @@ package lane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -49,6 +50,10 @@ type Hooks struct {
 	// ResumeFailed is called when a suspended task could not be resumed:
 	// the owner ends it, so Nomad's restart policy takes over.
 	ResumeFailed func(taskID string, err error)
+	// SuspendFailed is called when a task could not be suspended
+	// SuspendAttempts times in a row, while a lane partner waits for its
+	// turn: the owner ends it, so that the partner is not starved.
+	SuspendFailed func(taskID string, err error)
 	// Members reports a lane's task count whenever a task joins or leaves
 	// it; 0 means the lane is gone. Calls come in the order of the changes.
 	Members func(key Key, tasks int)
@@ -95,6 +100,10 @@ type Options struct {
 	// failure, doubled after each further one.
 	ResumeAttempts int
 	ResumeBackoff  time.Duration
+	// SuspendAttempts is how many suspends of a task may fail in a row,
+	// each ResumeBackoff doubled after the one before, before the task is
+	// handed to SuspendFailed.
+	SuspendAttempts int
 	// RejoinGrace is how long a lane restored after a restart waits for its
 	// other members to rejoin before it schedules without them.
 	RejoinGrace time.Duration
@@ -230,6 +239,10 @@ type member struct {
 	persisted                  *MemberState
 	// suspending are the processes a suspend in flight checkpoints.
 	suspending []int
+	// suspendFailures counts the task's failed suspends in a row; evicted
+	// is set once it was handed to SuspendFailed, until it leaves.
+	suspendFailures int
+	evicted         bool
 }
 
 // New returns a coordinator whose lanes stop when ctx ends.
@@ -242,6 +255,9 @@ func New(ctx context.Context, opts Options) *Coordinator {
 	}
 	if opts.ResumeAttempts <= 0 {
 		opts.ResumeAttempts = 3
+	}
+	if opts.SuspendAttempts <= 0 {
+		opts.SuspendAttempts = 3
 	}
 	if opts.ResumeBackoff <= 0 {
 		opts.ResumeBackoff = 100 * time.Millisecond
@@ -335,24 +351,28 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 }
 
 // Leave removes a task from all its lanes, resuming it first if it is
-// suspended so that it can receive the signals that stop it.
-func (c *Coordinator) Leave(taskID string) {
+// suspended so that it can receive the signals that stop it. A resume that
+// fails is returned, and told in an event: the task may still be frozen or
+// checkpointed, and its owner must end it by force.
+func (c *Coordinator) Leave(taskID string) error {
 	c.mu.Lock()
 	keys := c.members[taskID]
 	delete(c.members, taskID)
 	delete(c.holds, taskID)
 	c.mu.Unlock()
+	var errs []error
 	for _, key := range keys {
-		c.leave(key, taskID)
+		errs = append(errs, c.leave(key, taskID))
 	}
+	return errors.Join(errs...)
 }
 
-func (c *Coordinator) leave(key Key, taskID string) {
+func (c *Coordinator) leave(key Key, taskID string) (err error) {
 	c.mu.Lock()
 	l := c.lanes[key]
 	c.mu.Unlock()
 	if l == nil {
-		return
+		return nil
 	}
 	l.mu.Lock()
 	for i, m := range l.members {
@@ -364,9 +384,15 @@ func (c *Coordinator) leave(key Key, taskID string) {
 			h.mu.Lock()
 			h.lanes.Store(max(0, h.lanes.Load()-1))
 			if h.lanes.Load() == 0 {
-				left, _ := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+				var left []int
+				left, err = c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
 				h.setCheckpointed(left)
-				h.setRunning(true, time.Now())
+				h.setRunning(err == nil, time.Now())
+				if err != nil {
+					err = fmt.Errorf("resume in %s as the task leaves it: %w", key, err)
+					c.emit(Event{TaskID: taskID, Err: err, Message: fmt.Sprintf("%v; the task may still be stopped, and is ended by force", err),
+						Annotations: map[string]string{"lane": key.String()}})
+				}
 			}
 			h.mu.Unlock()
 			m.suspended = false
@@ -394,6 +420,7 @@ func (c *Coordinator) leave(key Key, taskID string) {
 	if !empty {
 		l.poke()
 	}
+	return err
 }
 
 // Status returns a member's status in its first lane.
@@ -557,11 +584,20 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		l.running = 0
 	}
 	cur := l.members[l.running]
-	// Exactly one runs: stop the others before the current one goes on.
+	// Exactly one runs: stop the others before the current one goes on. A
+	// task that cannot be stopped keeps its partner waiting, but only for
+	// SuspendAttempts tries: then it is ended, and the partner runs.
 	for i, m := range l.members {
 		if i != l.running && !m.suspended {
-			c.suspend(l, m, "another task's turn in the lane")
+			if !c.suspend(l, m, "another task's turn in the lane") {
+				return c.suspendFailed(l, m)
+			}
 		}
+	}
+	if cur.evicted {
+		// Ending; its partners take their turns once it has left.
+		l.running = (l.running + 1) % len(l.members)
+		return c.tick()
 	}
 	if cur.suspended {
 		if !c.resume(l, cur, "its turn in the lane") {
@@ -608,7 +644,7 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 	}
 	cur.pendingSince = time.Time{}
 	if !c.suspend(l, cur, reason) {
-		return c.tick()
+		return c.suspendFailed(l, cur)
 	}
 	for i := 1; i <= len(l.members); i++ {
 		idx := (l.running + i) % len(l.members)
@@ -689,10 +725,15 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		c.persist(l)
 	}
 	var checkpointed []int
+	start := time.Now()
 	d, err := switcher.Timed(func() (err error) {
 		checkpointed, err = c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs)
 		return err
 	})
+	if err == nil && c.opts.Mechanism.Via() != "" {
+		checkpointed, err = c.checkpointLateComers(m, checkpointed)
+		d = time.Since(start)
+	}
 	c.switched("suspend", d, err)
 	m.suspending = nil
 	if err != nil {
@@ -707,6 +748,7 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	h.setRunning(false, time.Now())
 	h.setCheckpointed(checkpointed)
 	m.suspended = true
+	m.suspendFailures = 0
 	m.switches++
 	m.lastSuspend = d
 	// At once, not at the end of the step: a restart between two switches
@@ -715,6 +757,65 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("suspended in %s via %s in %s (%s)%s", l.key, c.via(m), round(d), why, checkpointNote(checkpointed)),
 		Annotations: c.annotate(l, m, "suspend_latency", d)})
 	return true
+}
+
+// lateComerRounds bounds how often a suspend goes back for processes that
+// the task started while its others were checkpointed.
+const lateComerRounds = 3
+
+// checkpointLateComers checkpoints the processes of m that hold GPU memory
+// although its suspend is done (done are those it checkpointed): processes
+// the task started while the others were checkpointed, listed too late.
+// The freeze holds them now, but their memory would stay on the GPU, where
+// the partner's restore would not find it free. They are thawed and
+// checkpointed too, then frozen again. Processes that keep coming fail the
+// suspend, undone whole.
+func (c *Coordinator) checkpointLateComers(m *member, done []int) ([]int, error) {
+	for range lateComerRounds {
+		late := m.gpuPIDs() // a checkpointed process is not listed
+		if len(late) == 0 {
+			return done, nil
+		}
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("processes %v started on the GPU during the suspend; checkpointing them too", late)})
+		if err := m.Processes.Thaw(c.ctx); err != nil {
+			_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
+			return nil, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
+		}
+		more, err := c.opts.Mechanism.Suspend(c.ctx, m.Processes, late)
+		if err != nil {
+			_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
+			return nil, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
+		}
+		done = append(done, more...)
+	}
+	if late := m.gpuPIDs(); len(late) > 0 {
+		_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
+		return nil, errors.Join(fmt.Errorf("processes %v kept starting on the GPU during the suspend", late), rerr)
+	}
+	return done, nil
+}
+
+// suspendFailed counts a failed suspend of m, and returns how long the
+// lane waits before it tries again: ResumeBackoff, doubled after each
+// failure in a row. After SuspendAttempts failures m is handed to
+// SuspendFailed, which ends it, so that the partners it keeps waiting are
+// not starved; until it leaves, the lane makes no switch.
+func (c *Coordinator) suspendFailed(l *laneState, m *member) time.Duration {
+	m.suspendFailures++
+	if m.suspendFailures >= c.opts.SuspendAttempts && !m.evicted {
+		m.evicted = true
+		err := fmt.Errorf("suspend in %s failed %d times in a row", l.key, m.suspendFailures)
+		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its lane partners are not starved (its restart policy takes over)", err),
+			Annotations: map[string]string{"lane": l.key.String(), "suspend_attempts": strconv.Itoa(m.suspendFailures)}})
+		if c.opts.Hooks.SuspendFailed != nil {
+			c.running.Add(1)
+			go func() {
+				defer c.running.Done()
+				c.opts.Hooks.SuspendFailed(m.TaskID, err)
+			}()
+		}
+	}
+	return c.opts.ResumeBackoff << min(m.suspendFailures-1, 6)
 }
 
 func checkpointNote(pids []int) string {

@@ -157,7 +157,7 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 		d.coord = lane.New(d.ctx, lane.Options{
 			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
 			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
-			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed,
+			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed, SuspendFailed: d.suspendFailed,
 				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }, Persist: d.persistLane},
 		})
 	}
@@ -777,9 +777,18 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	if !ok {
 		return drivers.ErrTaskNotFound
 	}
-	// A suspended task must run again to receive its stop signal.
+	// A suspended task must run again to receive its stop signal; one that
+	// cannot be resumed would never act on it, so it is killed at once.
 	if d.coord != nil {
-		d.coord.Leave(taskID)
+		if err := d.coord.Leave(taskID); err != nil {
+			h.Logger.Warn("the task could not be resumed to stop; killing it", "error", err)
+			ctx, cancel := context.WithTimeout(d.ctx, killTimeout)
+			if kerr := h.Procs.Kill(ctx); kerr != nil {
+				h.Logger.Warn("killing the task's processes failed", "process_control", h.Procs.Method(), "error", kerr)
+			}
+			cancel()
+			signal, timeout = "SIGKILL", 0
+		}
 	}
 	if err := h.Exec.Shutdown(signal, timeout); err != nil {
 		if h.PluginClient.Exited() {

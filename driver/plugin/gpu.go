@@ -750,3 +750,13 @@ func (d *Driver) resumeFailed(taskID string, err error) {
 	}
 	d.kill(h, "resume after a lane switch failed: "+err.Error())
 }
+
+// suspendFailed ends a task that its lane could not suspend, time after
+// time, while a partner waited for its turn.
+func (d *Driver) suspendFailed(taskID string, err error) {
+	h, ok := d.tasks.Get(taskID)
+	if !ok {
+		return
+	}
+	d.kill(h, "lane switch: "+err.Error()+"; ended so that its lane partners get their turns")
+}
