@@ -371,7 +371,7 @@ func TestFailedSuspendEndsTheTaskNotItsPartner(t *testing.T) {
 	var c *Coordinator
 	evicted := make(chan string, 4)
 	c, _ = simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
-		SuspendFailed: func(id string, err error) {
+		Evict: func(id string, err error) {
 			evicted <- id
 			c.Leave(id) // as the driver's kill and DestroyTask do
 		}})
@@ -505,4 +505,76 @@ func TestProcessStartedDuringASuspendIsCheckpointedToo(t *testing.T) {
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		return rec.count("b", fmt.Sprintf("restored PIDs [%d %d]", idb, late)) > 0
 	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+}
+
+// A restore checks first that the memory it needs is free: where a running
+// partner grew past its profile meanwhile, the partner is ended, not the
+// task waiting to be restored, which is restored once the memory is back.
+// Here three tasks take turns; when one leaves, the two left fit at once,
+// and the checkpointed one is resumed beside the one running, which grew.
+func TestRestoreWaitsForMemoryAndTheTaskThatGrewPays(t *testing.T) {
+	b, state := simGPUBackend(t)
+	rec := &recorder{}
+	evicted := make(chan string, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	var c *Coordinator
+	pids := map[string]int{}
+	c = New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: time.Minute, MeasureIterations: 2,
+		ResumeBackoff: 10 * time.Millisecond, RejoinGrace: time.Second,
+		FreeMiB: func(gpu string) (uint64, bool) {
+			st, err := b.Stats(gpu)
+			return st.TotalMemoryMiB - st.UsedMemoryMiB, err == nil
+		},
+		Hooks: Hooks{Event: rec.add, Evict: func(id string, err error) {
+			evicted <- id
+			// As the driver's kill does: the process and its memory go.
+			must.NoError(t, sim.SetProcessMemory(state, simGPU, pids[id], 0))
+			c.Leave(id)
+		}}})
+	t.Cleanup(func() {
+		cancel()
+		c.Wait()
+	})
+	small := Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}
+	key := Key{GPU: simGPU, Lane: 7}
+	for _, id := range []string{"a", "b", "c"} {
+		p := startProc(t)
+		pid := p.cmd.Process.Pid
+		pids[id] = pid
+		must.NoError(t, sim.SetProcessMemory(state, simGPU, pid, 3000))
+		c.Join(key, 8000, Member{TaskID: id, Profile: small, Processes: p.processes(), GPUPIDs: gpuPIDsOf(b, pid),
+			GPUMemoryMiB: func() uint64 {
+				procs, _ := b.Processes(simGPU)
+				for _, q := range procs {
+					if q.PID == pid {
+						return q.UsedMemoryMiB
+					}
+				}
+				return 0
+			}}, MemberState{})
+	}
+	// Three take turns (9000 MiB persistent in an 8000 MiB lane): a runs,
+	// b and c are checkpointed.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		sb, okb := c.Status("b")
+		sc, okc := c.Status("c")
+		return okb && okc && sb.Suspended && sc.Suspended && rec.count("b", "checkpointed PIDs") > 0 && rec.count("c", "checkpointed PIDs") > 0
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	// a grows far past its profile of 4000 MiB; then c leaves, and a and b
+	// fit the lane at once by their profiles. b's 3000 MiB do not fit
+	// beside a's 14000 on the 16384 MiB GPU.
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, pids["a"], 14000))
+	must.NoError(t, c.Leave("c"))
+	select {
+	case id := <-evicted:
+		must.Eq(t, "a", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task that grew was never ended")
+	}
+	must.Positive(t, rec.count("a", "grew to 14000 MiB"))
+	must.Positive(t, rec.count("b", "restore in "+key.String()+" waits for 3000 MiB"))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		return rec.count("b", fmt.Sprintf("restored PIDs [%d]", pids["b"])) > 0
+	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Zero(t, rec.count("b", "failed"), must.Sprint("b's restore was tried without the memory"))
 }

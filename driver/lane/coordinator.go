@@ -50,10 +50,11 @@ type Hooks struct {
 	// ResumeFailed is called when a suspended task could not be resumed:
 	// the owner ends it, so Nomad's restart policy takes over.
 	ResumeFailed func(taskID string, err error)
-	// SuspendFailed is called when a task could not be suspended
-	// SuspendAttempts times in a row, while a lane partner waits for its
-	// turn: the owner ends it, so that the partner is not starved.
-	SuspendFailed func(taskID string, err error)
+	// Evict is called when a task must end for its lane partners' sake,
+	// err saying why: it could not be suspended SuspendAttempts times in a
+	// row, or it grew past its profile so that a partner's restore does
+	// not fit on the GPU. The owner ends it; its restart policy takes over.
+	Evict func(taskID string, err error)
 	// Members reports a lane's task count whenever a task joins or leaves
 	// it; 0 means the lane is gone. Calls come in the order of the changes.
 	Members func(key Key, tasks int)
@@ -75,6 +76,9 @@ type MemberState struct {
 	// before it starts: a driver that stops in the middle leaves some of
 	// them checkpointed, and the next one asks the GPU which.
 	Suspending []int `json:"suspending,omitempty"`
+	// CheckpointedMiB is what the checkpointed processes held on the
+	// lane's GPU: what their restore needs free.
+	CheckpointedMiB uint64 `json:"checkpointed_mib,omitempty"`
 	// Turn is set on the member whose turn it is while time-sliced.
 	Turn       bool      `json:"turn"`
 	SliceStart time.Time `json:"slice_start"`
@@ -100,9 +104,12 @@ type Options struct {
 	// failure, doubled after each further one.
 	ResumeAttempts int
 	ResumeBackoff  time.Duration
+	// FreeMiB is the GPU memory free on a GPU now; where it is set, a
+	// restore waits until what it needs is free.
+	FreeMiB func(gpu string) (mib uint64, ok bool)
 	// SuspendAttempts is how many suspends of a task may fail in a row,
 	// each ResumeBackoff doubled after the one before, before the task is
-	// handed to SuspendFailed.
+	// handed to Evict.
 	SuspendAttempts int
 	// RejoinGrace is how long a lane restored after a restart waits for its
 	// other members to rejoin before it schedules without them.
@@ -240,9 +247,15 @@ type member struct {
 	// suspending are the processes a suspend in flight checkpoints.
 	suspending []int
 	// suspendFailures counts the task's failed suspends in a row; evicted
-	// is set once it was handed to SuspendFailed, until it leaves.
+	// is set once it was handed to Evict, until it leaves.
 	suspendFailures int
 	evicted         bool
+	// checkpointMiB is what the task held on the lane's GPU when its
+	// processes were checkpointed: what their restore needs free.
+	checkpointMiB  uint64
+	waitingForRoom bool
+	// lateMiB is what processes started during a suspend held.
+	lateMiB uint64
 }
 
 // New returns a coordinator whose lanes stop when ctx ends.
@@ -318,7 +331,7 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 		m.Profile = restored.Profile
 	}
 	mem := &member{Member: m, hold: h, suspended: restored.Suspended, switches: restored.Switches, sliceStart: now, lastTick: now,
-		ranAtSliceStart: h.ran(now)}
+		ranAtSliceStart: h.ran(now), checkpointMiB: restored.CheckpointedMiB}
 	if !restored.SliceStart.IsZero() {
 		// The turn goes on from where it was: count it as run since then.
 		mem.sliceStart = restored.SliceStart
@@ -384,8 +397,17 @@ func (c *Coordinator) leave(key Key, taskID string) (err error) {
 			h.mu.Lock()
 			h.lanes.Store(max(0, h.lanes.Load()-1))
 			if h.lanes.Load() == 0 {
+				restore := h.checkpointedPIDs()
+				if need, free, fits := c.fits(l, m); !fits {
+					// A leaving task needs to run to take its stop signal,
+					// not its GPU state back: a restore that does not fit
+					// could leave it stuck for good.
+					c.emit(Event{TaskID: taskID, Message: fmt.Sprintf("leaves %s thawed but checkpointed: its restore needs %d MiB, %d MiB free on the GPU", key, need, free),
+						Annotations: map[string]string{"lane": key.String()}})
+					restore = nil
+				}
 				var left []int
-				left, err = c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+				left, err = c.opts.Mechanism.Resume(c.ctx, m.Processes, restore)
 				h.setCheckpointed(left)
 				h.setRunning(err == nil, time.Now())
 				if err != nil {
@@ -718,6 +740,10 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		return true
 	}
 	gpuPIDs := m.gpuPIDs()
+	var heldMiB uint64
+	if c.opts.Mechanism.Via() != "" && m.GPUMemoryMiB != nil {
+		heldMiB = m.GPUMemoryMiB()
+	}
 	if c.opts.Mechanism.Via() != "" && len(gpuPIDs) > 0 {
 		// Written ahead: after a restart in the middle, the processes may
 		// be checkpointed while no state says so.
@@ -747,6 +773,11 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	h.lanes.Store(1)
 	h.setRunning(false, time.Now())
 	h.setCheckpointed(checkpointed)
+	m.checkpointMiB = 0
+	if len(checkpointed) > 0 {
+		m.checkpointMiB = heldMiB + m.lateMiB
+	}
+	m.lateMiB = 0
 	m.suspended = true
 	m.suspendFailures = 0
 	m.switches++
@@ -777,6 +808,9 @@ func (c *Coordinator) checkpointLateComers(m *member, done []int) ([]int, error)
 			return done, nil
 		}
 		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("processes %v started on the GPU during the suspend; checkpointing them too", late)})
+		if m.GPUMemoryMiB != nil {
+			m.lateMiB += m.GPUMemoryMiB()
+		}
 		if err := m.Processes.Thaw(c.ctx); err != nil {
 			_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
 			return nil, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
@@ -798,7 +832,7 @@ func (c *Coordinator) checkpointLateComers(m *member, done []int) ([]int, error)
 // suspendFailed counts a failed suspend of m, and returns how long the
 // lane waits before it tries again: ResumeBackoff, doubled after each
 // failure in a row. After SuspendAttempts failures m is handed to
-// SuspendFailed, which ends it, so that the partners it keeps waiting are
+// Evict, which ends it, so that the partners it keeps waiting are
 // not starved; until it leaves, the lane makes no switch.
 func (c *Coordinator) suspendFailed(l *laneState, m *member) time.Duration {
 	m.suspendFailures++
@@ -807,15 +841,75 @@ func (c *Coordinator) suspendFailed(l *laneState, m *member) time.Duration {
 		err := fmt.Errorf("suspend in %s failed %d times in a row", l.key, m.suspendFailures)
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its lane partners are not starved (its restart policy takes over)", err),
 			Annotations: map[string]string{"lane": l.key.String(), "suspend_attempts": strconv.Itoa(m.suspendFailures)}})
-		if c.opts.Hooks.SuspendFailed != nil {
-			c.running.Add(1)
-			go func() {
-				defer c.running.Done()
-				c.opts.Hooks.SuspendFailed(m.TaskID, err)
-			}()
-		}
+		c.evict(m, err)
 	}
 	return c.opts.ResumeBackoff << min(m.suspendFailures-1, 6)
+}
+
+// evict hands m to the Evict hook, once.
+func (c *Coordinator) evict(m *member, err error) {
+	m.evicted = true
+	if c.opts.Hooks.Evict == nil {
+		return
+	}
+	c.running.Add(1)
+	go func() {
+		defer c.running.Done()
+		c.opts.Hooks.Evict(m.TaskID, err)
+	}()
+}
+
+// fits reports whether m's restore fits in the GPU memory free now, with
+// what it needs and what is free; a GPU that cannot tell, or a task with
+// nothing checkpointed, fits.
+func (c *Coordinator) fits(l *laneState, m *member) (need, free uint64, ok bool) {
+	need = m.checkpointMiB
+	if need == 0 || c.opts.FreeMiB == nil || len(m.hold.checkpointedPIDs()) == 0 {
+		return need, 0, true
+	}
+	free, known := c.opts.FreeMiB(l.key.GPU)
+	return need, free, !known || free >= need
+}
+
+// roomToRestore reports whether the GPU has the memory m's restore needs
+// (what its processes held when they were checkpointed): a restore that
+// runs out of GPU memory can leave the process stuck for good. Where it
+// has not, a running partner that grew past its profile is the one that
+// pays: it is evicted, and m waits for the memory.
+func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
+	need, free, fits := c.fits(l, m)
+	if fits {
+		m.waitingForRoom = false
+		return true
+	}
+	var grower *member
+	var grew, growerUse, growerProfile uint64
+	for _, o := range l.members {
+		if o == m || o.suspended || o.evicted || !o.Profile.Known || o.GPUMemoryMiB == nil {
+			continue
+		}
+		use, profile := o.GPUMemoryMiB(), o.Profile.PersistentMiB+o.Profile.EphemeralMiB
+		if use > profile && use-profile > grew {
+			grower, grew, growerUse, growerProfile = o, use-profile, use, profile
+		}
+	}
+	if grower != nil {
+		name := m.Name
+		if name == "" {
+			name = m.TaskID
+		}
+		err := fmt.Errorf("grew to %d MiB in %s, past its profile of %d MiB, so that %s's restore of %d MiB does not fit (%d MiB free on the GPU)",
+			growerUse, l.key, growerProfile, name, need, free)
+		c.emit(Event{TaskID: grower.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its partner can run", err),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		c.evict(grower, err)
+	}
+	if !m.waitingForRoom {
+		m.waitingForRoom = true
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("restore in %s waits for %d MiB; %d MiB free on the GPU", l.key, need, free),
+			Annotations: map[string]string{"lane": l.key.String()}})
+	}
+	return false
 }
 
 func checkpointNote(pids []int) string {
@@ -853,6 +947,9 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		return true
 	}
 	restoring := h.checkpointedPIDs()
+	if !c.roomToRestore(l, m) {
+		return false
+	}
 	var err error
 	var d time.Duration
 	backoff := c.opts.ResumeBackoff
@@ -910,6 +1007,8 @@ func (c *Coordinator) persist(l *laneState) {
 			Suspending: m.suspending, Turn: l.mode == "time-sliced" && i == l.running, Mode: l.mode, Switches: m.switches}
 		if len(st.Checkpointed) == 0 {
 			st.Checkpointed = nil
+		} else {
+			st.CheckpointedMiB = m.checkpointMiB
 		}
 		if st.Turn {
 			st.SliceStart = m.sliceStart

@@ -156,8 +156,8 @@ func (d *Driver) SetConfig(cfg *base.Config) error {
 	if d.coord == nil {
 		d.coord = lane.New(d.ctx, lane.Options{
 			Mechanism: choice.Mechanism, Quantum: s.quantum, IterationGrace: s.iterationGrace,
-			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"),
-			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed, SuspendFailed: d.suspendFailed,
+			MeasureIterations: s.MeasureIterations, Logger: d.logger.Named("lane"), FreeMiB: d.gpuFreeMiB,
+			Hooks: lane.Hooks{Event: d.laneEvent, Switched: d.metrics.ObserveSwitch, ResumeFailed: d.resumeFailed, Evict: d.evictFromLane,
 				Members: func(k lane.Key, n int) { d.metrics.SetLaneMembers(k.String(), n) }, Persist: d.persistLane},
 		})
 	}

@@ -751,12 +751,26 @@ func (d *Driver) resumeFailed(taskID string, err error) {
 	d.kill(h, "resume after a lane switch failed: "+err.Error())
 }
 
-// suspendFailed ends a task that its lane could not suspend, time after
-// time, while a partner waited for its turn.
-func (d *Driver) suspendFailed(taskID string, err error) {
+// gpuFreeMiB is the memory free on a GPU now, as the backend tells it.
+func (d *Driver) gpuFreeMiB(uuid string) (uint64, bool) {
+	backend, err := d.gpuBackend()
+	if err != nil || backend == nil {
+		return 0, false
+	}
+	st, err := backend.Stats(uuid)
+	if err != nil || st.TotalMemoryMiB == 0 || st.UsedMemoryMiB > st.TotalMemoryMiB {
+		return 0, false
+	}
+	return st.TotalMemoryMiB - st.UsedMemoryMiB, true
+}
+
+// evictFromLane ends a task for its lane partners' sake: its lane could
+// not suspend it, time after time, or it grew so that a partner's restore
+// does not fit.
+func (d *Driver) evictFromLane(taskID string, err error) {
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
 		return
 	}
-	d.kill(h, "lane switch: "+err.Error()+"; ended so that its lane partners get their turns")
+	d.kill(h, "lane: "+err.Error()+"; ended so that its lane partners can run")
 }

@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,7 +35,7 @@ func (b *Backend) EnableCheckpoint(cliPath string) {
 		b.ckpt, b.ckptWhy = nil, "CUDA driver API: "+apiErr.Error()+"; cuda-checkpoint: "+err.Error()
 		return
 	}
-	b.ckpt = CLI{Path: bin}
+	b.ckpt = DetectCLI(bin)
 }
 
 func (b *Backend) checkpointer() (gpu.Checkpointer, string) {
@@ -87,19 +88,83 @@ func (b *Backend) CheckpointState(ctx context.Context, pid int) (gpu.CheckpointS
 type CLI struct {
 	Path    string
 	Timeout time.Duration
+	// Actions is set where the utility takes explicit actions (--action
+	// lock, checkpoint, restore, unlock; newer releases), which DetectCLI
+	// finds out. Without them only --toggle moves the state, whichever way
+	// it is not, so each call asks the state first: a repeated restore
+	// must not checkpoint the process again.
+	Actions bool
 }
 
 var _ gpu.Checkpointer = CLI{}
+
+// DetectCLI is the utility at path, with Actions set where its --help
+// lists --action.
+func DetectCLI(path string) CLI {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, path, "--help").CombinedOutput()
+	return CLI{Path: path, Actions: strings.Contains(string(out), "--action")}
+}
 
 func (CLI) CheckpointMechanism() string { return "cuda-checkpoint-cli" }
 
 func (CLI) CheckpointUnavailable() string { return "" }
 
-// Checkpoint and Restore both toggle: the utility moves the state the way
-// it is not.
-func (c CLI) Checkpoint(ctx context.Context, pid int) error { return c.toggle(ctx, pid) }
+// Checkpoint locks the process's CUDA state and checkpoints it (explicit
+// actions; a failed checkpoint unlocks again), or toggles a running one.
+// A process already checkpointed is left as it is.
+func (c CLI) Checkpoint(ctx context.Context, pid int) error {
+	if c.Actions {
+		if err := c.action(ctx, "lock", pid); err != nil {
+			return err
+		}
+		if err := c.action(ctx, "checkpoint", pid); err != nil {
+			return errors.Join(err, c.action(ctx, "unlock", pid))
+		}
+		return nil
+	}
+	state, err := c.CheckpointState(ctx, pid)
+	if err != nil {
+		return err
+	}
+	switch state {
+	case gpu.CheckpointCheckpointed:
+		return nil
+	case gpu.CheckpointRunning:
+		return c.toggle(ctx, pid)
+	}
+	return fmt.Errorf("checkpoint pid %d: its CUDA state is locked, and this cuda-checkpoint only toggles", pid)
+}
 
-func (c CLI) Restore(ctx context.Context, pid int) error { return c.toggle(ctx, pid) }
+// Restore restores the process's CUDA state and unlocks it (explicit
+// actions), or toggles a checkpointed one. A process that runs already is
+// left as it is, never checkpointed again.
+func (c CLI) Restore(ctx context.Context, pid int) error {
+	state, err := c.CheckpointState(ctx, pid)
+	if err != nil {
+		return err
+	}
+	switch {
+	case state == gpu.CheckpointRunning:
+		return nil
+	case c.Actions && state == gpu.CheckpointCheckpointed:
+		if err := c.action(ctx, "restore", pid); err != nil {
+			return err
+		}
+		return c.action(ctx, "unlock", pid)
+	case c.Actions && state == gpu.CheckpointLocked:
+		return c.action(ctx, "unlock", pid)
+	case state == gpu.CheckpointCheckpointed:
+		return c.toggle(ctx, pid)
+	}
+	return fmt.Errorf("restore pid %d: its CUDA state is locked, and this cuda-checkpoint only toggles", pid)
+}
+
+func (c CLI) action(ctx context.Context, action string, pid int) error {
+	_, err := c.run(ctx, "--action", action, "--pid", strconv.Itoa(pid))
+	return err
+}
 
 func (c CLI) toggle(ctx context.Context, pid int) error {
 	_, err := c.run(ctx, "--toggle", "--pid", strconv.Itoa(pid))
