@@ -256,6 +256,8 @@ type member struct {
 	waitingForRoom bool
 	// lateMiB is what processes started during a suspend held.
 	lateMiB uint64
+	// checkedProfile is when its profile was last held against use.
+	checkedProfile time.Time
 }
 
 // New returns a coordinator whose lanes stop when ctx ends.
@@ -686,6 +688,10 @@ func (c *Coordinator) measure(l *laneState, now time.Time) {
 			m.runTime += now.Sub(m.lastTick)
 		}
 		m.lastTick = now
+		if m.Profile.Known && !m.suspended && m.GPUMemoryMiB != nil && now.Sub(m.checkedProfile) >= profileCheck {
+			m.checkedProfile = now
+			c.checkDeclared(l, m)
+		}
 		if m.Profile.Known || m.suspended || m.GPUMemoryMiB == nil {
 			continue
 		}
@@ -706,6 +712,29 @@ func (c *Coordinator) measure(l *laneState, now time.Time) {
 					"ephemeral_mib":  strconv.FormatUint(m.Profile.EphemeralMiB, 10)}})
 		}
 	}
+}
+
+// profileCheck is how often a declared profile is held against what the
+// task holds on the GPU: each check asks the GPU.
+const profileCheck = 500 * time.Millisecond
+
+// checkDeclared holds m's profile, declared or measured, against what it
+// holds on the GPU now. A task that holds more is re-profiled (its
+// ephemeral memory grows to cover what it holds) and told so; the lane's
+// next step then checks again whether its tasks fit at once, and makes
+// them take turns where they no longer do. Sharing follows what a task
+// does, not what it said.
+func (c *Coordinator) checkDeclared(l *laneState, m *member) {
+	use, p := m.GPUMemoryMiB(), m.Profile
+	if use <= p.PersistentMiB+p.EphemeralMiB {
+		return
+	}
+	grown := Profile{PersistentMiB: p.PersistentMiB, EphemeralMiB: use - p.PersistentMiB, Known: true, Measured: true}
+	c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("holds %d MiB in %s, past its memory profile (%s); re-profiled as %s",
+		use, l.key, p, grown),
+		Annotations: map[string]string{"lane": l.key.String(), "declared_mib": strconv.FormatUint(p.PersistentMiB+p.EphemeralMiB, 10),
+			"held_mib": strconv.FormatUint(use, 10)}})
+	m.Profile = grown
 }
 
 // gpuPIDs returns the member's processes that hold GPU memory.

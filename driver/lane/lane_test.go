@@ -393,3 +393,33 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, ok func() bool)
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A declared profile is held against what the task holds: two tasks that
+// fit the lane at once by what they declared run concurrently until one
+// holds more than it declared; then it is re-profiled, told so, and the
+// two take turns.
+func TestADeclaredProfileIsCheckedAgainstUse(t *testing.T) {
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.Freeze{}, 100*time.Millisecond, Hooks{Event: rec.add})
+	a, b := startProc(t), startProc(t)
+	var held atomic.Uint64
+	held.Store(4000)
+	key := Key{GPU: "GPU-0", Lane: 6}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Processes: a.processes(),
+		GPUMemoryMiB: held.Load}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Processes: b.processes(),
+		GPUMemoryMiB: func() uint64 { return 3500 }}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "run concurrently") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	time.Sleep(700 * time.Millisecond) // a check or more: within its profile
+	must.Zero(t, rec.count("a", "past its memory profile"))
+
+	held.Store(5500) // 1500 MiB past its declaration
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "take turns") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Positive(t, rec.count("a", "holds 5500 MiB in GPU-0/lane6, past its memory profile (persistent 3000 MiB + ephemeral 1000 MiB (declared))"))
+	st, ok := c.Status("a")
+	must.True(t, ok)
+	must.Eq(t, uint64(2500), st.Profile.EphemeralMiB)
+	must.Eq(t, "time-sliced", st.Mode)
+}
