@@ -74,7 +74,7 @@ func TestTenantSymlinkedIterationFileIsNotFollowed(t *testing.T) {
 // new driver process reads it back after a client restart. A task that
 // forges that state must not have it believed. The assertion is on the
 // profile and mode the recovered task rejoins its lane with: the profile
-// is what the lane's safety check (Σ persistent + max ephemeral ≤ lane)
+// is what the lane's admission (Σ (persistent + ephemeral) ≤ lane)
 // rests on, so a forged tiny one lets the task run concurrently beside a
 // neighbour it must take turns with, and the recovery event and the join
 // name exactly what the new driver believed.

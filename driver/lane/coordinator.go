@@ -578,19 +578,25 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 	for i, m := range l.members {
 		profiles[i] = m.Profile
 	}
-	safe, persistent, ephemeral := Safe(profiles, l.memMiB)
+	fit, total := Concurrent(profiles, l.memMiB)
 	mode := "time-sliced"
 	switch {
 	case len(l.members) == 1:
 		mode = "alone"
-	case safe:
+	case fit:
 		mode = "concurrent"
 	}
 	if mode != l.mode {
 		l.mode = mode
-		msg := fmt.Sprintf("%s: %d task(s) %s; Σ persistent %d MiB + max ephemeral %d MiB vs lane %d MiB",
+		msg := fmt.Sprintf("%s: %d task(s) %s; Σ (persistent + ephemeral) %d MiB vs lane %d MiB",
 			l.key, len(l.members), map[string]string{"alone": "alone in the lane", "concurrent": "run concurrently", "time-sliced": "take turns"}[mode],
-			persistent, ephemeral, l.memMiB)
+			total, l.memMiB)
+		if safe, persistent, ephemeral := Safe(profiles, l.memMiB); mode == "time-sliced" && c.opts.Mechanism.Via() == "" && !safe {
+			// Frozen tasks keep their GPU memory: the one running has only
+			// what the others' persistent memory leaves.
+			msg += fmt.Sprintf("; warning: with %s, suspended tasks keep their memory, and Σ persistent %d MiB + max ephemeral %d MiB does not fit, so the task running may run out of GPU memory",
+				c.Mechanism(), persistent, ephemeral)
+		}
 		for _, m := range l.members {
 			c.emit(Event{TaskID: m.TaskID, Message: msg, Annotations: map[string]string{"lane": l.key.String(), "mode": mode}})
 		}

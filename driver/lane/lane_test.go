@@ -39,6 +39,30 @@ func TestSafe(t *testing.T) {
 	}
 }
 
+// Tasks run at once only where their whole profiles fit together: their
+// iterations are not synchronised, so their ephemeral peaks may coincide.
+func TestConcurrent(t *testing.T) {
+	known := func(p, e uint64) Profile { return Profile{PersistentMiB: p, EphemeralMiB: e, Known: true} }
+	cases := []struct {
+		name     string
+		profiles []Profile
+		lane     uint64
+		want     bool
+	}{
+		{"fits exactly", []Profile{known(3000, 2000), known(2000, 1000)}, 8000, true},
+		{"one MiB over", []Profile{known(3000, 2000), known(2001, 1000)}, 8000, false},
+		{"ephemeral peaks may coincide", []Profile{known(1000, 5000), known(1000, 5000)}, 7000, false},
+		{"alone and unknown", []Profile{{}}, 8000, true},
+		{"unknown next to another", []Profile{{}, known(1, 1)}, 8000, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _ := Concurrent(c.profiles, c.lane)
+			must.Eq(t, c.want, got)
+		})
+	}
+}
+
 func TestIterationCounterCountsCompleteLines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "iterations")
 	c := NewIterationCounter(path)
@@ -131,7 +155,7 @@ func TestProfilesThatFitRunConcurrently(t *testing.T) {
 	a, b := startProc(t), startProc(t)
 	key := Key{GPU: "GPU-0", Lane: 0}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 2000, Known: true}, Processes: a.processes()}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Processes: b.processes()}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 2000, EphemeralMiB: 1000, Known: true}, Processes: b.processes()}, MemberState{})
 	time.Sleep(300 * time.Millisecond)
 	must.False(t, a.stopped())
 	must.False(t, b.stopped())
@@ -176,6 +200,8 @@ func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
 	must.Eq(t, "time-sliced", st.Mode)
 	must.Positive(t, st.LastSuspend)
 	must.Positive(t, rec.count("a", "suspended in GPU-0/lane1 via freeze (signals)"))
+	// Frozen, b keeps its 5000 MiB while a runs with up to 7000 MiB.
+	must.Positive(t, rec.count("a", "with freeze, suspended tasks keep their memory, and Σ persistent 10000 MiB + max ephemeral 2000 MiB does not fit"))
 
 	// Leaving resumes a suspended task so that it can be stopped.
 	c.Leave("a")

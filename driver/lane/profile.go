@@ -38,8 +38,27 @@ func (p Profile) String() string {
 	return fmt.Sprintf("persistent %d MiB + ephemeral %d MiB (%s)", p.PersistentMiB, p.EphemeralMiB, how)
 }
 
-// Safe reports Salus's safety condition for running profiles concurrently in
-// laneMiB: Σ persistent + max ephemeral ≤ lane memory. A profile not yet
+// Concurrent reports whether tasks of these profiles may run at once in
+// laneMiB. Their iterations run unsynchronised, so their ephemeral peaks
+// may coincide: each task's whole profile counts, Σ (persistent +
+// ephemeral) ≤ lane memory. Salus's condition (Safe), which shares one
+// ephemeral among all, holds only where one iteration runs at a time. A
+// profile not yet known next to another task cannot be proven to fit.
+func Concurrent(profiles []Profile, laneMiB uint64) (ok bool, total uint64) {
+	for _, p := range profiles {
+		if !p.Known {
+			if len(profiles) > 1 {
+				return false, laneMiB + 1
+			}
+			continue
+		}
+		total += p.PersistentMiB + p.EphemeralMiB
+	}
+	return total <= laneMiB, total
+}
+
+// Safe reports Salus's safety condition for profiles whose iterations run
+// one at a time in laneMiB: Σ persistent + max ephemeral ≤ lane memory. A profile not yet
 // known counts as possibly using the whole lane.
 func Safe(profiles []Profile, laneMiB uint64) (ok bool, persistent, maxEphemeral uint64) {
 	for _, p := range profiles {
