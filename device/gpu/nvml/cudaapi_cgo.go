@@ -5,6 +5,7 @@ package nvml
 /*
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -19,9 +20,9 @@ typedef struct {
 	cu_state_fn state;
 } cu_ckpt_api;
 
-static const char *cu_ckpt_open(cu_ckpt_api *api) {
-	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!lib) return "libcuda.so.1 not found";
+static const char *cu_ckpt_open(const char *path, cu_ckpt_api *api) {
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) return "not found";
 	cu_init_fn init = (cu_init_fn)dlsym(lib, "cuInit");
 	api->lock = (cu_ckpt_fn)dlsym(lib, "cuCheckpointProcessLock");
 	api->checkpoint = (cu_ckpt_fn)dlsym(lib, "cuCheckpointProcessCheckpoint");
@@ -52,9 +53,9 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
 )
@@ -64,10 +65,16 @@ type cudaAPI struct {
 	api C.cu_ckpt_api
 }
 
-func openCUDACheckpointAPI() (*cudaAPI, error) {
+func openCUDACheckpointAPI() (*cudaAPI, error) { return openCUDACheckpointAPIAt("libcuda.so.1") }
+
+// openCUDACheckpointAPIAt opens the checkpoint API of the libcuda at path
+// (a name the dynamic loader searches for, or a path).
+func openCUDACheckpointAPIAt(path string) (*cudaAPI, error) {
 	a := &cudaAPI{}
-	if why := C.cu_ckpt_open(&a.api); why != nil {
-		return nil, errors.New(C.GoString(why))
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	if why := C.cu_ckpt_open(cpath, &a.api); why != nil {
+		return nil, fmt.Errorf("%s: %s", path, C.GoString(why))
 	}
 	return a, nil
 }
