@@ -5,7 +5,6 @@ package nvml
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/internal/cctest"
 )
 
 // fakeLibcuda is libcuda at the hardware seam: the checkpoint entry points
@@ -67,26 +67,6 @@ int cuCheckpointProcessUnlock(int pid, void *args) { return move("unlock", pid, 
 int cuCheckpointProcessGetState(int pid, int *st) { logcall("state", pid, 0); *st = state; return 0; }
 `
 
-// buildFake compiles source into a shared library in a directory of its
-// own, with the C compiler cgo uses.
-func buildFake(t *testing.T, name, source string) string {
-	t.Helper()
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("no C compiler (%s) to build a fake libcuda: %v", cc, err)
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, name+".c")
-	must.NoError(t, os.WriteFile(src, []byte(source), 0o644))
-	lib := filepath.Join(dir, name+".so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput()
-	must.NoError(t, err, must.Sprint(string(out)))
-	return lib
-}
-
 func fakeCalls(t *testing.T, log string) []string {
 	t.Helper()
 	data, err := os.ReadFile(log)
@@ -99,7 +79,7 @@ func fakeCalls(t *testing.T, log string) []string {
 // then checkpoint; state, restore, then unlock; and a restore of a process
 // that runs already calls nothing that moves it.
 func TestCUDAAPICallSequenceAndArguments(t *testing.T) {
-	lib := buildFake(t, "libcuda-fake", fakeLibcuda)
+	lib := cctest.SharedLib(t, "libcuda-fake", fakeLibcuda)
 	log := filepath.Join(t.TempDir(), "calls")
 	t.Setenv("FAKE_CUDA_LOG", log)
 	api, err := openCUDACheckpointAPIAt(lib)
@@ -136,7 +116,7 @@ func TestCUDAAPICallSequenceAndArguments(t *testing.T) {
 // A failed checkpoint unlocks the process again, and each failure is an
 // error naming the call, the pid and the CUresult.
 func TestCUDAAPIErrors(t *testing.T) {
-	lib := buildFake(t, "libcuda-fake", fakeLibcuda)
+	lib := cctest.SharedLib(t, "libcuda-fake", fakeLibcuda)
 	log := filepath.Join(t.TempDir(), "calls")
 	t.Setenv("FAKE_CUDA_LOG", log)
 	api, err := openCUDACheckpointAPIAt(lib)
@@ -175,11 +155,11 @@ func callNames(calls []string) []string {
 // A libcuda without the checkpoint entry points (a driver before 570) or
 // whose cuInit fails is not used, and says why.
 func TestCUDAAPIRefusesAnOldOrBrokenLibcuda(t *testing.T) {
-	old := buildFake(t, "libcuda-old", "int cuInit(unsigned int flags) { return 0; }\n")
+	old := cctest.SharedLib(t, "libcuda-old", "int cuInit(unsigned int flags) { return 0; }\n")
 	_, err := openCUDACheckpointAPIAt(old)
 	must.ErrorContains(t, err, "no cuCheckpointProcess* (driver older than 570)")
 
-	lib := buildFake(t, "libcuda-broken", fakeLibcuda)
+	lib := cctest.SharedLib(t, "libcuda-broken", fakeLibcuda)
 	t.Setenv("FAKE_CUDA_INIT_FAIL", "1")
 	_, err = openCUDACheckpointAPIAt(lib)
 	must.ErrorContains(t, err, "cuInit failed")

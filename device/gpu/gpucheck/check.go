@@ -1,0 +1,491 @@
+// Package gpucheck measures, on a real GPU, what the simulated backend can
+// only assume: NVML's view of processes and MPS clients, whether NVML's
+// accounting keeps a 1 ms spike, whether an MPS client can raise its own
+// pinned limit past its server's, how long a freeze and a checkpoint take,
+// and what a restore does when its memory does not fit. Each check runs
+// child processes of the same binary (the alloc subcommand) that allocate
+// through libcuda, as a training job's framework does.
+package gpucheck
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
+	"github.com/caravan-gpu/caravan/device/gpu/nvml"
+)
+
+// ErrNoGPU is what Run returns where there is no GPU to measure.
+var ErrNoGPU = errors.New("no NVIDIA GPU on this machine")
+
+// Options shape a run.
+type Options struct {
+	// Self is this binary, run as "Self alloc ..." for each child.
+	Self string
+	// CheckpointCLI is the cuda-checkpoint utility; PATH when empty.
+	CheckpointCLI string
+	// MPSControl is nvidia-cuda-mps-control; PATH when empty.
+	MPSControl string
+	// SizesGiB are the checkpoint sizes; those that do not fit are skipped.
+	SizesGiB []uint64
+	Logf     func(format string, args ...any)
+}
+
+// Row is one measurement.
+type Row struct {
+	Check  string `json:"check"`
+	Result string `json:"result"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Report is what a run measured, on which GPU.
+type Report struct {
+	Driver    string    `json:"driver_version"`
+	CUDA      string    `json:"cuda_version"`
+	GPU       string    `json:"gpu"`
+	Model     string    `json:"model"`
+	MemoryMiB uint64    `json:"memory_mib"`
+	Started   time.Time `json:"started"`
+	Rows      []Row     `json:"rows"`
+}
+
+// Markdown is the report as a table.
+func (r Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "GPU check on %s (%s, %d MiB), driver %s, CUDA %s, %s\n\n", r.Model, r.GPU, r.MemoryMiB, r.Driver, r.CUDA, r.Started.Format(time.RFC3339))
+	b.WriteString("| check | result | detail |\n|---|---|---|\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", row.Check, row.Result, strings.ReplaceAll(row.Detail, "|", "\\|"))
+	}
+	return b.String()
+}
+
+// WriteFiles writes gpu-check.json and gpu-check.md into dir.
+func (r Report) WriteFiles(dir string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gpu-check.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "gpu-check.md"), []byte(r.Markdown()), 0o644)
+}
+
+type run struct {
+	opts    Options
+	ctx     context.Context
+	backend *nvml.Backend
+	gpu     gpu.Device
+	report  *Report
+}
+
+// Run measures GPU 0 of the node. It returns ErrNoGPU, wrapped with the
+// reason, where NVML does not load or lists no GPU.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	b, err := nvml.New(nil)
+	if err != nil {
+		return Report{}, fmt.Errorf("%w: %v", ErrNoGPU, err)
+	}
+	defer b.Close()
+	devs, err := b.Devices()
+	if err != nil {
+		return Report{}, fmt.Errorf("%w: %v", ErrNoGPU, err)
+	}
+	var dev *gpu.Device
+	for i := range devs {
+		if !devs[i].IsMIG() && !devs[i].MIGEnabled {
+			dev = &devs[i]
+			break
+		}
+	}
+	if dev == nil {
+		return Report{}, fmt.Errorf("%w: NVML lists no whole GPU", ErrNoGPU)
+	}
+	drv, cuda, _ := b.Versions()
+	rep := &Report{Driver: drv, CUDA: cuda, GPU: dev.UUID, Model: dev.Model, MemoryMiB: dev.MemoryMiB, Started: time.Now()}
+	r := &run{opts: opts, ctx: ctx, backend: b, gpu: *dev, report: rep}
+	r.nvmlSeesProcess()
+	r.accountingSpike()
+	r.freezeThaw()
+	r.checkpoints()
+	r.restoreWithoutRoom()
+	r.mps()
+	return *rep, nil
+}
+
+func (r *run) add(check, result, detail string) {
+	r.opts.Logf("%s: %s %s", check, result, detail)
+	r.report.Rows = append(r.report.Rows, Row{Check: check, Result: result, Detail: detail})
+}
+
+// child is one "alloc" process.
+type child struct {
+	cmd *exec.Cmd
+	out *bufio.Reader
+}
+
+// start runs "Self alloc args..." with extra env on this GPU and waits for
+// it to say it holds its memory ("ready") or to fail.
+func (r *run) start(env []string, args ...string) (*child, error) {
+	cmd := exec.CommandContext(r.ctx, r.opts.Self, append([]string{"alloc"}, args...)...)
+	cmd.Env = append(append(os.Environ(), "CUDA_VISIBLE_DEVICES="+r.gpu.UUID), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, out: bufio.NewReader(stdout)}
+	line, err := c.out.ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("alloc %s: %s%s (%v)", strings.Join(args, " "), strings.TrimSpace(line), strings.TrimSpace(stderr.String()), err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, c.out) }()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}
+
+// listed waits up to 5 s for NVML to list pid on the GPU, with its memory.
+func (r *run) listed(pid int) (gpu.Process, bool) {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		procs, err := r.backend.Processes(r.gpu.UUID)
+		if err != nil {
+			continue
+		}
+		for _, p := range procs {
+			if p.PID == pid {
+				return p, true
+			}
+		}
+	}
+	return gpu.Process{}, false
+}
+
+func (r *run) nvmlSeesProcess() {
+	c, err := r.start(nil, "-mib", "1024", "-hold", "30s")
+	if err != nil {
+		r.add("NVML lists a process", "error", err.Error())
+		return
+	}
+	defer c.stop()
+	p, ok := r.listed(c.pid())
+	if !ok {
+		r.add("NVML lists a process", "not listed", "a process holding 1024 MiB was not listed within 5 s")
+		return
+	}
+	r.add("NVML lists a process", fmt.Sprintf("%d MiB", p.UsedMemoryMiB), "a process that allocated 1024 MiB through cuMemAlloc (the rest is its CUDA context)")
+}
+
+func (r *run) accountingSpike() {
+	const check = "accounting keeps a 1 ms spike"
+	if why := r.backend.AccountingUnavailable(r.gpu.UUID); why != "" {
+		r.add(check, "no accounting", why)
+		return
+	}
+	c, err := r.start(nil, "-mib", "256", "-spike-mib", "2048", "-spike", "1ms", "-hold", "500ms")
+	if err != nil {
+		r.add(check, "error", err.Error())
+		return
+	}
+	pid := c.pid()
+	_ = c.cmd.Wait()
+	procs, err := r.backend.AccountedProcesses(r.gpu.UUID)
+	if err != nil {
+		r.add(check, "error", err.Error())
+		return
+	}
+	for _, p := range procs {
+		if p.PID == pid {
+			result := "no"
+			if p.PeakMemoryMiB >= 256+2048 {
+				result = "yes"
+			}
+			r.add(check, result, fmt.Sprintf("exited process, 256 MiB held and 2048 MiB more for 1 ms: accounting peak %d MiB", p.PeakMemoryMiB))
+			return
+		}
+	}
+	r.add(check, "not accounted", fmt.Sprintf("pid %d is not in the accounting buffer after it exited", pid))
+}
+
+// procState is the state letter of pid in /proc.
+func procState(pid int) byte {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0
+	}
+	return data[i+2]
+}
+
+func waitState(pid int, stopped bool) time.Duration {
+	start := time.Now()
+	for time.Since(start) < 5*time.Second {
+		if (procState(pid) == 'T') == stopped {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return -1
+}
+
+func (r *run) freezeThaw() {
+	c, err := r.start(nil, "-mib", "1024", "-hold", "30s")
+	if err != nil {
+		r.add("freeze and thaw (signals)", "error", err.Error())
+		return
+	}
+	defer c.stop()
+	start := time.Now()
+	_ = syscall.Kill(c.pid(), syscall.SIGSTOP)
+	waitState(c.pid(), true)
+	freeze := time.Since(start)
+	start = time.Now()
+	_ = syscall.Kill(c.pid(), syscall.SIGCONT)
+	waitState(c.pid(), false)
+	r.add("freeze and thaw (signals)", fmt.Sprintf("%s / %s", freeze.Round(time.Microsecond), time.Since(start).Round(time.Microsecond)),
+		"SIGSTOP until /proc says stopped, SIGCONT until it does not, a process holding 1024 MiB")
+}
+
+// checkpointers are the ways this host checkpoints: the driver API where
+// libcuda has it, and the cuda-checkpoint utility where it is installed.
+func (r *run) checkpointers() map[string]gpu.Checkpointer {
+	out := map[string]gpu.Checkpointer{}
+	r.backend.EnableCheckpoint(r.opts.CheckpointCLI)
+	if r.backend.CheckpointMechanism() == "cuda-driver-api" {
+		out["driver API"] = r.backend
+	}
+	path := r.opts.CheckpointCLI
+	if path == "" {
+		path, _ = exec.LookPath("cuda-checkpoint")
+	}
+	if path != "" {
+		out["cuda-checkpoint"] = nvml.DetectCLI(path)
+	}
+	return out
+}
+
+func (r *run) freeMiB() uint64 {
+	st, err := r.backend.Stats(r.gpu.UUID)
+	if err != nil || st.UsedMemoryMiB > st.TotalMemoryMiB {
+		return 0
+	}
+	return st.TotalMemoryMiB - st.UsedMemoryMiB
+}
+
+func (r *run) checkpoints() {
+	ckpts := r.checkpointers()
+	if len(ckpts) == 0 {
+		r.add("checkpoint and restore", "unavailable", "neither libcuda's checkpoint API nor cuda-checkpoint: "+r.backend.CheckpointUnavailable())
+		return
+	}
+	for _, name := range []string{"driver API", "cuda-checkpoint"} {
+		ck, ok := ckpts[name]
+		if !ok {
+			continue
+		}
+		for _, gib := range r.opts.SizesGiB {
+			check := fmt.Sprintf("checkpoint / restore %d GiB (%s)", gib, name)
+			if gib*1024 > r.freeMiB()*8/10 {
+				r.add(check, "skipped", fmt.Sprintf("%d MiB free", r.freeMiB()))
+				continue
+			}
+			c, err := r.start(nil, "-mib", strconv.FormatUint(gib*1024, 10), "-hold", "5m")
+			if err != nil {
+				r.add(check, "error", err.Error())
+				continue
+			}
+			start := time.Now()
+			err = ck.Checkpoint(r.ctx, c.pid())
+			ckpt := time.Since(start)
+			if err != nil {
+				r.add(check, "error", "checkpoint: "+err.Error())
+				c.stop()
+				continue
+			}
+			_, stillListed := r.listedNow(c.pid())
+			start = time.Now()
+			err = ck.Restore(r.ctx, c.pid())
+			restore := time.Since(start)
+			detail := fmt.Sprintf("listed by NVML while checkpointed: %v", stillListed)
+			if err != nil {
+				detail += "; restore: " + err.Error()
+			}
+			r.add(check, fmt.Sprintf("%s / %s", ckpt.Round(time.Millisecond), restore.Round(time.Millisecond)), detail)
+			c.stop()
+		}
+	}
+}
+
+func (r *run) listedNow(pid int) (gpu.Process, bool) {
+	procs, err := r.backend.Processes(r.gpu.UUID)
+	if err != nil {
+		return gpu.Process{}, false
+	}
+	for _, p := range procs {
+		if p.PID == pid {
+			return p, true
+		}
+	}
+	return gpu.Process{}, false
+}
+
+func (r *run) restoreWithoutRoom() {
+	const check = "restore when its memory does not fit"
+	ckpts := r.checkpointers()
+	var ck gpu.Checkpointer
+	for _, name := range []string{"driver API", "cuda-checkpoint"} {
+		if c, ok := ckpts[name]; ok && ck == nil {
+			ck = c
+		}
+	}
+	if ck == nil {
+		r.add(check, "unavailable", "no way to checkpoint here")
+		return
+	}
+	quarter := r.gpu.MemoryMiB / 4
+	a, err := r.start(nil, "-mib", strconv.FormatUint(quarter, 10), "-hold", "5m")
+	if err != nil {
+		r.add(check, "error", err.Error())
+		return
+	}
+	defer a.stop()
+	if err := ck.Checkpoint(r.ctx, a.pid()); err != nil {
+		r.add(check, "error", "checkpoint: "+err.Error())
+		return
+	}
+	// Leave less free than the checkpointed process needs.
+	fill := r.freeMiB() - quarter/2
+	b, err := r.start(nil, "-mib", strconv.FormatUint(fill, 10), "-hold", "5m")
+	if err != nil {
+		r.add(check, "error", "fill: "+err.Error())
+		return
+	}
+	restoreErr := ck.Restore(r.ctx, a.pid())
+	state, stateErr := ck.CheckpointState(r.ctx, a.pid())
+	b.stop()
+	again := ck.Restore(r.ctx, a.pid())
+	detail := fmt.Sprintf("%d MiB checkpointed, %d MiB free: restore error %v; state after %v (%v); restore once the memory is free: %v",
+		quarter, quarter/2, restoreErr, state, stateErr, again)
+	result := "fails, recoverable"
+	switch {
+	case restoreErr == nil:
+		result = "succeeded"
+	case again != nil:
+		result = "fails, stuck"
+	}
+	r.add(check, result, detail)
+}
+
+func (r *run) mps() {
+	const check = "MPS"
+	control := r.opts.MPSControl
+	if control == "" {
+		control = mpsctl.DefaultControlBin
+	}
+	if _, err := exec.LookPath(control); err != nil {
+		r.add(check, "unavailable", err.Error())
+		return
+	}
+	dir, err := os.MkdirTemp("", "caravan-gpucheck-mps-")
+	if err != nil {
+		r.add(check, "error", err.Error())
+		return
+	}
+	defer os.RemoveAll(dir)
+	d := mpsctl.Daemon{Bin: control, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log")}
+	for _, sub := range []string{d.PipeDir, d.LogDir} {
+		_ = os.MkdirAll(sub, 0o755)
+	}
+	cmd := exec.CommandContext(r.ctx, control, "-d")
+	cmd.Env = d.Env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		r.add(check, "error", fmt.Sprintf("%s -d: %v: %s", control, err, out))
+		return
+	}
+	defer func() { _, _ = d.Command("quit") }()
+	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + d.LogDir}
+
+	// What the driver does: the server of the client's UID gets the limit.
+	if err := d.LimitServer(uint32(os.Getuid()), map[string]uint64{r.gpu.UUID: 1024}); err != nil {
+		r.add("MPS server limit", "error", err.Error())
+	} else {
+		c, err := r.start(append(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"), "-mib", "2048", "-hold", "2s")
+		result := "refused"
+		detail := "server limit 1024 MiB, the client's own environment asks for 8192 MiB, it allocates 2048 MiB"
+		if err == nil {
+			result = "allowed: the client raised its limit"
+			if p, ok := r.listed(c.pid()); ok {
+				detail += fmt.Sprintf("; NVML lists the MPS client with %d MiB", p.UsedMemoryMiB)
+			}
+			c.stop()
+		} else {
+			detail += ": " + err.Error()
+		}
+		r.add("MPS server limit", result, detail)
+	}
+	c, err := r.start(env, "-mib", "512", "-hold", "30s")
+	if err != nil {
+		r.add("NVML lists an MPS client", "error", err.Error())
+		return
+	}
+	defer c.stop()
+	if p, ok := r.listed(c.pid()); ok {
+		r.add("NVML lists an MPS client", fmt.Sprintf("%d MiB", p.UsedMemoryMiB), "a client that allocated 512 MiB")
+	} else {
+		r.add("NVML lists an MPS client", "not listed", "a client holding 512 MiB was not listed within 5 s")
+	}
+}
+
+// Alloc is the child: it allocates mib MiB through libcuda, says "ready",
+// holds a spike of spikeMiB more for spike, and holds mib for hold.
+func Alloc(libcuda string, mib, spikeMiB uint64, spike, hold time.Duration, out io.Writer) error {
+	c, err := OpenCUDA(libcuda)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Alloc(mib); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "ready")
+	if spikeMiB > 0 {
+		ptr, err := c.Alloc(spikeMiB)
+		if err != nil {
+			return err
+		}
+		time.Sleep(spike)
+		if err := c.Free(ptr); err != nil {
+			return err
+		}
+	}
+	time.Sleep(hold)
+	return nil
+}
