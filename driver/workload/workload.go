@@ -412,7 +412,7 @@ func (r *recorder) set(mib uint64) error {
 		}
 		// CUDA connects to MPS at its first call, and keeps the limit it
 		// got then.
-		conn, err := sim.ConnectMPS(r.cfg.SimStateDir, r.cfg.GPU, r.cfg.MPSPipeDir, r.cfg.MPSLimitMiB)
+		conn, err := sim.ConnectMPS(r.ctx, r.cfg.SimStateDir, r.cfg.GPU, r.cfg.MPSPipeDir, r.cfg.MPSLimitMiB)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
@@ -33,16 +37,38 @@ type mpsServer struct {
 
 func (d MPSDaemon) serversDir() string { return filepath.Join(d.StateDir, "mps", "servers") }
 
-// Prepare makes the directory of the servers' limits, root's alone; a
-// directory someone else made there first is an error.
+// Prepare makes the directory of the servers' limits, root's alone, and
+// the one where clients register (sticky, as /tmp: every task's user
+// registers its own); a directory someone else made there first is an
+// error.
 func (d MPSDaemon) Prepare() error {
 	for _, dir := range []string{filepath.Join(d.StateDir, "mps"), d.serversDir()} {
 		if err := safefile.OwnDir(dir, 0o755); err != nil {
 			return fmt.Errorf("sim mps: %w", err)
 		}
 	}
-	return nil
+	clients := clientsDir(d.StateDir)
+	if err := os.Mkdir(clients, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("sim mps: %w", err)
+	}
+	st, err := os.Lstat(clients)
+	if err != nil {
+		return fmt.Errorf("sim mps: %w", err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || !st.IsDir() || int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("sim mps: %s is not a directory of this process's user", clients)
+	}
+	if err := os.Chmod(clients, os.ModeSticky|0o777); err != nil {
+		return fmt.Errorf("sim mps: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(clients, ".lock"), os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("sim mps: %w", err)
+	}
+	return lock.Close()
 }
+
+func clientsDir(stateDir string) string { return filepath.Join(stateDir, "mps", "clients") }
 
 // LimitServer records the pinned memory limit of uid's server on each GPU
 // of limitsMiB; a GPU it does not name keeps the limit it had, as
@@ -123,7 +149,11 @@ type MPSConnection struct {
 // daemon whose servers the driver limited, or any other (a control pipe,
 // as a task's own daemon would make). Its limit is its server's, lowered
 // by its own where that is lower; a client's own limit never raises it.
-func ConnectMPS(stateDir, uuid, pipeDir string, clientLimitMiB uint64) (MPSConnection, error) {
+//
+// The simulated daemon, as nvidia-cuda-mps-control, runs one user's
+// server at a time: a client of another UID than the live clients' waits,
+// until ctx ends, for them to be gone.
+func ConnectMPS(ctx context.Context, stateDir, uuid, pipeDir string, clientLimitMiB uint64) (MPSConnection, error) {
 	if pipeDir == "" {
 		pipeDir = DefaultMPSPipeDir
 	}
@@ -132,22 +162,84 @@ func ConnectMPS(stateDir, uuid, pipeDir string, clientLimitMiB uint64) (MPSConne
 	if err != nil {
 		return MPSConnection{}, err
 	}
-	if srv != nil && srv.PipeDir == pipeDir {
-		c := MPSConnection{Connected: true, Served: true, LimitMiB: srv.LimitsMiB[uuid]}
+	var c MPSConnection
+	switch {
+	case srv != nil && srv.PipeDir == pipeDir:
+		c = MPSConnection{Connected: true, Served: true, LimitMiB: srv.LimitsMiB[uuid]}
 		c.FromServer = c.LimitMiB > 0
 		if clientLimitMiB > 0 && (c.LimitMiB == 0 || clientLimitMiB < c.LimitMiB) {
 			c.LimitMiB, c.FromServer = clientLimitMiB, false
 		}
-		return c, nil
-	}
-	if servesAt(stateDir, pipeDir) {
+	case servesAt(stateDir, pipeDir):
 		// The simulated daemon, which set no limit for this UID.
-		return MPSConnection{Connected: true, Served: true, LimitMiB: clientLimitMiB}, nil
+		c = MPSConnection{Connected: true, Served: true, LimitMiB: clientLimitMiB}
+	default:
+		if _, err := os.Stat(filepath.Join(pipeDir, "control")); err == nil {
+			return MPSConnection{Connected: true, LimitMiB: clientLimitMiB}, nil
+		}
+		return MPSConnection{}, nil
 	}
-	if _, err := os.Stat(filepath.Join(pipeDir, "control")); err == nil {
-		return MPSConnection{Connected: true, LimitMiB: clientLimitMiB}, nil
+	if err := register(ctx, stateDir); err != nil {
+		return MPSConnection{}, err
 	}
-	return MPSConnection{}, nil
+	return c, nil
+}
+
+// register waits until no live client of another UID holds the simulated
+// daemon's server, then records this process as a client of its UID's.
+func register(ctx context.Context, stateDir string) error {
+	dir := clientsDir(stateDir)
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("sim mps: %w", err)
+	}
+	defer lock.Close()
+	uid, pid := os.Getuid(), os.Getpid()
+	for {
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			return fmt.Errorf("sim mps: %w", err)
+		}
+		other := otherUsersClient(dir, uid)
+		if other == "" {
+			name := filepath.Join(dir, strconv.Itoa(uid)+"."+strconv.Itoa(pid))
+			err := os.WriteFile(name, []byte(strconv.FormatUint(startTicks(pid), 10)), 0o644)
+			_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+			return err
+		}
+		_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sim mps: waited for the MPS server of %s to be done: %w", other, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// otherUsersClient names a live client of another UID than uid ("uid N,
+// pid P"), or is empty. Records of clients gone are removed.
+func otherUsersClient(dir string, uid int) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		u, p, ok := strings.Cut(e.Name(), ".")
+		cuid, err1 := strconv.Atoi(u)
+		cpid, err2 := strconv.Atoi(p)
+		if !ok || err1 != nil || err2 != nil || !e.Type().IsRegular() {
+			continue
+		}
+		data, _ := readRecord(filepath.Join(dir, e.Name()))
+		ticks, _ := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
+		if live := startTicks(cpid); live == 0 || live != ticks {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+			continue
+		}
+		if cuid != uid {
+			return fmt.Sprintf("uid %d (pid %d)", cuid, cpid)
+		}
+	}
+	return ""
 }
 
 // servesAt reports whether the simulated daemon listens at pipeDir: a

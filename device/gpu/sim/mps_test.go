@@ -1,9 +1,13 @@
 package sim
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -40,7 +44,7 @@ func TestConnectMPSTakesTheServersLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ConnectMPS(state, tc.gpu, tc.pipe, tc.client)
+			got, err := ConnectMPS(context.Background(), state, tc.gpu, tc.pipe, tc.client)
 			must.NoError(t, err)
 			must.Eq(t, tc.want, got)
 		})
@@ -84,7 +88,7 @@ func TestCheckContextUnderExclusiveProcessMode(t *testing.T) {
 	must.ErrorIs(t, CheckContext(state, "GPU-a", outside), ErrDevicesUnavailable)
 	must.ErrorIs(t, CheckContext(state, "GPU-a", own), ErrDevicesUnavailable)
 	must.NoError(t, CheckContext(state, "GPU-a", served))
-	conn, err := ConnectMPS(state, "GPU-a", pipe, 0)
+	conn, err := ConnectMPS(context.Background(), state, "GPU-a", pipe, 0)
 	must.NoError(t, err)
 	must.NoError(t, CheckContext(state, "GPU-a", conn))
 
@@ -93,4 +97,40 @@ func TestCheckContextUnderExclusiveProcessMode(t *testing.T) {
 	must.ErrorContains(t, b.SetComputeMode("GPU-a", "shared"), `unknown compute mode "shared"`)
 	_, err = b.ComputeMode("GPU-nope")
 	must.Error(t, err)
+}
+
+// The simulated daemon runs one user's server at a time, as
+// nvidia-cuda-mps-control does: a client of another UID than a live
+// client's waits until that client is gone, and then connects.
+func TestMPSServesOneUIDAtATime(t *testing.T) {
+	state, pipe := t.TempDir(), t.TempDir()
+	d := MPSDaemon{StateDir: state, PipeDir: pipe}
+	must.NoError(t, d.LimitServer(uint32(os.Getuid()), map[string]uint64{"GPU-a": 2048}))
+	// A live client of another UID, as another task's process would be.
+	other := exec.Command("sleep", "60")
+	must.NoError(t, other.Start())
+	t.Cleanup(func() {
+		_ = other.Process.Kill()
+		_ = other.Wait()
+	})
+	pid := other.Process.Pid
+	record := filepath.Join(clientsDir(state), "70001."+strconv.Itoa(pid))
+	must.NoError(t, os.WriteFile(record, []byte(strconv.FormatUint(startTicks(pid), 10)), 0o644))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := ConnectMPS(ctx, state, "GPU-a", pipe, 0)
+	must.ErrorContains(t, err, "waited for the MPS server of uid 70001")
+
+	// Once that client is gone, this one connects with its server's limit.
+	_ = other.Process.Kill()
+	_ = other.Wait()
+	conn, err := ConnectMPS(context.Background(), state, "GPU-a", pipe, 0)
+	must.NoError(t, err)
+	must.Eq(t, uint64(2048), conn.LimitMiB)
+	_, err = os.Stat(record)
+	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("the record of a client gone stays"))
+	// A second client of the same UID connects at once.
+	_, err = ConnectMPS(context.Background(), state, "GPU-a", pipe, 0)
+	must.NoError(t, err)
 }
