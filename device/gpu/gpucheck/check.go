@@ -463,6 +463,18 @@ func (r *run) mps() {
 	} else {
 		r.add("NVML lists an MPS client", "not listed", "a client holding 512 MiB was not listed within 5 s")
 	}
+	// What the driver meets for a task of a UID of its own while another
+	// UID's client runs: does the daemon start a second user's server?
+	const otherUID = 70001
+	second := d
+	second.Timeout = 5 * time.Second
+	start := time.Now()
+	err = second.LimitServer(otherUID, map[string]uint64{r.gpu.UUID: 1024})
+	result := fmt.Sprintf("started in %s", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		result = "did not start within 5 s"
+	}
+	r.add("MPS server for a second UID", result, fmt.Sprintf("start_server -uid %d while a client of uid %d runs: %v", otherUID, os.Getuid(), err))
 }
 
 // Alloc is the child: it allocates mib MiB through libcuda, says "ready",
