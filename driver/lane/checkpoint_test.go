@@ -62,6 +62,17 @@ func simCoordinator(t *testing.T, b *sim.Backend, quantum time.Duration, hooks H
 
 var big = Profile{PersistentMiB: 5000, EphemeralMiB: 2000, Known: true}
 
+// twoOnTheGPU starts two processes that each hold 6000 MiB of the
+// simulated GPU.
+func twoOnTheGPU(t *testing.T, state string) (pa, pb *proc, ida, idb int) {
+	t.Helper()
+	pa, pb = startProc(t), startProc(t)
+	ida, idb = pa.cmd.Process.Pid, pb.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	return pa, pb, ida, idb
+}
+
 // Two tasks take turns with cuda-checkpoint on the simulated GPU: the one
 // suspended holds no GPU memory, and each resume restores exactly what its
 // suspend checkpointed, although the GPU no longer lists those processes.
@@ -78,10 +89,7 @@ func TestCheckpointRoundTripThroughTheLane(t *testing.T) {
 			mu.Unlock()
 		}
 	}})
-	pa, pb := startProc(t), startProc(t)
-	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 0}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
@@ -153,10 +161,7 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 					default:
 					}
 				}})
-			pa, pb := startProc(t), startProc(t)
-			ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
-			must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
-			must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+			pa, pb, ida, idb := twoOnTheGPU(t, state)
 			// b's first turn ends after a's; each restore of b fails as asked.
 			must.NoError(t, sim.InjectCheckpointFault(state, idb, "restore", tc.failures))
 			key := Key{GPU: simGPU, Lane: 1}
@@ -198,10 +203,7 @@ func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
 		states[id] = st
 	}
 	c1, stop := simCoordinator(t, b, 200*time.Millisecond, Hooks{Persist: persist})
-	pa, pb := startProc(t), startProc(t)
-	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 2}
 	join := func(c *Coordinator, id string, p *proc, pid int, st MemberState) {
 		c.Join(key, 8000, Member{TaskID: id, Profile: big, Processes: p.processes(), GPUPIDs: gpuPIDsOf(b, pid)}, st)
@@ -375,10 +377,7 @@ func TestFailedSuspendEndsTheTaskNotItsPartner(t *testing.T) {
 			evicted <- id
 			c.Leave(id) // as the driver's kill and DestroyTask do
 		}})
-	pa, pb := startProc(t), startProc(t)
-	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	must.NoError(t, sim.InjectCheckpointFault(state, ida, "checkpoint", -1))
 	key := Key{GPU: simGPU, Lane: 4}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
@@ -405,10 +404,7 @@ func TestLeaveReportsAFailedResume(t *testing.T) {
 	b, state := simGPUBackend(t)
 	rec := &recorder{}
 	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
-	pa, pb := startProc(t), startProc(t)
-	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 5}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
@@ -482,10 +478,7 @@ func TestProcessStartedDuringASuspendIsCheckpointedToo(t *testing.T) {
 	b, state := simGPUBackend(t)
 	rec := &recorder{}
 	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
-	pa, pb := startProc(t), startProc(t)
-	ida, idb := pa.cmd.Process.Pid, pb.cmd.Process.Pid
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
-	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
+	pa, _, ida, idb := twoOnTheGPU(t, state)
 	spawner := &spawningTask{t: t, state: state, pids: []int{idb}}
 	key := Key{GPU: simGPU, Lane: 6}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})

@@ -17,48 +17,32 @@ import (
 	"github.com/shoenig/test/wait"
 )
 
-func TestSafe(t *testing.T) {
-	known := func(p, e uint64) Profile { return Profile{PersistentMiB: p, EphemeralMiB: e, Known: true} }
-	cases := []struct {
-		name     string
-		profiles []Profile
-		lane     uint64
-		want     bool
-	}{
-		{"fits exactly", []Profile{known(3000, 2000), known(3000, 1000)}, 8000, true},
-		{"one MiB over", []Profile{known(3000, 2000), known(3001, 1000)}, 8000, false},
-		{"ephemeral is shared, not summed", []Profile{known(1000, 5000), known(1000, 5000)}, 7000, true},
-		{"alone and unknown", []Profile{{}}, 8000, true},
-		{"unknown next to another", []Profile{{}, known(1, 1)}, 8000, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, _, _ := Safe(c.profiles, c.lane)
-			must.Eq(t, c.want, got)
-		})
-	}
-}
-
 // Tasks run at once only where their whole profiles fit together: their
 // iterations are not synchronised, so their ephemeral peaks may coincide.
-func TestConcurrent(t *testing.T) {
+// Salus's condition (Safe), which shares one ephemeral among all, holds
+// only where one iteration runs at a time.
+func TestConcurrentAndSafe(t *testing.T) {
 	known := func(p, e uint64) Profile { return Profile{PersistentMiB: p, EphemeralMiB: e, Known: true} }
 	cases := []struct {
-		name     string
-		profiles []Profile
-		lane     uint64
-		want     bool
+		name             string
+		profiles         []Profile
+		lane             uint64
+		concurrent, safe bool
 	}{
-		{"fits exactly", []Profile{known(3000, 2000), known(2000, 1000)}, 8000, true},
-		{"one MiB over", []Profile{known(3000, 2000), known(2001, 1000)}, 8000, false},
-		{"ephemeral peaks may coincide", []Profile{known(1000, 5000), known(1000, 5000)}, 7000, false},
-		{"alone and unknown", []Profile{{}}, 8000, true},
-		{"unknown next to another", []Profile{{}, known(1, 1)}, 8000, false},
+		{"fits exactly", []Profile{known(3000, 2000), known(2000, 1000)}, 8000, true, true},
+		{"one MiB over", []Profile{known(3000, 2000), known(2001, 1000)}, 8000, false, true},
+		{"Salus's exact fit", []Profile{known(3000, 2000), known(3000, 1000)}, 8000, false, true},
+		{"Salus's one MiB over", []Profile{known(3000, 2000), known(3001, 1000)}, 8000, false, false},
+		{"ephemeral peaks may coincide", []Profile{known(1000, 5000), known(1000, 5000)}, 7000, false, true},
+		{"alone and unknown", []Profile{{}}, 8000, true, true},
+		{"unknown next to another", []Profile{{}, known(1, 1)}, 8000, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, _ := Concurrent(c.profiles, c.lane)
-			must.Eq(t, c.want, got)
+			concurrent, _ := Concurrent(c.profiles, c.lane)
+			must.Eq(t, c.concurrent, concurrent)
+			safe, _, _ := Safe(c.profiles, c.lane)
+			must.Eq(t, c.safe, safe)
 		})
 	}
 }
