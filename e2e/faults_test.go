@@ -243,10 +243,11 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 		DriverConfig: timeSlicing("3s"),
 	})
 	vars := workloadVars(c)
-	// 90 iterations, 18 s of each task's own running: on a loaded machine
-	// the sixteen start over several seconds, and the first of a lane must
-	// still run when its partner starts, so that the lane switches.
-	vars["iterations"] = "90"
+	// 150 iterations, 30 s of each task's own running: on a loaded machine
+	// the sixteen start over a dozen seconds or more, and the first of a
+	// lane must still run when its partner starts, so that the lane
+	// switches (at 90 iterations, one lane in some runs never did).
+	vars["iterations"] = "150"
 	exceeds := map[string]bool{"lane-00": true, "lane-08": true}
 	// The two break their budget once this file exists, which the test
 	// makes after the restart: an iteration count would have them break it
@@ -260,12 +261,12 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 		job.ID, job.Name = &id, &id
 		task := job.TaskGroups[0].Tasks[0]
 		if exceeds[id] {
-			// 150 iterations, 30 s of its own running: it is still there
+			// 250 iterations, 50 s of its own running: it is still there
 			// after the restart, and breaks its budget at its next
 			// iteration then.
 			args := task.Config["args"].([]any)
 			must.Eq[any](t, "-iterations", args[0])
-			args[1] = "150"
+			args[1] = "250"
 			task.Config["args"] = append(args, "-mode", "exceed", "-after", "0", "-act-when", actNow)
 			task.Config["gpu_memory_policy"] = "kill"
 		}
