@@ -278,7 +278,8 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 	// Restart once every lane has switched: eight tasks suspended with a
 	// checkpoint.
 	suspended := map[string]bool{}
-	waitFor(t, 2*time.Minute, "eight tasks suspended with a checkpoint", func() bool {
+	// The sixteen may take two minutes to start on a loaded 2-core machine.
+	waitFor(t, 4*time.Minute, "eight tasks suspended with a checkpoint", func() bool {
 		clear(suspended)
 		for _, id := range ids {
 			events := taskEvents(t, c, id)
