@@ -131,11 +131,7 @@ func mpsActive(s *settings) bool {
 	case "off":
 		return false
 	}
-	dir := s.MPSPipeDirectory
-	if dir == "" {
-		dir = "/tmp/nvidia-mps"
-	}
-	_, err := os.Stat(filepath.Join(dir, "control"))
+	_, err := os.Stat(filepath.Join(mpsPipeDir(s), "control"))
 	return err == nil
 }
 

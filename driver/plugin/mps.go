@@ -20,11 +20,15 @@ func mpsServers(s *settings) gpu.MPSServers {
 	if s.GPUBackend == "sim" {
 		return sim.MPSDaemon{StateDir: s.Sim.StateDir, PipeDir: s.MPSPipeDirectory}
 	}
-	dir := s.MPSPipeDirectory
-	if dir == "" {
-		dir = sim.DefaultMPSPipeDir
+	return mpsctl.Daemon{Bin: s.MPSControlBin, PipeDir: mpsPipeDir(s)}
+}
+
+// mpsPipeDir is where the node's MPS control daemon listens.
+func mpsPipeDir(s *settings) string {
+	if s.MPSPipeDirectory == "" {
+		return sim.DefaultMPSPipeDir
 	}
-	return mpsctl.Daemon{Bin: s.MPSControlBin, PipeDir: dir}
+	return s.MPSPipeDirectory
 }
 
 // limitMPSServer sets the limits of the MPS server of the task's user

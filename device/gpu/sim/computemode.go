@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,30 +41,21 @@ func (b *Backend) SetComputeMode(uuid string, m gpu.ComputeMode) error {
 	if err := safefile.OwnDir(dir, 0o755); err != nil {
 		return fmt.Errorf("sim: compute mode: %w", err)
 	}
-	path := filepath.Join(dir, uuid)
-	if err := os.WriteFile(path+".tmp", []byte(m), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	return replaceOwnFile(filepath.Join(dir, uuid), []byte(m))
 }
 
 func readComputeMode(stateDir, uuid string) (gpu.ComputeMode, error) {
-	if strings.ContainsRune(uuid, '/') || uuid == "" || uuid == "." || uuid == ".." {
+	if !fileName(uuid) {
 		return "", fmt.Errorf("sim: GPU %q", uuid)
 	}
-	f, err := safefile.OpenRegular(filepath.Join(computeModeDir(stateDir), uuid))
+	data, err := readRecord(filepath.Join(computeModeDir(stateDir), uuid))
 	if errors.Is(err, fs.ErrNotExist) {
 		return gpu.ComputeDefault, nil
 	}
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 64))
-	if err != nil {
-		return "", err
-	}
-	return gpu.ComputeMode(strings.TrimSpace(string(data))), nil
+	return gpu.ComputeMode(strings.TrimSpace(data)), nil
 }
 
 // CheckContext is what creating a CUDA context on uuid finds, for a

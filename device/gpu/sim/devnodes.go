@@ -262,7 +262,7 @@ func OpenDevice(stateDir, uuid string) error {
 	if _, err := os.Lstat(devDir(stateDir)); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if strings.ContainsRune(uuid, '/') || uuid == "" || uuid == "." || uuid == ".." {
+	if !fileName(uuid) {
 		return fmt.Errorf("%w: GPU %q", ErrNoDevice, uuid)
 	}
 	path := filepath.Join(byUUIDDir(stateDir), uuid)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -95,7 +94,13 @@ func (d MPSDaemon) LimitServer(uid uint32, limitsMiB map[string]uint64) error {
 	if err != nil {
 		return err
 	}
-	// Only root writes in the directory (OwnDir), so a plain rename is safe.
+	return replaceOwnFile(path, data)
+}
+
+// replaceOwnFile writes data to path through a temp file and a rename, in
+// a directory only this process's user writes (safefile.OwnDir), where a
+// plain rename is safe.
+func replaceOwnFile(path string, data []byte) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err
@@ -103,21 +108,22 @@ func (d MPSDaemon) LimitServer(uid uint32, limitsMiB map[string]uint64) error {
 	return os.Rename(tmp, path)
 }
 
+// fileName reports whether a GPU's UUID can name one file of the state
+// directory.
+func fileName(uuid string) bool {
+	return uuid != "" && uuid != "." && uuid != ".." && !strings.ContainsRune(uuid, '/')
+}
+
 func readServer(path string) (*mpsServer, error) {
-	f, err := safefile.OpenRegular(path)
+	data, err := readRecord(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
-	if err != nil {
-		return nil, err
-	}
 	var srv mpsServer
-	if err := json.Unmarshal(data, &srv); err != nil {
+	if err := json.Unmarshal([]byte(data), &srv); err != nil {
 		return nil, fmt.Errorf("sim mps: server record %s: %w", path, err)
 	}
 	if srv.LimitsMiB == nil {
