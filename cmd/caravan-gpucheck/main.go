@@ -32,8 +32,16 @@ func alloc(args []string) int {
 	spike := fs.Duration("spike", time.Millisecond, "how long the spike lasts")
 	hold := fs.Duration("hold", 10*time.Second, "how long to hold -mib")
 	libcuda := fs.String("libcuda", "libcuda.so.1", "the CUDA driver library")
+	probeStep := fs.Uint64("probe-step", 0, "allocate this many MiB at a time until refused, instead of -mib")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *probeStep > 0 {
+		if err := gpucheck.Probe(*libcuda, *probeStep, *hold, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "caravan-gpucheck alloc:", err)
+			return 1
+		}
+		return 0
 	}
 	if err := gpucheck.Alloc(*libcuda, *mib, *spikeMiB, *spike, *hold, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "caravan-gpucheck alloc:", err)
@@ -49,6 +57,7 @@ func check(args []string) int {
 	mps := fs.String("mps-control", "", "nvidia-cuda-mps-control (PATH when empty)")
 	sizes := fs.String("sizes", "1,10,40", "checkpoint sizes in GiB, comma-separated")
 	timeout := fs.Duration("timeout", 8*time.Minute, "give up after this long")
+	opTimeout := fs.Duration("op-timeout", 2*time.Minute, "give up on one checkpoint, restore or state call after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,8 +79,13 @@ func check(args []string) int {
 	defer cancel()
 	ctx, cancelTimeout := context.WithTimeout(ctx, *timeout)
 	defer cancelTimeout()
-	rep, err := gpucheck.Run(ctx, gpucheck.Options{Self: self, CheckpointCLI: *cli, MPSControl: *mps, SizesGiB: gib,
-		Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+	rep, err := gpucheck.Run(ctx, gpucheck.Options{Self: self, CheckpointCLI: *cli, MPSControl: *mps, SizesGiB: gib, OpTimeout: *opTimeout,
+		Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) },
+		Progress: func(partial gpucheck.Report) {
+			if err := partial.WriteFiles(*out); err != nil {
+				fmt.Fprintln(os.Stderr, "caravan-gpucheck:", err)
+			}
+		}})
 	if errors.Is(err, gpucheck.ErrNoGPU) {
 		fmt.Printf("gpu-check: %v; nothing measured\n", err)
 		return 0

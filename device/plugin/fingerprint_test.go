@@ -198,7 +198,7 @@ func TestFingerprint_MPSFailureDegradesOnlyMPS(t *testing.T) {
 		{"control binary at a path that does not exist", `control_bin = "/nonexistent/nvidia-cuda-mps-control"`, false,
 			"mps: /nonexistent/nvidia-cuda-mps-control not found"},
 		{"daemon fails to start", `control_bin = "` + failing + `"`, false,
-			"-d failed: exit status 1: An instance of this daemon is already running"},
+			"-d: exit status 1: An instance of this daemon is already running"},
 		{"no operator daemon", `mode = "external"`, false, "no MPS daemon listens at"},
 	}
 	for _, tc := range cases {

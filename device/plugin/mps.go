@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	log "github.com/hashicorp/go-hclog"
 
@@ -131,12 +130,8 @@ func (m *mpsDaemon) ensure() error {
 		return nil
 	}
 	m.logger.Info("starting MPS control daemon", "bin", control, "pipe_dir", m.cfg.PipeDir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, control, "-d")
-	cmd.Env = m.daemon(control).Env()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mps: %s -d failed: %v: %s", control, err, strings.TrimSpace(string(out)))
+	if err := m.daemon(control).Start(context.Background()); err != nil {
+		return fmt.Errorf("mps: %w", err)
 	}
 	m.mu.Lock()
 	m.defaults = ""

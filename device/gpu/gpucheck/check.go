@@ -40,7 +40,13 @@ type Options struct {
 	MPSControl string
 	// SizesGiB are the checkpoint sizes; those that do not fit are skipped.
 	SizesGiB []uint64
-	Logf     func(format string, args ...any)
+	// OpTimeout bounds each checkpoint, restore and state call, so that a
+	// call the driver never returns from costs one row, not the run.
+	OpTimeout time.Duration
+	Logf      func(format string, args ...any)
+	// Progress sees the report after each row, so that a run cut short
+	// still leaves what it measured.
+	Progress func(Report)
 }
 
 // Row is one measurement.
@@ -98,6 +104,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	if opts.Progress == nil {
+		opts.Progress = func(Report) {}
+	}
+	if opts.OpTimeout == 0 {
+		opts.OpTimeout = 2 * time.Minute
+	}
 	b, err := nvml.New(nil)
 	if err != nil {
 		return Report{}, fmt.Errorf("%w: %v", ErrNoGPU, err)
@@ -120,24 +132,75 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	drv, cuda, _ := b.Versions()
 	rep := &Report{Driver: drv, CUDA: cuda, GPU: dev.UUID, Model: dev.Model, MemoryMiB: dev.MemoryMiB, Started: time.Now()}
 	r := &run{opts: opts, ctx: ctx, backend: b, gpu: *dev, report: rep}
+	// The backend turns accounting on the first time it lists processes,
+	// as caravan-driver needs it; the card is left as it was found.
+	if wasOn, err := b.AccountingMode(dev.UUID); err == nil && !wasOn {
+		defer func() {
+			if err := b.SetAccountingMode(dev.UUID, false); err != nil {
+				opts.Logf("accounting mode left on: %v", err)
+			}
+		}()
+	}
 	r.nvmlSeesProcess()
 	r.accountingSpike()
 	r.freezeThaw()
+	// MPS before checkpoints: a restore that does not fit may leave its
+	// process, or the GPU, in a state later checks cannot use.
+	r.mps()
 	r.checkpoints()
 	r.restoreWithoutRoom()
-	r.mps()
 	return *rep, nil
 }
 
 func (r *run) add(check, result, detail string) {
 	r.opts.Logf("%s: %s %s", check, result, detail)
 	r.report.Rows = append(r.report.Rows, Row{Check: check, Result: result, Detail: detail})
+	r.opts.Progress(*r.report)
+}
+
+// bounded runs op for at most opts.OpTimeout. A driver call that never
+// returns is left behind in its goroutine.
+func bounded[T any](r *run, what string, op func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.OpTimeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := op(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("%s: no answer within %s", what, r.opts.OpTimeout)
+	}
+}
+
+func (r *run) checkpoint(ck gpu.Checkpointer, pid int) error {
+	_, err := bounded(r, "checkpoint", func(ctx context.Context) (struct{}, error) { return struct{}{}, ck.Checkpoint(ctx, pid) })
+	return err
+}
+
+func (r *run) restore(ck gpu.Checkpointer, pid int) error {
+	_, err := bounded(r, "restore", func(ctx context.Context) (struct{}, error) { return struct{}{}, ck.Restore(ctx, pid) })
+	return err
+}
+
+func (r *run) checkpointState(ck gpu.Checkpointer, pid int) (gpu.CheckpointState, error) {
+	return bounded(r, "checkpoint state", func(ctx context.Context) (gpu.CheckpointState, error) { return ck.CheckpointState(ctx, pid) })
 }
 
 // child is one "alloc" process.
 type child struct {
 	cmd *exec.Cmd
 	out *bufio.Reader
+	// said is what followed "ready" on its first line.
+	said string
 }
 
 // start runs "Self alloc args..." with extra env on this GPU and waits for
@@ -156,7 +219,9 @@ func (r *run) start(env []string, args ...string) (*child, error) {
 	}
 	c := &child{cmd: cmd, out: bufio.NewReader(stdout)}
 	line, err := c.out.ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
+	said, ready := strings.CutPrefix(strings.TrimSpace(line), "ready")
+	c.said = strings.TrimSpace(said)
+	if !ready {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("alloc %s: %s%s (%v)", strings.Join(args, " "), strings.TrimSpace(line), strings.TrimSpace(stderr.String()), err)
 	}
@@ -166,9 +231,16 @@ func (r *run) start(env []string, args ...string) (*child, error) {
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
 
+// stop kills the child and waits for it a while: a process stuck in the
+// driver may not die at once, and the run goes on without it.
 func (c *child) stop() {
 	_ = c.cmd.Process.Kill()
-	_ = c.cmd.Wait()
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
 }
 
 // listed waits up to 5 s for NVML to list pid on the GPU, with its memory.
@@ -324,7 +396,7 @@ func (r *run) checkpoints() {
 				continue
 			}
 			start := time.Now()
-			err = ck.Checkpoint(r.ctx, c.pid())
+			err = r.checkpoint(ck, c.pid())
 			ckpt := time.Since(start)
 			if err != nil {
 				r.add(check, "error", "checkpoint: "+err.Error())
@@ -333,7 +405,7 @@ func (r *run) checkpoints() {
 			}
 			_, stillListed := r.listedNow(c.pid())
 			start = time.Now()
-			err = ck.Restore(r.ctx, c.pid())
+			err = r.restore(ck, c.pid())
 			restore := time.Since(start)
 			detail := fmt.Sprintf("listed by NVML while checkpointed: %v", stillListed)
 			if err != nil {
@@ -343,6 +415,28 @@ func (r *run) checkpoints() {
 			c.stop()
 		}
 	}
+}
+
+// processList says which processes NVML lists on the GPU, marking client.
+func (r *run) processList(client int) string {
+	procs, err := r.backend.Processes(r.gpu.UUID)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, p := range procs {
+		who := "pid " + strconv.Itoa(p.PID)
+		if p.PID == client {
+			who += " (the client)"
+		} else if comm, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm"); err == nil {
+			who += " (" + strings.TrimSpace(string(comm)) + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s %d MiB", who, p.UsedMemoryMiB))
+	}
+	if len(parts) == 0 {
+		return "no process"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (r *run) listedNow(pid int) (gpu.Process, bool) {
@@ -378,7 +472,7 @@ func (r *run) restoreWithoutRoom() {
 		return
 	}
 	defer a.stop()
-	if err := ck.Checkpoint(r.ctx, a.pid()); err != nil {
+	if err := r.checkpoint(ck, a.pid()); err != nil {
 		r.add(check, "error", "checkpoint: "+err.Error())
 		return
 	}
@@ -389,10 +483,10 @@ func (r *run) restoreWithoutRoom() {
 		r.add(check, "error", "fill: "+err.Error())
 		return
 	}
-	restoreErr := ck.Restore(r.ctx, a.pid())
-	state, stateErr := ck.CheckpointState(r.ctx, a.pid())
+	restoreErr := r.restore(ck, a.pid())
+	state, stateErr := r.checkpointState(ck, a.pid())
 	b.stop()
-	again := ck.Restore(r.ctx, a.pid())
+	again := r.restore(ck, a.pid())
 	detail := fmt.Sprintf("%d MiB checkpointed, %d MiB free: restore error %v; state after %v (%v); restore once the memory is free: %v",
 		quarter, quarter/2, restoreErr, state, stateErr, again)
 	result := "fails, recoverable"
@@ -425,43 +519,54 @@ func (r *run) mps() {
 	for _, sub := range []string{d.PipeDir, d.LogDir} {
 		_ = os.MkdirAll(sub, 0o755)
 	}
-	cmd := exec.CommandContext(r.ctx, control, "-d")
-	cmd.Env = d.Env()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		r.add(check, "error", fmt.Sprintf("%s -d: %v: %s", control, err, out))
+	if err := d.Start(r.ctx); err != nil {
+		r.add(check, "error", err.Error())
 		return
 	}
 	defer func() { _, _ = d.Command("quit") }()
 	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + d.LogDir}
 
-	// What the driver does: the server of the client's UID gets the limit.
-	if err := d.LimitServer(uint32(os.Getuid()), map[string]uint64{r.gpu.UUID: 1024}); err != nil {
+	// What the driver does: the server of the client's UID gets the limit,
+	// and a client that asks for more in its own environment is held to it.
+	const limitMiB = 2048
+	if err := d.LimitServer(uint32(os.Getuid()), map[string]uint64{r.gpu.UUID: limitMiB}); err != nil {
+		r.add("MPS server limit", "error", err.Error())
+		return
+	}
+	held := func(extra ...string) (*child, uint64, error) {
+		c, err := r.start(append(env, extra...), "-probe-step", "64", "-hold", "30s")
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := strconv.ParseUint(c.said, 10, 64)
+		if err != nil {
+			c.stop()
+			return nil, 0, fmt.Errorf("probe said %q", c.said)
+		}
+		return c, n, nil
+	}
+	raised, got, err := held("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M")
+	if err != nil {
 		r.add("MPS server limit", "error", err.Error())
 	} else {
-		c, err := r.start(append(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"), "-mib", "2048", "-hold", "2s")
-		result := "refused"
-		detail := "server limit 1024 MiB, the client's own environment asks for 8192 MiB, it allocates 2048 MiB"
-		if err == nil {
-			result = "allowed: the client raised its limit"
-			if p, ok := r.listed(c.pid()); ok {
-				detail += fmt.Sprintf("; NVML lists the MPS client with %d MiB", p.UsedMemoryMiB)
-			}
-			c.stop()
-		} else {
-			detail += ": " + err.Error()
+		raised.stop()
+		result := fmt.Sprintf("held: %d MiB", got)
+		if got > limitMiB {
+			result = fmt.Sprintf("raised: %d MiB", got)
 		}
-		r.add("MPS server limit", result, detail)
+		r.add("MPS server limit", result, fmt.Sprintf("server limit %d MiB; the client's own environment asks for 8192 MiB and allocates 64 MiB at a time until refused", limitMiB))
 	}
-	c, err := r.start(env, "-mib", "512", "-hold", "30s")
+	c, got, err := held()
 	if err != nil {
 		r.add("NVML lists an MPS client", "error", err.Error())
 		return
 	}
 	defer c.stop()
+	r.add("what an MPS client holds under its limit", fmt.Sprintf("%d MiB of %d", got, limitMiB), "allocating 64 MiB at a time until refused: the rest of the limit goes to the client's context")
 	if p, ok := r.listed(c.pid()); ok {
-		r.add("NVML lists an MPS client", fmt.Sprintf("%d MiB", p.UsedMemoryMiB), "a client that allocated 512 MiB")
+		r.add("NVML lists an MPS client", fmt.Sprintf("%d MiB", p.UsedMemoryMiB), fmt.Sprintf("a client holding %d MiB; NVML lists %s", got, r.processList(c.pid())))
 	} else {
-		r.add("NVML lists an MPS client", "not listed", "a client holding 512 MiB was not listed within 5 s")
+		r.add("NVML lists an MPS client", "not listed", fmt.Sprintf("a client holding %d MiB was not listed within 5 s; NVML lists %s", got, r.processList(c.pid())))
 	}
 	// What the driver meets for a task of a UID of its own while another
 	// UID's client runs: does the daemon start a second user's server?
@@ -475,6 +580,29 @@ func (r *run) mps() {
 		result = "did not start within 5 s"
 	}
 	r.add("MPS server for a second UID", result, fmt.Sprintf("start_server -uid %d while a client of uid %d runs: %v", otherUID, os.Getuid(), err))
+}
+
+// Probe is the child that finds how much it may hold: it allocates stepMiB
+// at a time until an allocation fails, says "ready <MiB held>", and holds
+// that for hold.
+func Probe(libcuda string, stepMiB uint64, hold time.Duration, out io.Writer) error {
+	c, err := OpenCUDA(libcuda)
+	if err != nil {
+		return err
+	}
+	if stepMiB == 0 {
+		return errors.New("probe step is 0 MiB")
+	}
+	var held uint64
+	for {
+		if _, err := c.Alloc(stepMiB); err != nil {
+			break
+		}
+		held += stepMiB
+	}
+	fmt.Fprintf(out, "ready %d\n", held)
+	time.Sleep(hold)
+	return nil
 }
 
 // Alloc is the child: it allocates mib MiB through libcuda, says "ready",

@@ -17,9 +17,10 @@ import (
 )
 
 // fakeLibcuda is libcuda's allocation entry points at the hardware seam:
-// each call is logged with its arguments, and FAKE_CUDA_OOM makes an
+// each call is logged with its arguments, FAKE_CUDA_OOM makes an
 // allocation of more than that many MiB fail with
-// CUDA_ERROR_OUT_OF_MEMORY (2).
+// CUDA_ERROR_OUT_OF_MEMORY (2), and FAKE_CUDA_CAP makes one fail once the
+// process would hold more than that many MiB.
 const fakeLibcuda = `
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,8 @@ int cuMemAlloc_v2(unsigned long long *ptr, size_t bytes) {
 	if (!ctx_current) return 201;
 	const char *oom = getenv("FAKE_CUDA_OOM");
 	if (oom && bytes > (size_t)atoll(oom) << 20) return 2;
+	const char *cap = getenv("FAKE_CUDA_CAP");
+	if (cap && next - 4096 + bytes > (size_t)atoll(cap) << 20) return 2;
 	*ptr = next;
 	next += bytes;
 	return 0;
@@ -74,6 +77,18 @@ func TestAllocThroughLibcuda(t *testing.T) {
 
 	_, err = OpenCUDA(filepath.Join(t.TempDir(), "missing.so"))
 	must.ErrorContains(t, err, "not found")
+}
+
+// The probe child holds as much as its limit lets it, a step at a time,
+// and says how much.
+func TestProbeHoldsUpToItsLimit(t *testing.T) {
+	lib := cctest.SharedLib(t, "libcuda-probe", fakeLibcuda)
+	t.Setenv("FAKE_CUDA_LOG", filepath.Join(t.TempDir(), "calls"))
+	t.Setenv("FAKE_CUDA_CAP", "1000")
+	var out bytes.Buffer
+	must.NoError(t, Probe(lib, 64, 0, &out))
+	must.Eq(t, "ready 960\n", out.String())
+	must.ErrorContains(t, Probe(lib, 0, 0, &out), "step is 0 MiB")
 }
 
 // Where NVML does not load there is nothing to measure: Run says so with

@@ -5,6 +5,7 @@ package mpsctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,6 +48,26 @@ func (d Daemon) Env() []string {
 		env = append(env, "CUDA_MPS_LOG_DIRECTORY="+d.LogDir)
 	}
 	return env
+}
+
+// Start runs the control daemon ("-d"). The daemon may keep the standard
+// output it inherited, so the wait for it is bounded by WaitDelay rather
+// than by the daemon's life.
+func (d Daemon) Start(ctx context.Context) error {
+	bin := d.Bin
+	if bin == "" {
+		bin = DefaultControlBin
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*d.timeout())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-d")
+	cmd.Env = d.Env()
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
+		return fmt.Errorf("%s -d: %v: %s", bin, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // Command sends one line to the daemon and returns what it answered.

@@ -467,6 +467,36 @@ func (b *Backend) ComputeMode(uuid string) (gpu.ComputeMode, error) {
 	return gpu.ComputeExclusiveProcess, nil
 }
 
+// AccountingMode reports whether the GPU keeps per-process accounting.
+func (b *Backend) AccountingMode(uuid string) (bool, error) {
+	h, err := b.handle(uuid)
+	if err != nil {
+		return false, err
+	}
+	mode, ret := h.GetAccountingMode()
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("accounting mode of %s: %s", uuid, errorString(ret))
+	}
+	return mode == nvml.FEATURE_ENABLED, nil
+}
+
+// SetAccountingMode turns per-process accounting on or off, which needs
+// root.
+func (b *Backend) SetAccountingMode(uuid string, on bool) error {
+	h, err := b.handle(uuid)
+	if err != nil {
+		return err
+	}
+	mode := nvml.FEATURE_DISABLED
+	if on {
+		mode = nvml.FEATURE_ENABLED
+	}
+	if ret := h.SetAccountingMode(mode); ret != nvml.SUCCESS {
+		return fmt.Errorf("set accounting mode of %s: %s", uuid, errorString(ret))
+	}
+	return nil
+}
+
 // SetComputeMode sets the GPU's compute mode, which needs root.
 func (b *Backend) SetComputeMode(uuid string, m gpu.ComputeMode) error {
 	v, ok := computeModes[m]
