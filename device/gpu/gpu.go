@@ -15,6 +15,12 @@ import (
 // ErrUnknownDevice is returned for a UUID the backend does not know.
 var ErrUnknownDevice = errors.New("unknown GPU")
 
+// ErrRestoreLost is wrapped by a Checkpointer's Restore when the process's
+// GPU state cannot come back: on the hardware a restore that runs out of
+// GPU memory leaves the process checkpointed for good (every later restore
+// fails too; measured on an H100 with driver 580), so retrying is useless.
+var ErrRestoreLost = errors.New("the process's GPU state cannot be restored")
+
 // Device is the static description of one GPU or MIG instance.
 type Device struct {
 	UUID              string

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/switcher"
 	"github.com/shoenig/test/must"
@@ -21,10 +22,15 @@ const simGPU = "GPU-sim-0"
 // simGPUBackend is a simulated 16 GiB GPU that checkpoints as the hardware
 // does: a checkpointed process leaves the process list and frees its memory.
 func simGPUBackend(t testing.TB) (*sim.Backend, string) {
+	return simGPUBackendTimed(t, "{}")
+}
+
+// simGPUBackendTimed is simGPUBackend with a checkpoint_timing.
+func simGPUBackendTimed(t testing.TB, timing string) (*sim.Backend, string) {
 	t.Helper()
 	dir := t.TempDir()
 	fleet := filepath.Join(dir, "fleet.json")
-	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "`+simGPU+`", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "`+simGPU+`", "model": "Tesla T4", "memory_mib": 16384, "checkpoint_timing": `+timing+`}]}`), 0o644))
 	state := filepath.Join(dir, "state")
 	b, err := sim.New(fleet, state)
 	must.NoError(t, err)
@@ -113,6 +119,30 @@ func TestCheckpointRoundTripThroughTheLane(t *testing.T) {
 	must.False(t, sim.Checkpointed(state, idb))
 }
 
+// Where a checkpoint and a restore take their time, as they do on the
+// hardware (seconds per 10 GiB), a task's quantum stretches so that
+// switching takes at most a tenth of the lane's time, rather than most of
+// it.
+func TestSlowSwitchesStretchTheQuantum(t *testing.T) {
+	b, state := simGPUBackendTimed(t, `{"checkpoint_ms": 60, "restore_ms": 40}`)
+	rec := &recorder{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
+	key := Key{GPU: simGPU, Lane: 0}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "stretched from 50ms") > 0 }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	// Each switch takes 100 ms or more: with 50 ms quanta the lane would
+	// switch over a dozen times in 2.5 s; stretched to 900 ms or more, a
+	// handful.
+	before := rec.count("a", "suspended in") + rec.count("b", "suspended in")
+	time.Sleep(2500 * time.Millisecond)
+	switches := rec.count("a", "suspended in") + rec.count("b", "suspended in") - before
+	must.LessEq(t, 3, switches)
+	must.Positive(t, switches)
+}
+
 // A suspend that fails partway restores only what it checkpointed: the
 // process that failed, never checkpointed, is left alone.
 func TestFailedSuspendRollsBackOnlyWhatItCheckpointed(t *testing.T) {
@@ -187,6 +217,38 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// A restore that runs out of memory loses the process, on the hardware as
+// on the simulated GPU: the task is handed back at once with the reason,
+// not retried. Here a process outside the lane takes the memory while b is
+// checkpointed, and no FreeMiB check stands in the way.
+func TestLostRestoreEndsTheTaskAtOnce(t *testing.T) {
+	b, state := simGPUBackend(t)
+	failed := make(chan error, 4)
+	rec := &recorder{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
+		ResumeFailed: func(id string, err error) {
+			if id == "b" {
+				failed <- err
+			}
+		}})
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
+	key := Key{GPU: simGPU, Lane: 1}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return sim.Checkpointed(state, idb) }),
+		wait.Timeout(5*time.Second), wait.Gap(time.Millisecond)))
+	other := startProc(t)
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, other.cmd.Process.Pid, 10500))
+	select {
+	case err := <-failed:
+		must.ErrorIs(t, err, gpu.ErrRestoreLost)
+		must.Positive(t, rec.count("b", "its GPU state cannot be restored"))
+		must.Eq(t, 0, rec.count("b", "retrying"))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lost restore was never handed back")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/driver/switcher"
 )
 
@@ -92,7 +93,9 @@ type MemberState struct {
 // Options tune a coordinator.
 type Options struct {
 	Mechanism switcher.Mechanism
-	Quantum   time.Duration
+	// Quantum is each turn's length while time-sliced; a task whose
+	// suspend and resume are slow gets nine times their sum instead.
+	Quantum time.Duration
 	// IterationGrace is how long past its quantum a cooperating task may run
 	// to reach an iteration boundary.
 	IterationGrace time.Duration
@@ -643,13 +646,14 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 	// per turn, ends all the same: two tasks that each wait for the other's lane
 	// cannot stall both, and the draw keeps the two lanes from giving up
 	// at the same moment and crossing again.
+	quantum := c.quantumOf(cur)
 	if cur.heldLimit == 0 {
-		cur.heldLimit = 2*c.opts.Quantum + rand.N(c.opts.Quantum+1)
+		cur.heldLimit = 2*quantum + rand.N(quantum+1)
 	}
 	ran := cur.hold.ran(now) - cur.ranAtSliceStart
 	held := now.Sub(cur.sliceStart) - ran
-	if ran < c.opts.Quantum && held < cur.heldLimit {
-		return min(c.tick(), c.opts.Quantum-ran, cur.heldLimit-held)
+	if ran < quantum && held < cur.heldLimit {
+		return min(c.tick(), quantum-ran, cur.heldLimit-held)
 	}
 	// Quantum over: wait for an iteration boundary when the task marks them.
 	if cur.Iterations != nil && cur.Iterations.Count() > 0 && c.opts.IterationGrace > 0 {
@@ -662,7 +666,11 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		}
 	}
 	reason := "quantum of " + c.opts.Quantum.String() + " used"
-	if ran < c.opts.Quantum {
+	if quantum > c.opts.Quantum {
+		reason = fmt.Sprintf("quantum of %s used (stretched from %s, as its last suspend and resume took %s)",
+			round(quantum), c.opts.Quantum, round(cur.lastSuspend+cur.lastResume))
+	}
+	if ran < quantum {
 		reason = "turn held by another of its lanes for " + cur.heldLimit.Round(time.Millisecond).String()
 	}
 	if !cur.pendingSince.IsZero() {
@@ -686,6 +694,22 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		}
 	}
 	return c.tick()
+}
+
+// switchShare is the most of a lane's time that switching may take: a
+// checkpoint of tens of GiB takes tens of seconds on the hardware, so a
+// task's quantum stretches to nine times what its last suspend and resume
+// took.
+const switchShare = 10
+
+// quantumOf is m's quantum: Options.Quantum, or longer where m's switches
+// move its GPU memory and are slow. A freeze moves nothing, and what it
+// takes is the host's noise, not a cost to spread.
+func (c *Coordinator) quantumOf(m *member) time.Duration {
+	if c.opts.Mechanism.Via() == "" {
+		return c.opts.Quantum
+	}
+	return max(c.opts.Quantum, (switchShare-1)*(m.lastSuspend+m.lastResume))
 }
 
 func (c *Coordinator) measure(l *laneState, now time.Time) {
@@ -968,7 +992,8 @@ func (c *Coordinator) annotate(l *laneState, m *member, latencyKey string, d tim
 
 // resume restores what the task's suspend checkpointed and thaws it,
 // retrying a failure a few times before the task is handed to ResumeFailed,
-// which ends it rather than leaving it frozen.
+// which ends it rather than leaving it frozen. A restore that ran out of
+// memory is handed over at once, as no retry can bring the process back.
 func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	h := m.hold
 	h.mu.Lock()
@@ -996,7 +1021,9 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 			return err
 		})
 		c.switched("resume", d, err)
-		if err == nil || attempt >= c.opts.ResumeAttempts || c.ctx.Err() != nil {
+		// A restore that ran out of memory cannot be retried: the process
+		// stays checkpointed for good.
+		if err == nil || attempt >= c.opts.ResumeAttempts || c.ctx.Err() != nil || errors.Is(err, gpu.ErrRestoreLost) {
 			break
 		}
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed (attempt %d of %d), retrying in %s: %v",
@@ -1008,7 +1035,11 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		backoff *= 2
 	}
 	if err != nil {
-		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s failed after %d attempt(s); the task is ended so that its restart policy takes over: %v", l.key, attempt, err),
+		what := fmt.Sprintf("failed after %d attempt(s)", attempt)
+		if errors.Is(err, gpu.ErrRestoreLost) {
+			what = "failed: its GPU state cannot be restored"
+		}
+		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("resume in %s %s; the task is ended so that its restart policy takes over: %v", l.key, what, err),
 			Annotations: map[string]string{"lane": l.key.String(), "resume_attempts": strconv.Itoa(attempt)}})
 		if c.opts.Hooks.ResumeFailed != nil {
 			c.running.Add(1)

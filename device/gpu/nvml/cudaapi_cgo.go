@@ -110,6 +110,9 @@ func (a *cudaAPI) Restore(_ context.Context, pid int) error {
 	}
 	if state == 2 { // CU_PROCESS_STATE_CHECKPOINTED
 		if r := C.cu_ckpt_call(a.api.restore, C.int(pid), 0); r != 0 {
+			if r == 2 { // CUDA_ERROR_OUT_OF_MEMORY: the process stays checkpointed for good
+				return fmt.Errorf("cuCheckpointProcessRestore pid %d: CUresult %d (out of memory): %w", pid, int(r), gpu.ErrRestoreLost)
+			}
 			return fmt.Errorf("cuCheckpointProcessRestore pid %d: CUresult %d", pid, int(r))
 		}
 	}

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 
 var _ gpu.Checkpointer = (*Backend)(nil)
@@ -40,7 +42,7 @@ func (b *Backend) CheckpointState(_ context.Context, pid int) (gpu.CheckpointSta
 // cuCheckpointProcessCheckpoint. As on the hardware it fails for a process
 // that is stopped or frozen (the CUDA driver must lock it), that holds no
 // GPU memory, or that is already checkpointed.
-func (b *Backend) Checkpoint(_ context.Context, pid int) error {
+func (b *Backend) Checkpoint(ctx context.Context, pid int) error {
 	if err := b.checkpointable(pid, "checkpoint"); err != nil {
 		return err
 	}
@@ -54,18 +56,40 @@ func (b *Backend) Checkpoint(_ context.Context, pid int) error {
 		}
 		return fmt.Errorf("checkpoint pid %d: the process holds no CUDA state", pid)
 	}
+	// The copy to host memory takes its time while the memory is still
+	// held, as on the hardware.
+	var took time.Duration
+	for _, uuid := range uuids {
+		_, _, l, err := b.deviceListing(uuid)
+		if err != nil {
+			return err
+		}
+		h, _ := readHeld(filepath.Join(b.stateDir, "procs", uuid, strconv.Itoa(pid)))
+		took += l.timing.checkpoint(h.mib)
+	}
+	takeTime(ctx, took)
 	for _, uuid := range uuids {
 		if err := move(b.stateDir, "procs", "checkpointed", uuid, pid); err != nil {
 			return fmt.Errorf("checkpoint pid %d on %s: %w", pid, uuid, err)
 		}
 	}
+	// A process checkpointed now holds GPU state: a mark left by an earlier
+	// process of the same PID no longer applies.
+	_ = os.Remove(lostPath(b.stateDir, pid))
 	return nil
+}
+
+// lostPath marks a process whose restore ran out of memory: as on the
+// hardware, it stays checkpointed and no later restore brings it back.
+func lostPath(stateDir string, pid int) string {
+	return filepath.Join(stateDir, "unrestorable", strconv.Itoa(pid))
 }
 
 // Restore brings a checkpointed process's GPU memory back. As on the
 // hardware it fails when the process is not checkpointed, is stopped, or
-// its memory no longer fits on the GPU.
-func (b *Backend) Restore(_ context.Context, pid int) error {
+// its memory no longer fits on the GPU; a restore that did not fit leaves
+// the process checkpointed for good (gpu.ErrRestoreLost).
+func (b *Backend) Restore(ctx context.Context, pid int) error {
 	if err := b.checkpointable(pid, "restore"); err != nil {
 		return err
 	}
@@ -75,6 +99,9 @@ func (b *Backend) Restore(_ context.Context, pid int) error {
 	}
 	if len(uuids) == 0 {
 		return fmt.Errorf("restore pid %d: the process is not checkpointed (CUDA_ERROR_ILLEGAL_STATE)", pid)
+	}
+	if _, err := os.Lstat(lostPath(b.stateDir, pid)); err == nil {
+		return fmt.Errorf("restore pid %d: an earlier restore ran out of GPU memory (CUDA_ERROR_OPERATING_SYSTEM): %w", pid, gpu.ErrRestoreLost)
 	}
 	for _, uuid := range uuids {
 		d, _, _, err := b.deviceListing(uuid)
@@ -91,16 +118,42 @@ func (b *Backend) Restore(_ context.Context, pid int) error {
 			used += p.mib
 		}
 		if used+need > d.MemoryMiB {
-			return fmt.Errorf("restore pid %d on %s: %d MiB do not fit beside %d MiB in use of %d MiB (CUDA_ERROR_OUT_OF_MEMORY)",
-				pid, uuid, need, used, d.MemoryMiB)
+			// Root's alone, so that no task can mark a neighbour lost.
+			if err := safefile.OwnDir(filepath.Dir(lostPath(b.stateDir, pid)), 0o755); err == nil {
+				_ = os.WriteFile(lostPath(b.stateDir, pid), nil, 0o644)
+			}
+			return fmt.Errorf("restore pid %d on %s: %d MiB do not fit beside %d MiB in use of %d MiB (CUDA_ERROR_OUT_OF_MEMORY): %w",
+				pid, uuid, need, used, d.MemoryMiB, gpu.ErrRestoreLost)
 		}
 	}
+	// The memory is taken at once and filled for as long as the copy takes.
+	var took time.Duration
 	for _, uuid := range uuids {
+		_, _, l, err := b.deviceListing(uuid)
+		if err != nil {
+			return err
+		}
+		took += l.timing.restore(checkpointedMiB(b.stateDir, uuid, pid))
 		if err := move(b.stateDir, "checkpointed", "procs", uuid, pid); err != nil {
 			return fmt.Errorf("restore pid %d on %s: %w", pid, uuid, err)
 		}
 	}
+	takeTime(ctx, took)
 	return nil
+}
+
+// takeTime sleeps for d, or until ctx ends: the operation it stands for is
+// finished either way.
+func takeTime(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Checkpointed reports whether pid's GPU state is checkpointed.

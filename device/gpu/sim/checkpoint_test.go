@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+
+	"github.com/caravan-gpu/caravan/device/gpu"
 )
 
 func simBackend(t *testing.T, memMiB string) *Backend {
@@ -60,6 +63,66 @@ func TestCheckpointFreesAndRestoreBringsBack(t *testing.T) {
 	must.Len(t, 1, procs)
 	must.Eq(t, 3100, procs[0].UsedMemoryMiB)
 	must.False(t, Checkpointed(b.stateDir, pid))
+}
+
+// With a fleet's checkpoint timing, a checkpoint holds the memory for as
+// long as the copy takes, and a restore takes its memory at once and then
+// takes its time, as on the hardware.
+func TestCheckpointTakesTheFleetsTiming(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "H100", "memory_mib": 81559,
+		"checkpoint_timing": {"checkpoint_ms": 50, "checkpoint_ms_per_gib": 100, "restore_ms": 20, "restore_ms_per_gib": 40}}]}`), 0o644))
+	b, err := New(fleet, filepath.Join(dir, "state"))
+	must.NoError(t, err)
+	ctx := context.Background()
+	pid := sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 2048))
+
+	start := time.Now()
+	must.NoError(t, b.Checkpoint(ctx, pid))
+	must.GreaterEq(t, 250*time.Millisecond, time.Since(start))
+
+	done := make(chan error, 1)
+	start = time.Now()
+	go func() { done <- b.Restore(ctx, pid) }()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		st, _ := b.Stats("GPU-a")
+		return st.UsedMemoryMiB == 2048
+	}), wait.Timeout(time.Second), wait.Gap(time.Millisecond)))
+	must.NoError(t, <-done)
+	must.GreaterEq(t, 100*time.Millisecond, time.Since(start))
+}
+
+// A restore that runs out of memory loses the process, as measured on an
+// H100: it stays checkpointed, and a restore once the memory is free fails
+// too. A new checkpoint of the same PID (a new process) clears the mark.
+func TestRestoreThatDoesNotFitLosesTheProcess(t *testing.T) {
+	b := simBackend(t, "10000")
+	ctx := context.Background()
+	pid, other := sleeper(t), sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 6000))
+	must.NoError(t, b.Checkpoint(ctx, pid))
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", other, 5000))
+
+	err := b.Restore(ctx, pid)
+	must.ErrorContains(t, err, "OUT_OF_MEMORY")
+	must.ErrorIs(t, err, gpu.ErrRestoreLost)
+	must.True(t, Checkpointed(b.stateDir, pid))
+
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", other, 0))
+	err = b.Restore(ctx, pid)
+	must.ErrorContains(t, err, "CUDA_ERROR_OPERATING_SYSTEM")
+	must.ErrorIs(t, err, gpu.ErrRestoreLost)
+	state, err := b.CheckpointState(ctx, pid)
+	must.NoError(t, err)
+	must.Eq(t, gpu.CheckpointCheckpointed, state)
+
+	reused := sleeper(t)
+	must.NoError(t, os.Rename(lostPath(b.stateDir, pid), lostPath(b.stateDir, reused)))
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", reused, 1000))
+	must.NoError(t, b.Checkpoint(ctx, reused))
+	must.NoError(t, b.Restore(ctx, reused))
 }
 
 func TestCheckpointRefusesAsTheHardwareDoes(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
 )
@@ -42,6 +43,32 @@ type FleetGPU struct {
 	// plugin does not run as root): it tells no process's peak and keeps
 	// no exited process's statistics.
 	AccountingOff bool `json:"accounting_off"`
+	// CheckpointTiming makes a checkpoint and a restore on this GPU take as
+	// long as on the hardware; by default they take no time.
+	CheckpointTiming CheckpointTiming `json:"checkpoint_timing"`
+}
+
+// CheckpointTiming is how long a checkpoint and a restore take: a fixed
+// cost and a cost per GiB of GPU memory the process holds. Measured on an
+// H100 (docs/driver.md, "Measured on an H100"): 410 ms + 515 ms/GiB to
+// checkpoint, 255 ms + 200 ms/GiB to restore.
+type CheckpointTiming struct {
+	CheckpointMs       uint64 `json:"checkpoint_ms"`
+	CheckpointMsPerGiB uint64 `json:"checkpoint_ms_per_gib"`
+	RestoreMs          uint64 `json:"restore_ms"`
+	RestoreMsPerGiB    uint64 `json:"restore_ms_per_gib"`
+}
+
+// maxTimingMs bounds each timing field, so that a slip of the pen cannot
+// make a simulated checkpoint outlast any test.
+const maxTimingMs = 600_000
+
+func (t CheckpointTiming) checkpoint(mib uint64) time.Duration {
+	return time.Duration(t.CheckpointMs)*time.Millisecond + time.Duration(mib*t.CheckpointMsPerGiB)*time.Millisecond/1024
+}
+
+func (t CheckpointTiming) restore(mib uint64) time.Duration {
+	return time.Duration(t.RestoreMs)*time.Millisecond + time.Duration(mib*t.RestoreMsPerGiB)*time.Millisecond/1024
 }
 
 // FleetMIG describes one MIG instance of a GPU.
@@ -87,6 +114,15 @@ func ParseFleet(data []byte) (*Fleet, error) {
 			return nil, fmt.Errorf("%s: must be between 0 and 1024, got %d", field("count"), g.Count)
 		case g.SMCount < 0:
 			return nil, fmt.Errorf("%s: must be >= 0", field("sm_count"))
+		}
+		ct := g.CheckpointTiming
+		for _, t := range []struct {
+			name string
+			ms   uint64
+		}{{"checkpoint_ms", ct.CheckpointMs}, {"checkpoint_ms_per_gib", ct.CheckpointMsPerGiB}, {"restore_ms", ct.RestoreMs}, {"restore_ms_per_gib", ct.RestoreMsPerGiB}} {
+			if t.ms > maxTimingMs {
+				return nil, fmt.Errorf("%s: must be at most %d ms, got %d", field("checkpoint_timing."+t.name), maxTimingMs, t.ms)
+			}
 		}
 		var migTotal uint64
 		for j, m := range g.MIG {
@@ -156,16 +192,19 @@ func (f *Fleet) Devices() []gpu.Device {
 	return out
 }
 
-// processListing is how a GPU lists its processes.
+// processListing is how a GPU lists its processes, and how long it takes
+// to checkpoint and restore them.
 type processListing struct {
 	memoryNotAvailable, mpsClients, accountingOff bool
+	timing                                        CheckpointTiming
 }
 
 // listings maps device UUIDs (physical and MIG) to how they list processes.
 func (f *Fleet) listings() map[string]processListing {
 	m := map[string]processListing{}
 	for i, g := range f.GPUs {
-		l := processListing{memoryNotAvailable: g.ProcessMemoryNotAvailable, mpsClients: g.MPSClients, accountingOff: g.AccountingOff}
+		l := processListing{memoryNotAvailable: g.ProcessMemoryNotAvailable, mpsClients: g.MPSClients, accountingOff: g.AccountingOff,
+			timing: g.CheckpointTiming}
 		if l == (processListing{}) {
 			continue
 		}

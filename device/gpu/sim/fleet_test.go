@@ -16,6 +16,8 @@ func TestParseFleet(t *testing.T) {
 		{"counted GPUs get numbered UUIDs", `{"gpus":[{"uuid":"GPU-t4","count":3,"model":"Tesla T4","memory_mib":15360}]}`, 3, ""},
 		{"MIG instances are devices", `{"gpus":[{"model":"A100","memory_mib":40960,"mig":[{"profile":"3g.20gb","memory_mib":20096}]}]}`, 2, ""},
 		{"process listings", `{"gpus":[{"model":"X","memory_mib":1,"mps_clients":true,"process_memory_not_available":true}]}`, 1, ""},
+		{"checkpoint timing", `{"gpus":[{"model":"X","memory_mib":1,"checkpoint_timing":{"checkpoint_ms":410,"checkpoint_ms_per_gib":515,"restore_ms":255,"restore_ms_per_gib":200}}]}`, 1, ""},
+		{"checkpoint timing too long", `{"gpus":[{"model":"X","memory_mib":1,"checkpoint_timing":{"restore_ms_per_gib":600001}}]}`, 0, "gpus[0].checkpoint_timing.restore_ms_per_gib: must be at most 600000 ms, got 600001"},
 		{"no GPUs", `{"gpus":[]}`, 0, "gpus: at least one GPU is required"},
 		{"unknown field", `{"gpus":[{"model":"X","memory_mib":1,"colour":"green"}]}`, 0, "unknown field"},
 		{"no memory", `{"gpus":[{"model":"X"}]}`, 0, "gpus[0].memory_mib: must be > 0"},
