@@ -15,6 +15,12 @@ import (
 // ErrUnknownDevice is returned for a UUID the backend does not know.
 var ErrUnknownDevice = errors.New("unknown GPU")
 
+// ErrCheckpointUnsupported is wrapped by a Checkpointer's Checkpoint when
+// the process's CUDA state cannot be checkpointed at all: an MPS client's
+// cannot (CUDA_ERROR_NOT_SUPPORTED; measured on an H100 with driver 580).
+// Such a process can only be frozen, its memory staying on the GPU.
+var ErrCheckpointUnsupported = errors.New("the process's CUDA state cannot be checkpointed")
+
 // ErrRestoreLost is wrapped by a Checkpointer's Restore when the process's
 // GPU state cannot come back: on the hardware a restore that runs out of
 // GPU memory leaves the process checkpointed for good (every later restore

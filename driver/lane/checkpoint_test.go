@@ -143,6 +143,36 @@ func TestSlowSwitchesStretchTheQuantum(t *testing.T) {
 	must.Positive(t, switches)
 }
 
+// An MPS client cannot be checkpointed (measured on an H100): its suspend
+// falls back to freezing it, with an event, instead of failing until the
+// task is evicted; its partner is still checkpointed, and the two take
+// turns.
+func TestAnMPSClientIsFrozenInstead(t *testing.T) {
+	b, state := simGPUBackend(t)
+	must.NoError(t, sim.MPSDaemon{StateDir: state, PipeDir: t.TempDir()}.Prepare())
+	rec := &recorder{}
+	evicted := make(chan string, 2)
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
+		Evict: func(id string, _ error) { evicted <- id }})
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
+	must.NoError(t, sim.RegisterMPSClient(context.Background(), state, os.Getuid(), idb))
+	key := Key{GPU: simGPU, Lane: 0}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		return rec.count("b", "resumed in") >= 2 && rec.count("a", "restored PIDs") >= 2
+	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Eq(t, 1, rec.count("b", "cannot be checkpointed"))
+	must.Zero(t, rec.count("b", "suspend in"))
+	must.Positive(t, rec.count("b", "via freeze"))
+	must.False(t, sim.Checkpointed(state, idb))
+	select {
+	case id := <-evicted:
+		t.Fatalf("%s was evicted", id)
+	default:
+	}
+}
+
 // A suspend that fails partway restores only what it checkpointed: the
 // process that failed, never checkpointed, is left alone.
 func TestFailedSuspendRollsBackOnlyWhatItCheckpointed(t *testing.T) {

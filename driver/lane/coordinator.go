@@ -242,11 +242,14 @@ type member struct {
 	lastTick                   time.Time
 	measure                    measurement
 	switches                   int
-	lastSuspend                time.Duration
-	lastResume                 time.Duration
-	pendingSince               time.Time // quantum over, waiting for an iteration boundary
-	pendingMark                int64
-	persisted                  *MemberState
+	// freezeOnly is set once a checkpoint of the member's processes was
+	// refused as unsupported: it is frozen from then on.
+	freezeOnly   bool
+	lastSuspend  time.Duration
+	lastResume   time.Duration
+	pendingSince time.Time // quantum over, waiting for an iteration boundary
+	pendingMark  int64
+	persisted    *MemberState
 	// suspending are the processes a suspend in flight checkpoints.
 	suspending []int
 	// suspendFailures counts the task's failed suspends in a row; evicted
@@ -412,7 +415,7 @@ func (c *Coordinator) leave(key Key, taskID string) (err error) {
 					restore = nil
 				}
 				var left []int
-				left, err = c.opts.Mechanism.Resume(c.ctx, m.Processes, restore)
+				left, err = c.mechanism(m).Resume(c.ctx, m.Processes, restore)
 				h.setCheckpointed(left)
 				h.setRunning(err == nil, time.Now())
 				if err != nil {
@@ -594,7 +597,7 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		msg := fmt.Sprintf("%s: %d task(s) %s; Σ (persistent + ephemeral) %d MiB vs lane %d MiB",
 			l.key, len(l.members), map[string]string{"alone": "alone in the lane", "concurrent": "run concurrently", "time-sliced": "take turns"}[mode],
 			total, l.memMiB)
-		if safe, persistent, ephemeral := Safe(profiles, l.memMiB); mode == "time-sliced" && c.opts.Mechanism.Via() == "" && !safe {
+		if safe, persistent, ephemeral := Safe(profiles, l.memMiB); mode == "time-sliced" && c.freezesAny(l) && !safe {
 			// Frozen tasks keep their GPU memory: the one running has only
 			// what the others' persistent memory leaves.
 			msg += fmt.Sprintf("; warning: with %s, suspended tasks keep their memory, and Σ persistent %d MiB + max ephemeral %d MiB does not fit, so the task running may run out of GPU memory",
@@ -706,7 +709,7 @@ const switchShare = 10
 // move its GPU memory and are slow. A freeze moves nothing, and what it
 // takes is the host's noise, not a cost to spread.
 func (c *Coordinator) quantumOf(m *member) time.Duration {
-	if c.opts.Mechanism.Via() == "" {
+	if c.mechanism(m).Via() == "" {
 		return c.opts.Quantum
 	}
 	return max(c.opts.Quantum, (switchShare-1)*(m.lastSuspend+m.lastResume))
@@ -775,14 +778,34 @@ func (m *member) gpuPIDs() []int {
 	return m.GPUPIDs()
 }
 
+// mechanism is how m is switched: the coordinator's, or freezing alone for
+// a member whose processes cannot be checkpointed (MPS clients).
+func (c *Coordinator) mechanism(m *member) switcher.Mechanism {
+	if m.freezeOnly {
+		return switcher.Freeze{}
+	}
+	return c.opts.Mechanism
+}
+
+// freezesAny reports whether a member of l is switched by freezing alone,
+// keeping its GPU memory while suspended.
+func (c *Coordinator) freezesAny(l *laneState) bool {
+	for _, m := range l.members {
+		if c.mechanism(m).Via() == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // via says how a member is switched: the mechanism, how the GPU state
 // moves and how its processes are frozen, "freeze (cgroup-v2)",
 // "cuda-checkpoint (cuda-driver-api, cgroup-v2)".
 func (c *Coordinator) via(m *member) string {
-	if v := c.opts.Mechanism.Via(); v != "" {
-		return c.Mechanism() + " (" + v + ", " + m.Processes.Method() + ")"
+	if v := c.mechanism(m).Via(); v != "" {
+		return c.mechanism(m).Name() + " (" + v + ", " + m.Processes.Method() + ")"
 	}
-	return c.Mechanism() + " (" + m.Processes.Method() + ")"
+	return c.mechanism(m).Name() + " (" + m.Processes.Method() + ")"
 }
 
 func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
@@ -800,10 +823,10 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	}
 	gpuPIDs := m.gpuPIDs()
 	var heldMiB uint64
-	if c.opts.Mechanism.Via() != "" && m.GPUMemoryMiB != nil {
+	if c.mechanism(m).Via() != "" && m.GPUMemoryMiB != nil {
 		heldMiB = m.GPUMemoryMiB()
 	}
-	if c.opts.Mechanism.Via() != "" && len(gpuPIDs) > 0 {
+	if c.mechanism(m).Via() != "" && len(gpuPIDs) > 0 {
 		// Written ahead: after a restart in the middle, the processes may
 		// be checkpointed while no state says so.
 		m.suspending = gpuPIDs
@@ -812,12 +835,23 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	var checkpointed []int
 	start := time.Now()
 	d, err := switcher.Timed(func() (err error) {
-		checkpointed, err = c.opts.Mechanism.Suspend(c.ctx, m.Processes, gpuPIDs)
+		checkpointed, err = c.mechanism(m).Suspend(c.ctx, m.Processes, gpuPIDs)
 		return err
 	})
-	if err == nil && c.opts.Mechanism.Via() != "" {
+	if err == nil && c.mechanism(m).Via() != "" {
 		checkpointed, err = c.checkpointLateComers(m, checkpointed)
 		d = time.Since(start)
+	}
+	if errors.Is(err, gpu.ErrCheckpointUnsupported) && !m.freezeOnly {
+		// The mechanism undid its checkpoints; freezing is what is left.
+		m.freezeOnly = true
+		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("its processes cannot be checkpointed (%v); in %s it is frozen from now on, keeping its GPU memory while suspended", err, l.key),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		checkpointed = nil
+		d, err = switcher.Timed(func() error {
+			_, err := switcher.Freeze{}.Suspend(c.ctx, m.Processes, nil)
+			return err
+		})
 	}
 	c.switched("suspend", d, err)
 	m.suspending = nil
@@ -871,18 +905,18 @@ func (c *Coordinator) checkpointLateComers(m *member, done []int) ([]int, error)
 			m.lateMiB += m.GPUMemoryMiB()
 		}
 		if err := m.Processes.Thaw(c.ctx); err != nil {
-			_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
+			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
 			return nil, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
 		}
-		more, err := c.opts.Mechanism.Suspend(c.ctx, m.Processes, late)
+		more, err := c.mechanism(m).Suspend(c.ctx, m.Processes, late)
 		if err != nil {
-			_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
+			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
 			return nil, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
 		}
 		done = append(done, more...)
 	}
 	if late := m.gpuPIDs(); len(late) > 0 {
-		_, rerr := c.opts.Mechanism.Resume(c.ctx, m.Processes, done)
+		_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
 		return nil, errors.Join(fmt.Errorf("processes %v kept starting on the GPU during the suspend", late), rerr)
 	}
 	return done, nil
@@ -981,7 +1015,7 @@ func checkpointNote(pids []int) string {
 func (c *Coordinator) annotate(l *laneState, m *member, latencyKey string, d time.Duration) map[string]string {
 	a := map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
 		latencyKey: d.String()}
-	if via := c.opts.Mechanism.Via(); via != "" {
+	if via := c.mechanism(m).Via(); via != "" {
 		a["checkpoint_via"] = via
 	}
 	if pids := m.hold.checkpointedPIDs(); len(pids) > 0 {
@@ -1016,7 +1050,7 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	attempt := 1
 	for ; ; attempt++ {
 		d, err = switcher.Timed(func() error {
-			left, err := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+			left, err := c.mechanism(m).Resume(c.ctx, m.Processes, h.checkpointedPIDs())
 			h.setCheckpointed(left)
 			return err
 		})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/driver/proctree"
 )
 
 // Freezer stops and continues all of a task's processes at once.
@@ -72,6 +73,12 @@ func (c CUDACheckpoint) Via() string { return c.GPU.CheckpointMechanism() }
 func (c CUDACheckpoint) Suspend(ctx context.Context, procs Freezer, gpuPIDs []int) ([]int, error) {
 	var done []int
 	for _, pid := range gpuPIDs {
+		// A process stopped by a signal (the task's own, say) holds a
+		// checkpoint's lock for its whole timeout on the hardware, and the
+		// lane with it; it is refused at once instead.
+		if p, err := proctree.Read(pid); err == nil && (p.State == 'T' || p.State == 't') {
+			return nil, errors.Join(fmt.Errorf("checkpoint pid %d: the process is stopped by a signal, and a checkpoint of it would wait out its lock timeout", pid), c.rollback(ctx, done))
+		}
 		if err := c.GPU.Checkpoint(ctx, pid); err != nil {
 			return nil, errors.Join(fmt.Errorf("checkpoint pid %d: %w", pid, err), c.rollback(ctx, done))
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,4 +166,25 @@ func TestSelect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A process stopped by a signal is not checkpointed: on the hardware the
+// checkpoint's lock would wait out its whole timeout (measured on an H100),
+// holding up the lane.
+func TestAStoppedProcessIsNotCheckpointed(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	must.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	must.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	waitState(t, pid, 'T')
+
+	log := filepath.Join(t.TempDir(), "log")
+	procs := recorder{log: log}
+	m := CUDACheckpoint{GPU: fakeGPU{recorder: procs, mechanism: "fake"}}
+	checkpointed, err := m.Suspend(context.Background(), procs, []int{pid})
+	must.ErrorContains(t, err, "stopped by a signal")
+	must.SliceEmpty(t, checkpointed)
+	data, _ := os.ReadFile(log)
+	must.Eq(t, "", string(data))
 }

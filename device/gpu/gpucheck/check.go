@@ -40,6 +40,8 @@ type Options struct {
 	MPSControl string
 	// SizesGiB are the checkpoint sizes; those that do not fit are skipped.
 	SizesGiB []uint64
+	// Checks names the checks to run (CheckNames); all when empty.
+	Checks []string
 	// OpTimeout bounds each checkpoint, restore and state call, so that a
 	// call the driver never returns from costs one row, not the run.
 	OpTimeout time.Duration
@@ -141,15 +143,117 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			}
 		}()
 	}
-	r.nvmlSeesProcess()
-	r.accountingSpike()
-	r.freezeThaw()
-	// MPS before checkpoints: a restore that does not fit may leave its
-	// process, or the GPU, in a state later checks cannot use.
-	r.mps()
-	r.checkpoints()
-	r.restoreWithoutRoom()
+	want := map[string]bool{}
+	for _, name := range opts.Checks {
+		want[name] = true
+	}
+	for _, c := range checks {
+		if len(want) == 0 || want[c.name] {
+			c.run(r)
+		}
+	}
 	return *rep, nil
+}
+
+// checks run in this order. MPS comes before the checkpoints: a restore
+// that does not fit may leave its process, or the GPU, in a state later
+// checks cannot use.
+var checks = []struct {
+	name string
+	run  func(*run)
+}{
+	{"process", (*run).nvmlSeesProcess},
+	{"accounting", (*run).accountingSpike},
+	{"freeze", (*run).freezeThaw},
+	{"mps", (*run).mps},
+	{"checkpoint", (*run).checkpoints},
+	{"refusals", (*run).checkpointRefusals},
+	{"restore-oom", (*run).restoreWithoutRoom},
+}
+
+// CheckNames are the names Options.Checks takes, in the order they run.
+func CheckNames() []string {
+	var out []string
+	for _, c := range checks {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// checkpointRefusals measures what the simulated backend assumes a
+// checkpoint refuses: a stopped process (which is why the driver
+// checkpoints before it freezes), a second checkpoint, and a process with
+// a CUDA context but no allocation.
+func (r *run) checkpointRefusals() {
+	ck := r.preferredCheckpointer()
+	if ck == nil {
+		r.add("checkpoint refusals", "unavailable", "no way to checkpoint here")
+		return
+	}
+	idle, err := r.start(nil, "-mib", "0", "-hold", "2m")
+	if err != nil {
+		r.add("checkpoint of a process with no allocation", "error", err.Error())
+	} else {
+		err = r.checkpoint(ck, idle.pid())
+		result := "refused"
+		if err == nil {
+			result = "done"
+			err = r.restore(ck, idle.pid())
+		}
+		r.add("checkpoint of a process with no allocation", result, fmt.Sprintf("a CUDA context and no cuMemAlloc: %v", err))
+		idle.stop()
+	}
+
+	if c, err := r.start(nil, "-mib", "1024", "-hold", "2m"); err != nil {
+		r.add("second checkpoint", "error", err.Error())
+	} else if err := r.checkpoint(ck, c.pid()); err != nil {
+		r.add("second checkpoint", "error", "first checkpoint: "+err.Error())
+		c.stop()
+	} else {
+		err := r.checkpoint(ck, c.pid())
+		result := "refused"
+		if err == nil {
+			result = "accepted"
+		}
+		r.add("second checkpoint", result, fmt.Sprintf("%v; restore after: %v", err, r.restore(ck, c.pid())))
+		c.stop()
+	}
+
+	// Last: a lock that never returns may leave libcuda's checkpoint API
+	// busy in this process.
+	c, err := r.start(nil, "-mib", "1024", "-hold", "2m")
+	if err != nil {
+		r.add("checkpoint of a stopped process", "error", err.Error())
+		return
+	}
+	defer c.stop()
+	_ = syscall.Kill(c.pid(), syscall.SIGSTOP)
+	waitState(c.pid(), true)
+	const lockTimeout = 10 * time.Second
+	start := time.Now()
+	_, err = boundedFor(r, lockTimeout, 10*time.Second, "checkpoint", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, ck.Checkpoint(ctx, c.pid())
+	})
+	took := time.Since(start)
+	_ = syscall.Kill(c.pid(), syscall.SIGCONT)
+	waitState(c.pid(), false)
+	if err != nil {
+		r.add("checkpoint of a stopped process", "refused", fmt.Sprintf("lock timeout %s, answered after %s: %v", lockTimeout, took.Round(time.Millisecond), err))
+	} else {
+		r.add("checkpoint of a stopped process", "done", fmt.Sprintf("in %s; restore once running: %v", took.Round(time.Millisecond), r.restore(ck, c.pid())))
+	}
+}
+
+// preferredCheckpointer is the driver API where libcuda has it, else the
+// utility.
+func (r *run) preferredCheckpointer() gpu.Checkpointer {
+	ckpts := r.checkpointers()
+	for _, name := range []string{"driver API", "cuda-checkpoint"} {
+		if c, ok := ckpts[name]; ok {
+			return c
+		}
+	}
+	return nil
 }
 
 func (r *run) add(check, result, detail string) {
@@ -161,8 +265,16 @@ func (r *run) add(check, result, detail string) {
 // bounded runs op for at most opts.OpTimeout. A driver call that never
 // returns is left behind in its goroutine.
 func bounded[T any](r *run, what string, op func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.opts.OpTimeout)
+	return boundedFor(r, r.opts.OpTimeout, 0, what, op)
+}
+
+// boundedFor gives op a deadline of d (a lock's timeout is what is left of
+// it) and waits grace longer for its answer.
+func boundedFor[T any](r *run, d, grace time.Duration, what string, op func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, d)
 	defer cancel()
+	wait, stop := context.WithTimeout(r.ctx, d+grace)
+	defer stop()
 	type result struct {
 		v   T
 		err error
@@ -175,9 +287,9 @@ func bounded[T any](r *run, what string, op func(context.Context) (T, error)) (T
 	select {
 	case res := <-done:
 		return res.v, res.err
-	case <-ctx.Done():
+	case <-wait.Done():
 		var zero T
-		return zero, fmt.Errorf("%s: no answer within %s", what, r.opts.OpTimeout)
+		return zero, fmt.Errorf("%s: no answer within %s", what, d+grace)
 	}
 }
 
@@ -454,13 +566,7 @@ func (r *run) listedNow(pid int) (gpu.Process, bool) {
 
 func (r *run) restoreWithoutRoom() {
 	const check = "restore when its memory does not fit"
-	ckpts := r.checkpointers()
-	var ck gpu.Checkpointer
-	for _, name := range []string{"driver API", "cuda-checkpoint"} {
-		if c, ok := ckpts[name]; ok && ck == nil {
-			ck = c
-		}
-	}
+	ck := r.preferredCheckpointer()
 	if ck == nil {
 		r.add(check, "unavailable", "no way to checkpoint here")
 		return
@@ -568,6 +674,19 @@ func (r *run) mps() {
 	} else {
 		r.add("NVML lists an MPS client", "not listed", fmt.Sprintf("a client holding %d MiB was not listed within 5 s; NVML lists %s", got, r.processList(c.pid())))
 	}
+	// A lane that both runs its tasks under MPS and switches them with
+	// checkpoints needs an MPS client to checkpoint.
+	if ck := r.preferredCheckpointer(); ck != nil {
+		err := r.checkpoint(ck, c.pid())
+		result := "refused"
+		detail := fmt.Sprintf("a client holding %d MiB: %v", got, err)
+		if err == nil {
+			result = "done"
+			_, listed := r.listedNow(c.pid())
+			detail += fmt.Sprintf("; listed by NVML while checkpointed: %v; restore: %v", listed, r.restore(ck, c.pid()))
+		}
+		r.add("checkpoint of an MPS client", result, detail)
+	}
 	// What the driver meets for a task of a UID of its own while another
 	// UID's client runs: does the daemon start a second user's server?
 	const otherUID = 70001
@@ -605,15 +724,18 @@ func Probe(libcuda string, stepMiB uint64, hold time.Duration, out io.Writer) er
 	return nil
 }
 
-// Alloc is the child: it allocates mib MiB through libcuda, says "ready",
+// Alloc is the child: it allocates mib MiB through libcuda (none, only a
+// context, for 0), says "ready",
 // holds a spike of spikeMiB more for spike, and holds mib for hold.
 func Alloc(libcuda string, mib, spikeMiB uint64, spike, hold time.Duration, out io.Writer) error {
 	c, err := OpenCUDA(libcuda)
 	if err != nil {
 		return err
 	}
-	if _, err := c.Alloc(mib); err != nil {
-		return err
+	if mib > 0 {
+		if _, err := c.Alloc(mib); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(out, "ready")
 	if spikeMiB > 0 {

@@ -75,6 +75,15 @@ func TestAllocThroughLibcuda(t *testing.T) {
 	must.ErrorContains(t, err, "cuMemAlloc 1024 MiB: CUresult 2")
 	must.Eq(t, "", out.String(), must.Sprint("a child that holds nothing must not say ready"))
 
+	// -mib 0 holds a context and no allocation.
+	must.NoError(t, os.Remove(log))
+	out.Reset()
+	must.NoError(t, Alloc(lib, 0, 0, 0, 0, &out))
+	must.Eq(t, "ready\n", out.String())
+	data, err = os.ReadFile(log)
+	must.NoError(t, err)
+	must.StrNotContains(t, string(data), "alloc")
+
 	_, err = OpenCUDA(filepath.Join(t.TempDir(), "missing.so"))
 	must.ErrorContains(t, err, "not found")
 }

@@ -54,6 +54,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -86,7 +87,12 @@ func (*cudaAPI) CheckpointUnavailable() string { return "" }
 // Checkpoint locks the process's CUDA calls, then moves its state to host
 // memory; a failed checkpoint unlocks it again.
 func (a *cudaAPI) Checkpoint(ctx context.Context, pid int) error {
-	if r := C.cu_ckpt_call(a.api.lock, C.int(pid), C.uint(timeoutMs(ctx))); r != 0 {
+	if r, answered := a.lock(pid, timeoutMs(ctx)); !answered {
+		return fmt.Errorf("cuCheckpointProcessLock pid %d: no answer within its timeout (a stopped process holds the lock past it)", pid)
+	} else if r != 0 {
+		if r == 801 { // CUDA_ERROR_NOT_SUPPORTED: an MPS client, for one
+			return fmt.Errorf("cuCheckpointProcessLock pid %d: CUresult %d (not supported): %w", pid, int(r), gpu.ErrCheckpointUnsupported)
+		}
 		return fmt.Errorf("cuCheckpointProcessLock pid %d: CUresult %d", pid, int(r))
 	}
 	if r := C.cu_ckpt_call(a.api.checkpoint, C.int(pid), 0); r != 0 {
@@ -120,6 +126,44 @@ func (a *cudaAPI) Restore(_ context.Context, pid int) error {
 		return fmt.Errorf("cuCheckpointProcessUnlock pid %d: CUresult %d", pid, int(r))
 	}
 	return nil
+}
+
+// lock calls cuCheckpointProcessLock and waits for it a little past its
+// timeout: on an H100 (driver 580) the lock of a stopped process does not
+// return within its timeout, and a lane must not wait on it for good. A
+// lock that succeeds after it was given up is undone, so that the process
+// is not left locked.
+func (a *cudaAPI) lock(pid int, timeoutMs uint) (r C.int, answered bool) {
+	var mu sync.Mutex
+	abandoned := false
+	done := make(chan C.int, 1)
+	go func() {
+		r := C.cu_ckpt_call(a.api.lock, C.int(pid), C.uint(timeoutMs))
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			if r == 0 {
+				_ = C.cu_ckpt_call(a.api.unlock, C.int(pid), 0)
+			}
+			return
+		}
+		done <- r
+	}()
+	limit := time.Duration(timeoutMs)*time.Millisecond*11/10 + 500*time.Millisecond
+	select {
+	case r := <-done:
+		return r, true
+	case <-time.After(limit):
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case r := <-done:
+			return r, true
+		default:
+			abandoned = true
+			return 0, false
+		}
+	}
 }
 
 // CheckpointState reads cuCheckpointProcessGetState.

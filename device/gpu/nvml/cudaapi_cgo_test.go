@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/internal/cctest"
@@ -23,11 +24,14 @@ import (
 // state with CUDA_ERROR_ILLEGAL_STATE (401), and logging each call with its
 // pid and the argument struct as it arrived: the lock timeout in its first
 // four bytes, and whether the other 60 bytes are zero. FAKE_CUDA_FAIL names
-// a call to fail with CUresult 999; FAKE_CUDA_INIT_FAIL fails cuInit.
+// a call to fail with CUresult 999; FAKE_CUDA_INIT_FAIL fails cuInit;
+// FAKE_CUDA_LOCK_HANG_MS holds the lock call that long, past its timeout,
+// as the driver does for a stopped process.
 const fakeLibcuda = `
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int state = 0;
 
@@ -60,7 +64,11 @@ static int move(const char *fn, int pid, const unsigned char *args, int from, in
 }
 
 int cuInit(unsigned int flags) { return getenv("FAKE_CUDA_INIT_FAIL") ? 3 : 0; }
-int cuCheckpointProcessLock(int pid, void *args) { return move("lock", pid, args, 0, 1); }
+int cuCheckpointProcessLock(int pid, void *args) {
+	const char *hang = getenv("FAKE_CUDA_LOCK_HANG_MS");
+	if (hang) usleep(atoi(hang) * 1000);
+	return move("lock", pid, args, 0, 1);
+}
 int cuCheckpointProcessCheckpoint(int pid, void *args) { return move("checkpoint", pid, args, 1, 2); }
 int cuCheckpointProcessRestore(int pid, void *args) { return move("restore", pid, args, 2, 1); }
 int cuCheckpointProcessUnlock(int pid, void *args) { return move("unlock", pid, args, 1, 0); }
@@ -111,6 +119,30 @@ func TestCUDAAPICallSequenceAndArguments(t *testing.T) {
 		"unlock 4242 timeout=0 rest_zero=1",
 		"state 4242",
 	}, calls[1:])
+}
+
+// A lock that does not answer within its timeout is given up, so that the
+// lane is not held for good; when it succeeds later it is undone.
+func TestCUDAAPIGivesUpALockThatHangs(t *testing.T) {
+	lib := cctest.SharedLib(t, "libcuda-fake", fakeLibcuda)
+	log := filepath.Join(t.TempDir(), "calls")
+	t.Setenv("FAKE_CUDA_LOG", log)
+	t.Setenv("FAKE_CUDA_LOCK_HANG_MS", "2500")
+	api, err := openCUDACheckpointAPIAt(lib)
+	must.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = api.Checkpoint(ctx, 4243)
+	must.ErrorContains(t, err, "no answer within its timeout")
+	must.Less(t, 2*time.Second, time.Since(start))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		data, _ := os.ReadFile(log)
+		return strings.Contains(string(data), "unlock 4243")
+	}), wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)))
+	calls := fakeCalls(t, log)
+	must.Eq(t, "lock 4243", strings.Join(strings.Fields(calls[0])[:2], " "))
+	must.Eq(t, "unlock 4243 timeout=0 rest_zero=1", calls[1])
 }
 
 // A failed checkpoint unlocks the process again, and each failure is an

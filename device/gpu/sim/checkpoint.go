@@ -40,11 +40,15 @@ func (b *Backend) CheckpointState(_ context.Context, pid int) (gpu.CheckpointSta
 // Checkpoint moves pid's GPU memory to host memory on every simulated GPU it
 // uses: the process leaves Processes and its memory is freed, as with
 // cuCheckpointProcessCheckpoint. As on the hardware it fails for a process
-// that is stopped or frozen (the CUDA driver must lock it), that holds no
-// GPU memory, or that is already checkpointed.
+// that is stopped or frozen (the CUDA driver must lock it), that is an MPS
+// client (gpu.ErrCheckpointUnsupported), or that is already checkpointed;
+// and for one that holds no GPU memory.
 func (b *Backend) Checkpoint(ctx context.Context, pid int) error {
 	if err := b.checkpointable(pid, "checkpoint"); err != nil {
 		return err
+	}
+	if mpsClient(b.stateDir, pid) {
+		return fmt.Errorf("checkpoint pid %d: the process is an MPS client (CUDA_ERROR_NOT_SUPPORTED): %w", pid, gpu.ErrCheckpointUnsupported)
 	}
 	uuids, err := b.holding(filepath.Join(b.stateDir, "procs"), pid)
 	if err != nil {

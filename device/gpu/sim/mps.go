@@ -185,22 +185,27 @@ func ConnectMPS(ctx context.Context, stateDir, uuid, pipeDir string, clientLimit
 		}
 		return MPSConnection{}, nil
 	}
-	if err := register(ctx, stateDir); err != nil {
+	if err := register(ctx, stateDir, os.Getuid(), os.Getpid()); err != nil {
 		return MPSConnection{}, err
 	}
 	return c, nil
 }
 
+// RegisterMPSClient records process pid of uid as a client of the
+// simulated daemon, as ConnectMPS does for the process that calls it.
+func RegisterMPSClient(ctx context.Context, stateDir string, uid, pid int) error {
+	return register(ctx, stateDir, uid, pid)
+}
+
 // register waits until no live client of another UID holds the simulated
-// daemon's server, then records this process as a client of its UID's.
-func register(ctx context.Context, stateDir string) error {
+// daemon's server, then records pid as a client of uid's.
+func register(ctx context.Context, stateDir string, uid, pid int) error {
 	dir := clientsDir(stateDir)
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("sim mps: %w", err)
 	}
 	defer lock.Close()
-	uid, pid := os.Getuid(), os.Getpid()
 	for {
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 			return fmt.Errorf("sim mps: %w", err)
@@ -246,6 +251,26 @@ func otherUsersClient(dir string, uid int) string {
 		}
 	}
 	return ""
+}
+
+// mpsClient reports whether pid is a live client of the simulated daemon.
+func mpsClient(stateDir string, pid int) bool {
+	entries, err := os.ReadDir(clientsDir(stateDir))
+	if err != nil {
+		return false
+	}
+	suffix := "." + strconv.Itoa(pid)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), suffix) || !e.Type().IsRegular() {
+			continue
+		}
+		data, _ := readRecord(filepath.Join(clientsDir(stateDir), e.Name()))
+		ticks, _ := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
+		if live := startTicks(pid); live != 0 && live == ticks {
+			return true
+		}
+	}
+	return false
 }
 
 // servesAt reports whether the simulated daemon listens at pipeDir: a

@@ -134,3 +134,23 @@ func TestMPSServesOneUIDAtATime(t *testing.T) {
 	_, err = ConnectMPS(context.Background(), state, "GPU-a", pipe, 0)
 	must.NoError(t, err)
 }
+
+// An MPS client cannot be checkpointed, as measured on an H100
+// (cuCheckpointProcessLock: CUDA_ERROR_NOT_SUPPORTED): it can only be
+// frozen, its memory staying on the GPU.
+func TestAnMPSClientCannotBeCheckpointed(t *testing.T) {
+	b := simGPU(t)
+	pipe := t.TempDir()
+	must.NoError(t, MPSDaemon{StateDir: b.stateDir, PipeDir: pipe}.LimitServer(uint32(os.Getuid()), map[string]uint64{"GPU-a": 4096}))
+	pid := os.Getpid()
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 1000))
+	must.NoError(t, b.Checkpoint(context.Background(), pid), must.Sprint("not a client yet"))
+	must.NoError(t, b.Restore(context.Background(), pid))
+
+	_, err := ConnectMPS(context.Background(), b.stateDir, "GPU-a", pipe, 0)
+	must.NoError(t, err)
+	err = b.Checkpoint(context.Background(), pid)
+	must.ErrorIs(t, err, gpu.ErrCheckpointUnsupported)
+	must.ErrorContains(t, err, "CUDA_ERROR_NOT_SUPPORTED")
+	must.False(t, Checkpointed(b.stateDir, pid))
+}
