@@ -56,6 +56,7 @@ func check(args []string) int {
 	cli := fs.String("cuda-checkpoint", "", "the cuda-checkpoint utility (PATH when empty)")
 	mps := fs.String("mps-control", "", "nvidia-cuda-mps-control (PATH when empty)")
 	sizes := fs.String("sizes", "1,10,40", "checkpoint sizes in GiB, comma-separated")
+	only := fs.String("checks", "", "comma-separated checks to run, of "+strings.Join(gpucheck.CheckNames(), ",")+" (all when empty)")
 	timeout := fs.Duration("timeout", 8*time.Minute, "give up after this long")
 	opTimeout := fs.Duration("op-timeout", 2*time.Minute, "give up on one checkpoint, restore or state call after this long")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +71,21 @@ func check(args []string) int {
 		}
 		gib = append(gib, n)
 	}
+	var names []string
+	if *only != "" {
+		known := map[string]bool{}
+		for _, n := range gpucheck.CheckNames() {
+			known[n] = true
+		}
+		for _, f := range strings.Split(*only, ",") {
+			f = strings.TrimSpace(f)
+			if !known[f] {
+				fmt.Fprintf(os.Stderr, "caravan-gpucheck: -checks: %q is not a check; the checks are %s\n", f, strings.Join(gpucheck.CheckNames(), ","))
+				return 2
+			}
+			names = append(names, f)
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "caravan-gpucheck:", err)
@@ -79,7 +95,7 @@ func check(args []string) int {
 	defer cancel()
 	ctx, cancelTimeout := context.WithTimeout(ctx, *timeout)
 	defer cancelTimeout()
-	rep, err := gpucheck.Run(ctx, gpucheck.Options{Self: self, CheckpointCLI: *cli, MPSControl: *mps, SizesGiB: gib, OpTimeout: *opTimeout,
+	rep, err := gpucheck.Run(ctx, gpucheck.Options{Self: self, CheckpointCLI: *cli, MPSControl: *mps, SizesGiB: gib, Checks: names, OpTimeout: *opTimeout,
 		Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) },
 		Progress: func(partial gpucheck.Report) {
 			if err := partial.WriteFiles(*out); err != nil {
