@@ -226,6 +226,10 @@ type laneState struct {
 	awaitUntil time.Time
 	wake       chan struct{}
 	done       chan struct{}
+	// shares are the members' shares of the lane (by task ID) while they
+	// run concurrently, nil otherwise; read by Share without the lane's
+	// lock, which a switch holds for seconds.
+	shares atomic.Pointer[map[string]uint64]
 }
 
 type member struct {
@@ -591,6 +595,12 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 		mode = "alone"
 	case fit:
 		mode = "concurrent"
+	}
+	if mode == "concurrent" {
+		shares := sharesOf(l.members, l.memMiB)
+		l.shares.Store(&shares)
+	} else {
+		l.shares.Store(nil)
 	}
 	if mode != l.mode {
 		l.mode = mode
@@ -1157,6 +1167,45 @@ func (c *Coordinator) Lanes() map[Key]int {
 }
 
 // Members lists the task IDs in key, in join order.
+// Share is a task's budget in lane key while the lane runs its members
+// concurrently: the lane divided in proportion to their profiles'
+// persistent + ephemeral memory, which gives each at least its own and
+// adds up to the lane, so that none can take a neighbour's memory. ok is
+// false while the task is alone in the lane or takes turns: while it runs
+// then, the lane is its own.
+func (c *Coordinator) Share(taskID string, key Key) (mib uint64, ok bool) {
+	c.mu.Lock()
+	l := c.lanes[key]
+	c.mu.Unlock()
+	if l == nil {
+		return 0, false
+	}
+	shares := l.shares.Load()
+	if shares == nil {
+		return 0, false
+	}
+	mib, ok = (*shares)[taskID]
+	return mib, ok
+}
+
+// sharesOf divides laneMiB among members in proportion to what their
+// profiles need (equally where none needs anything).
+func sharesOf(members []*member, laneMiB uint64) map[string]uint64 {
+	var total uint64
+	for _, m := range members {
+		total += m.Profile.PersistentMiB + m.Profile.EphemeralMiB
+	}
+	out := make(map[string]uint64, len(members))
+	for _, m := range members {
+		if total == 0 {
+			out[m.TaskID] = laneMiB / uint64(len(members))
+			continue
+		}
+		out[m.TaskID] = laneMiB * (m.Profile.PersistentMiB + m.Profile.EphemeralMiB) / total
+	}
+	return out
+}
+
 func (c *Coordinator) Members(key Key) []string {
 	c.mu.Lock()
 	l := c.lanes[key]

@@ -392,6 +392,41 @@ func TestTwoTasksCrossedOnTwoLanesBothRun(t *testing.T) {
 	must.Greater(t, 0.2, float64(ranW)/float64(samples), must.Sprintf("w ran in %d of %d samples", ranW, samples))
 }
 
+// While a lane runs its tasks concurrently each has a share of it, in
+// proportion to its profile, at least its own and adding up to the lane;
+// once they take turns, none has a share (the lane is the running task's).
+func TestConcurrentMembersGetTheirShares(t *testing.T) {
+	rec := &recorder{}
+	c := newCoordinator(t, switcher.Freeze{}, 100*time.Millisecond, Hooks{Event: rec.add})
+	a, b := startProc(t), startProc(t)
+	var held atomic.Uint64
+	held.Store(2000)
+	key := Key{GPU: "GPU-0", Lane: 2}
+	_, ok := c.Share("a", key)
+	must.False(t, ok, must.Sprint("no lane yet"))
+	c.Join(key, 9000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 1000, Known: true}, Processes: a.processes(),
+		GPUMemoryMiB: func() uint64 { return 3000 }}, MemberState{})
+	c.Join(key, 9000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 1000, EphemeralMiB: 1000, Known: true}, Processes: b.processes(),
+		GPUMemoryMiB: held.Load}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "run concurrently") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	shareA, okA := c.Share("a", key)
+	shareB, okB := c.Share("b", key)
+	must.True(t, okA && okB)
+	must.Eq(t, uint64(6000), shareA) // 9000 × 4000 / 6000
+	must.Eq(t, uint64(3000), shareB) // 9000 × 2000 / 6000
+	_, ok = c.Share("c", key)
+	must.False(t, ok)
+
+	held.Store(7000) // past b's profile: re-profiled, the two take turns
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "take turns") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	_, ok = c.Share("a", key)
+	must.False(t, ok)
+	_, ok = c.Share("b", key)
+	must.False(t, ok)
+}
+
 // waitUntil polls ok until it holds, failing after timeout.
 func waitUntil(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()

@@ -65,3 +65,29 @@ func TestCoLocatedTasksThatFitRunConcurrently(t *testing.T) {
 	must.SliceNotEmpty(t, waitEvents(events, b.ID, "run concurrently", 5*time.Second))
 	must.SliceEmpty(t, events(a.ID, "suspended in"))
 }
+
+// While two tasks share a lane concurrently, each is held to its share of
+// the lane (in proportion to their profiles), not the whole lane: one that
+// reaches past its share, into what its neighbour was admitted with, is a
+// breach, and the neighbour runs on.
+func TestConcurrentTasksAreHeldToTheirShares(t *testing.T) {
+	conf, _ := simConfig(t)
+	conf.TimeSliceQuantum = "200ms"
+	h, _ := newHarness(t, conf)
+	events := collectEvents(t, h)
+	profile := TaskConfig{MemoryProfile: MemoryProfile{Persistent: "3000MiB", Ephemeral: "1000MiB"}}
+	a := workloadTask(t, h, "a", workload.Config{Iterations: 10, IterationTime: 100 * time.Millisecond, PersistentMiB: 3000, EphemeralMiB: 1000}, profile, grantEnv(laneGrant(0)))
+	// b declares what a does, so each has 4096 MiB of the 8192 MiB lane,
+	// and then takes 6500 MiB in its iterations: within the lane, past its
+	// share.
+	b := workloadTask(t, h, "b", workload.Config{Iterations: 50, IterationTime: 100 * time.Millisecond, PersistentMiB: 3000, EphemeralMiB: 3500}, profile, grantEnv(laneGrant(1)))
+	_, _, err := h.StartTask(a)
+	must.NoError(t, err)
+	_, _, err = h.StartTask(b)
+	must.NoError(t, err)
+	rb := waitExit(t, h, b.ID, 20*time.Second)
+	must.NotEq(t, 0, rb.ExitCode+int(rb.Signal), must.Sprint("b must have been ended"))
+	must.SliceNotEmpty(t, waitEvents(events, b.ID, "its share of lane 0's 8192 MiB while the lane's tasks run concurrently", 5*time.Second))
+	must.Eq(t, 0, waitExit(t, h, a.ID, 20*time.Second).ExitCode)
+	must.SliceEmpty(t, events(a.ID, "budget exceeded"))
+}

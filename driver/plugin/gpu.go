@@ -285,6 +285,28 @@ func (d *Driver) watch(h *task.Handle, backend gpu.Backend, interval time.Durati
 	}
 }
 
+// sharedBudget is the task's budget now: on a lane whose tasks run
+// concurrently, its share of the lane (lane.Coordinator.Share) rather than
+// the whole lane, so that no task can take what its neighbour was
+// admitted with.
+func (d *Driver) sharedBudget(h *task.Handle) budget.Budget {
+	b := h.Spec.Budget
+	if d.coord == nil {
+		return b
+	}
+	gpus := append([]budget.GPU(nil), b.GPUs...)
+	for i, g := range gpus {
+		if g.Lane < 0 {
+			continue
+		}
+		if share, ok := d.coord.Share(h.Config.ID, lane.Key{GPU: g.UUID, Lane: g.Lane}); ok && share < g.LimitMiB {
+			gpus[i].LimitMiB = share
+		}
+	}
+	b.GPUs = gpus
+	return b
+}
+
 // sampleAndEnforce takes one watchdog sample and acts on a breach. It
 // returns the breach, if any.
 func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.Breach {
@@ -301,7 +323,7 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	if len(names) == 0 {
 		return nil
 	}
-	b := h.Spec.Budget
+	b := d.sharedBudget(h)
 	if !b.Enforced() {
 		// Nothing to enforce; still sample the granted GPUs for stats.
 		b = budget.Budget{GPUs: []budget.GPU{{UUID: budget.AnyGPU}}}
@@ -331,10 +353,10 @@ func (d *Driver) sampleAndEnforce(h *task.Handle, backend gpu.Backend) *budget.B
 	for _, u := range usage {
 		d.reportUnknownMemory(h, u)
 	}
-	breach := budget.Check(h.Spec.Budget, usage)
+	breach := budget.Check(b, usage)
 	// The peaks are recorded on every sample, so that one judged while the
 	// task is over budget now is not judged again later.
-	peak := h.Peaks.Check(h.Spec.Budget, usage)
+	peak := h.Peaks.Check(b, usage)
 	if breach == nil && peak != nil {
 		// A spike that came and went between two samples: not an episode
 		// that lasts, so it is reported on its own.
@@ -360,6 +382,12 @@ func (d *Driver) report(h *task.Handle, breach *budget.Breach, exited bool) *bud
 	annotations := map[string]string{
 		"gpu": breach.UUID, "used_mib": strconv.FormatUint(breach.UsedMiB, 10),
 		"budget_mib": strconv.FormatUint(breach.LimitMiB, 10), "policy": string(breach.Policy),
+	}
+	for _, g := range h.Spec.Budget.GPUs {
+		if g.UUID == breach.UUID && g.Lane >= 0 && breach.LimitMiB < g.LimitMiB {
+			reason += fmt.Sprintf(" (its share of lane %d's %d MiB while the lane's tasks run concurrently)", g.Lane, g.LimitMiB)
+			annotations["lane_mib"] = strconv.FormatUint(g.LimitMiB, 10)
+		}
 	}
 	if breach.Peak != nil {
 		annotations["peak_mib"] = strconv.FormatUint(breach.Peak.PeakMiB, 10)
