@@ -92,6 +92,23 @@ func (m *Mirror) Allocations(ctx context.Context) ([]*api.AllocationListStub, er
 	return sortedValues(m.allocs, func(a *api.AllocationListStub) string { return a.ID }), nil
 }
 
+// MirroredJobAllocations lists one job's allocations from the mirror, as
+// the event stream keeps them (milliseconds behind Nomad); ok is false
+// while the mirror is not synced, and the caller then asks Nomad.
+func (m *Mirror) MirroredJobAllocations(namespace, id string) (allocs []*api.AllocationListStub, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.synced {
+		return nil, false
+	}
+	for _, a := range m.allocs {
+		if a.JobID == id && a.Namespace == namespace {
+			allocs = append(allocs, a)
+		}
+	}
+	return allocs, true
+}
+
 // Changes delivers a value after each batch of events the mirror applies.
 func (m *Mirror) Changes(ctx context.Context) (<-chan struct{}, error) {
 	if err := m.ensure(ctx); err != nil {

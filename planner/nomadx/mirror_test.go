@@ -117,6 +117,14 @@ func TestMirrorFollowsTheEventStream(t *testing.T) {
 	must.Eq(t, "running", allocs[0].ClientStatus)
 	must.Eq(t, uint64(3), allocs[0].JobVersion)
 	must.Eq(t, 1, src.reads, must.Sprint("one read, for the placement"))
+	mine, ok := m.MirroredJobAllocations("default", "a")
+	must.True(t, ok)
+	must.Len(t, 1, mine)
+	others, ok := m.MirroredJobAllocations("other", "a")
+	must.True(t, ok)
+	must.SliceEmpty(t, others)
+	_, ok = NewMirror(nil, src, nil).MirroredJobAllocations("default", "a")
+	must.False(t, ok, must.Sprint("a mirror that never synced knows nothing"))
 
 	// A deregistered job that Nomad no longer has was purged.
 	src.send(t, m, api.TopicJob, "JobDeregistered", "a",

@@ -5,12 +5,15 @@ package nomadx
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -77,6 +80,21 @@ func New(address, token string) (*API, error) {
 // set.
 func NewClient(address, token string) (*api.Client, error) {
 	cfg := api.DefaultConfig()
+	// A round reads and writes with dozens of requests in flight; the
+	// pooled default keeps GOMAXPROCS+1 idle connections per host, so most
+	// of them would open a new connection.
+	transport := cleanhttp.DefaultPooledTransport()
+	transport.MaxIdleConnsPerHost = MaxConnsInFlight
+	// As the api package sets up a client of its own making.
+	transport.TLSHandshakeTimeout = 10 * time.Second
+	transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	transport.ForceAttemptHTTP2 = false
+	cfg.HttpClient = &http.Client{Transport: transport}
+	// api.NewClient sets up TLS (NOMAD_CACERT and the rest) only on a
+	// client of its own making.
+	if err := api.ConfigureTLS(cfg.HttpClient, cfg.TLSConfig); err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
 	if address != "" {
 		cfg.Address = address
 	}
@@ -89,6 +107,10 @@ func NewClient(address, token string) (*api.Client, error) {
 	}
 	return c, nil
 }
+
+// MaxConnsInFlight is how many connections to the agent a client keeps
+// open between requests: more than a round's spec readers and writers.
+const MaxConnsInFlight = 128
 
 // Wrap returns a Client around an existing api.Client.
 func Wrap(c *api.Client) *API { return &API{c: c} }

@@ -401,3 +401,47 @@ func TestUserModels(t *testing.T) {
 	models, _ = UserModels(job)
 	must.Eq(t, []string{"Tesla T4"}, models)
 }
+
+// mirroredFake is the fake with a mirror of allocations, as
+// nomadx.Mirror keeps them, and a count of the allocation lists asked of
+// Nomad.
+type mirroredFake struct {
+	*nomadxtest.Fake
+	mirrored []*api.AllocationListStub
+	synced   bool
+	asked    int
+}
+
+func (m *mirroredFake) MirroredJobAllocations(namespace, id string) ([]*api.AllocationListStub, bool) {
+	return m.mirrored, m.synced
+}
+
+func (m *mirroredFake) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
+	m.asked++
+	return m.Fake.JobAllocations(ctx, namespace, id)
+}
+
+// A hold takes the job's allocations from a synced mirror, saving a
+// request per job; a placement, a restore, or a mirror not synced asks
+// Nomad.
+func TestWriterHoldsFromTheMirror(t *testing.T) {
+	fake := &mirroredFake{Fake: nomadxtest.New(), synced: true,
+		mirrored: []*api.AllocationListStub{{ID: "a1", JobID: "j", Namespace: "default", ClientStatus: "running", DesiredStatus: "run"}}}
+	fake.Submit(gpuJob("j"))
+	fake.Allocs = fake.mirrored // what Nomad has, which the mirror mirrors
+	w := &Writer{Nomad: fake}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 70, Hold: true})
+	must.NoError(t, res.Err)
+	must.True(t, res.Live, must.Sprint("the mirror's allocation runs"))
+	must.Eq(t, []string{"a1"}, fake.Stopped)
+	must.Zero(t, fake.asked)
+
+	fake.Submit(gpuJob("k"))
+	w.Apply(context.Background(), "default", "k", Target{Priority: 20, Placement: &Placement{Model: "Tesla T4"}})
+	must.Eq(t, 1, fake.asked)
+
+	fake.synced = false
+	fake.Submit(gpuJob("m"))
+	w.Apply(context.Background(), "default", "m", Target{Priority: 70, Hold: true})
+	must.Eq(t, 2, fake.asked)
+}

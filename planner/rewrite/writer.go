@@ -54,6 +54,26 @@ type Writer struct {
 	MaxAttempts int
 }
 
+// mirroredAllocations is a Nomad client that keeps every allocation as
+// the event stream tells of it (nomadx.Mirror).
+type mirroredAllocations interface {
+	MirroredJobAllocations(namespace, id string) ([]*api.AllocationListStub, bool)
+}
+
+// allocations lists the job's allocations for a write toward t. A hold
+// alone takes them from a mirror that the event stream keeps, which saves
+// a request per job when a new planner holds thousands: one placed in the
+// stream's few milliseconds of lag is stopped in the next round, which
+// finds the job held and running. Placement and restores ask Nomad.
+func (w *Writer) allocations(ctx context.Context, namespace, id string, t Target) ([]*api.AllocationListStub, error) {
+	if m, ok := w.Nomad.(mirroredAllocations); ok && t.Hold && t.Placement == nil && !t.Restore {
+		if allocs, ok := m.MirroredJobAllocations(namespace, id); ok {
+			return allocs, nil
+		}
+	}
+	return w.Nomad.JobAllocations(ctx, namespace, id)
+}
+
 // Apply reads the job fresh, rewrites it toward t and registers it only if
 // nobody changed it since the read. On a conflict it starts again from a
 // fresh read, so that a concurrent edit by a user is kept, not overwritten.
@@ -131,7 +151,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			// Placement may only change while nothing of the job is placed,
 			// and a hold preempts what is; ask Nomad now rather than trust
 			// the round's snapshot.
-			allocs, err := w.Nomad.JobAllocations(ctx, namespace, id)
+			allocs, err := w.allocations(ctx, namespace, id, t)
 			if err != nil {
 				res.Outcome, res.Err = Failed, err
 				return res

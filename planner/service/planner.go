@@ -33,8 +33,9 @@ const historyLimit = 10000
 // changes its placement.
 const placementGrace = 3 * time.Second
 
-// specReaders is how many job specs a round reads at once.
-const specReaders = 8
+// specReaders is how many job specs a round reads at once: a new leader
+// reads every managed job's once, from the Nomad server's memory.
+const specReaders = 32
 
 // recordsPerJob bounds the decision history kept per job.
 const recordsPerJob = 20

@@ -1,0 +1,35 @@
+package nomadx
+
+import (
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// NewClient brings its own connection pool, and still trusts the CA that
+// NOMAD_CACERT names, as the api package does for a client of its own.
+func TestNewClientKeepsTLSSettings(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"config": {}, "member": {}, "stats": {}}`))
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	must.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	t.Setenv("NOMAD_CACERT", ca)
+	c, err := NewClient(srv.URL, "")
+	must.NoError(t, err)
+	_, err = c.Agent().Self()
+	must.NoError(t, err)
+
+	t.Setenv("NOMAD_CACERT", "")
+	c, err = NewClient(srv.URL, "")
+	must.NoError(t, err)
+	_, err = c.Agent().Self()
+	must.ErrorContains(t, err, "certificate")
+}
