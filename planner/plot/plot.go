@@ -14,6 +14,7 @@ import (
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
@@ -100,7 +101,8 @@ func JCTPanel(runs []Run) (*gplot.Plot, error) {
 	p.Title.Text = "JCT CDF"
 	p.X.Label.Text = "job completion time (s, log scale)"
 	p.Y.Label.Text = "fraction of jobs"
-	p.X.Scale, p.X.Tick.Marker = gplot.LogScale{}, logTicks{}
+	// The axis is about the panel's width less the y axis and padding.
+	p.X.Scale, p.X.Tick.Marker = gplot.LogScale{}, logTicks{axis: Width - 1.2*vg.Inch, style: p.X.Tick.Label}
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top, p.Legend.Left = false, true
 	lines := 0
@@ -268,29 +270,92 @@ func formatTickTo(v float64, decimals int) string {
 	return formatTick(math.Round(v*math.Pow(10, float64(decimals))) / math.Pow(10, float64(decimals)))
 }
 
-// logTicks labels 1, 2 and 5 × 10^k within the range, with unlabelled
-// ticks at the other integers × 10^k.
-type logTicks struct{}
+// logTicks puts a tick at every integer × 10^k within the range and labels
+// the densest of 1-2-5, 1-3 and 1 per decade (then every second, third...
+// decade) whose labels do not overlap on an axis of length axis in style;
+// labels are short (10k, 2M).
+type logTicks struct {
+	axis  vg.Length
+	style text.Style
+}
 
-func (logTicks) Ticks(lo, hi float64) []gplot.Tick {
+// logLabelSets are the mantissas labelled per decade, densest first.
+var logLabelSets = [][]float64{{1, 2, 5}, {1, 3}, {1}}
+
+func (lt logTicks) Ticks(lo, hi float64) []gplot.Tick {
 	if !(lo > 0) || !(hi >= lo) || math.IsInf(hi, 0) {
 		return nil
 	}
-	var ticks []gplot.Tick
+	var values []float64
 	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
 		for m := 1.0; m < 10; m++ {
-			v := m * math.Pow(10, e)
-			if v < lo || v > hi {
-				continue
+			if v := m * math.Pow(10, e); v >= lo && v <= hi {
+				values = append(values, v)
 			}
-			t := gplot.Tick{Value: v}
-			if m == 1 || m == 2 || m == 5 {
-				t.Label = formatTick(v)
-			}
-			ticks = append(ticks, t)
 		}
 	}
+	labelled := func(v float64, set []float64, every int) bool {
+		e := math.Floor(math.Log10(v) + 1e-9)
+		m := math.Round(v / math.Pow(10, e))
+		return int(e)%every == 0 && slices.Contains(set, m)
+	}
+	ticks := make([]gplot.Tick, len(values))
+	label := func(set []float64, every int) []gplot.Tick {
+		for i, v := range values {
+			ticks[i] = gplot.Tick{Value: v}
+			if labelled(v, set, every) {
+				ticks[i].Label = shortTick(v)
+			}
+		}
+		return ticks
+	}
+	for _, set := range logLabelSets {
+		if !lt.overlap(label(set, 1), lo, hi) {
+			return ticks
+		}
+	}
+	every := 2
+	for lt.overlap(label([]float64{1}, every), lo, hi) && every < 12 {
+		every++
+	}
 	return ticks
+}
+
+// overlap reports whether two labels of ticks would touch on the axis (with
+// a gap of one "0"); with no axis length given, none do.
+func (lt logTicks) overlap(ticks []gplot.Tick, lo, hi float64) bool {
+	if lt.axis <= 0 || hi <= lo {
+		return false
+	}
+	gap := lt.style.Width("0")
+	var lastEnd vg.Length
+	first := true
+	for _, t := range ticks {
+		if t.Label == "" {
+			continue
+		}
+		x := lt.axis * vg.Length(math.Log(t.Value/lo)/math.Log(hi/lo))
+		w := lt.style.Width(t.Label)
+		if !first && x-w/2 < lastEnd+gap {
+			return true
+		}
+		lastEnd, first = x+w/2, false
+	}
+	return false
+}
+
+// shortTick prints a tick value of a seconds axis briefly: 500, 2k, 10k,
+// 1.5M, 1G.
+func shortTick(v float64) string {
+	switch {
+	case v >= 1e9:
+		return formatTick(v/1e9) + "G"
+	case v >= 1e6:
+		return formatTick(v/1e6) + "M"
+	case v >= 1e3:
+		return formatTick(v/1e3) + "k"
+	}
+	return formatTick(v)
 }
 
 func formatTick(v float64) string {

@@ -76,3 +76,45 @@ func TestBothPanelsHaveEveryRun(t *testing.T) {
 	must.NoError(t, WriteBoth(&buf, []Run{{Name: "las", GPUs: 2, JCT: []float64{5}, Util: []UtilPoint{{0, 1}, {9, 0}}}}))
 	must.Eq(t, 2, strings.Count(buf.String(), ">las<"))
 }
+
+// The JCT axis's labels never overlap, however many decades it spans, and
+// are as dense as that allows: a decade or two gets 1, 2 and 5, many
+// decades fewer, and each label is short (10k, not 10000).
+func TestLogTicksDoNotOverlap(t *testing.T) {
+	p, err := JCTPanel([]Run{{Name: "x", JCT: []float64{1}}})
+	must.NoError(t, err)
+	lt := p.X.Tick.Marker.(logTicks)
+	cases := []struct {
+		lo, hi float64
+		want   []string // labels that must be there
+	}{
+		{30, 300, []string{"50", "100", "200"}},
+		{10, 1e4, []string{"20", "50", "100", "1k"}},
+		{10, 1e6, []string{"100", "1k", "10k", "100k", "1M"}},
+		{1, 1e9, []string{"1", "1M"}},
+		{0.001, 1e12, nil},
+	}
+	for _, tc := range cases {
+		ticks := lt.Ticks(tc.lo, tc.hi)
+		var labels []string
+		var xs, ws []float64
+		for _, tk := range ticks {
+			if tk.Label == "" {
+				continue
+			}
+			labels = append(labels, tk.Label)
+			xs = append(xs, float64(lt.axis)*math.Log(tk.Value/tc.lo)/math.Log(tc.hi/tc.lo))
+			ws = append(ws, float64(lt.style.Width(tk.Label)))
+		}
+		must.Greater(t, 1, len(labels), must.Sprintf("%g..%g: %v", tc.lo, tc.hi, labels))
+		for i := 1; i < len(xs); i++ {
+			must.Greater(t, (ws[i-1]+ws[i])/2, xs[i]-xs[i-1], must.Sprintf("%g..%g: %q and %q touch", tc.lo, tc.hi, labels[i-1], labels[i]))
+		}
+		for _, w := range tc.want {
+			must.SliceContains(t, labels, w, must.Sprintf("%g..%g: %v", tc.lo, tc.hi, labels))
+		}
+	}
+	must.Eq(t, "10k", shortTick(1e4))
+	must.Eq(t, "1.5M", shortTick(1.5e6))
+	must.Eq(t, "500", shortTick(500))
+}
