@@ -103,9 +103,11 @@ Nomad, Consul and the planner:
 
 Output:
   -json                one object {"live": ..., "sim": ...}, each side as
-                       caravan sim -json prints it
-  -out DIR             live/ and sim/ as caravan sim -out writes them, and
-                       replay.json
+                       caravan sim -json prints it, and the jobs whose live
+                       JCT differs most from the simulated
+  -out DIR             live/ and sim/ as caravan sim -out writes them,
+                       replay.json, and jobs.csv: every job's live and
+                       simulated start, finish and preemptions side by side
   -progress            progress bar even when stderr is not a terminal
   -log-level L         trace, debug, info, warn, error (default info)`)
 }
@@ -213,6 +215,9 @@ type replayReport struct {
 	Live   simReport  `json:"live"`
 	Sim    simReport  `json:"sim"`
 	Replay replayInfo `json:"replay"`
+	// Gaps are the jobs whose live JCT differs most from the simulated,
+	// with their starts, finishes and preemptions side by side.
+	Gaps []jobGap `json:"jobs_that_differ_most"`
 }
 
 type replayInfo struct {
@@ -494,8 +499,13 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
 		RunOverhead: overhead, RunOverheadMeasuredOn: runs,
 		SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
+	gaps := jobGaps(res.Sim, simRes)
+	rep.Gaps = gaps[:min(topGaps, len(gaps))]
 	if f.out != "" {
 		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
+			return err
+		}
+		if err := writeGapsCSV(filepath.Join(f.out, "jobs.csv"), gaps); err != nil {
 			return err
 		}
 	}
@@ -631,6 +641,10 @@ func renderReplay(rep replayReport) string {
 			dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
+	if len(rep.Gaps) > 0 {
+		b.WriteString("\n")
+		b.WriteString(renderGaps(rep.Gaps))
+	}
 	b.WriteString("\nlive:\n")
 	b.WriteString(renderTable(rep.Live))
 	b.WriteString("\n\nsimulated:\n")

@@ -1,0 +1,158 @@
+package command
+
+import (
+	"cmp"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// jobGap is one job's live and simulated outcome side by side, in trace
+// seconds.
+type jobGap struct {
+	ID              string  `json:"id"`
+	GPUs            int     `json:"gpus"`
+	Arrival         float64 `json:"arrival"`
+	LiveStart       float64 `json:"live_start"`
+	SimStart        float64 `json:"sim_start"`
+	LiveFinish      float64 `json:"live_finish"`
+	SimFinish       float64 `json:"sim_finish"`
+	LivePreemptions int     `json:"live_preemptions"`
+	SimPreemptions  int     `json:"sim_preemptions"`
+	LiveJCTMinusSim float64 `json:"live_jct_minus_sim"`
+	LiveUnfinished  bool    `json:"live_unfinished,omitempty"`
+	MissingFromSide string  `json:"missing_from,omitempty"`
+}
+
+// MarshalJSON writes a time a side does not have (a job unfinished) as
+// null: JSON has no NaN.
+func (g jobGap) MarshalJSON() ([]byte, error) {
+	num := func(v float64) *float64 {
+		if math.IsNaN(v) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		ID              string   `json:"id"`
+		GPUs            int      `json:"gpus"`
+		Arrival         *float64 `json:"arrival"`
+		LiveStart       *float64 `json:"live_start"`
+		SimStart        *float64 `json:"sim_start"`
+		LiveFinish      *float64 `json:"live_finish"`
+		SimFinish       *float64 `json:"sim_finish"`
+		LivePreemptions int      `json:"live_preemptions"`
+		SimPreemptions  int      `json:"sim_preemptions"`
+		LiveJCTMinusSim *float64 `json:"live_jct_minus_sim"`
+		MissingFrom     string   `json:"missing_from,omitempty"`
+	}{g.ID, g.GPUs, num(g.Arrival), num(g.LiveStart), num(g.SimStart), num(g.LiveFinish), num(g.SimFinish),
+		g.LivePreemptions, g.SimPreemptions, num(g.LiveJCTMinusSim), g.MissingFromSide})
+}
+
+// jobGaps joins the live and simulated jobs by ID, the jobs whose JCTs
+// differ most first: a job unfinished on one side, then by |live − sim|.
+// A replay's average JCT gap is the sum of these, so the first rows say
+// where it comes from.
+func jobGaps(live, simulated *sim.Result) []jobGap {
+	simByID := make(map[string]sim.JobResult, len(simulated.Jobs))
+	for _, j := range simulated.Jobs {
+		simByID[j.ID] = j
+	}
+	seen := map[string]bool{}
+	var out []jobGap
+	for _, l := range live.Jobs {
+		g := jobGap{ID: l.ID, GPUs: l.GPUs, Arrival: l.Arrival, LiveStart: l.Start, LiveFinish: l.Finish,
+			LivePreemptions: l.Preemptions, SimStart: math.NaN(), SimFinish: math.NaN()}
+		s, ok := simByID[l.ID]
+		if ok {
+			seen[l.ID] = true
+			g.SimStart, g.SimFinish, g.SimPreemptions = s.Start, s.Finish, s.Preemptions
+		} else {
+			g.MissingFromSide = "sim"
+		}
+		g.LiveJCTMinusSim = (g.LiveFinish - g.Arrival) - (g.SimFinish - g.Arrival)
+		out = append(out, g)
+	}
+	for _, s := range simulated.Jobs {
+		if !seen[s.ID] {
+			out = append(out, jobGap{ID: s.ID, GPUs: s.GPUs, Arrival: s.Arrival, LiveStart: math.NaN(), LiveFinish: math.NaN(),
+				SimStart: s.Start, SimFinish: s.Finish, SimPreemptions: s.Preemptions, LiveJCTMinusSim: math.NaN(), MissingFromSide: "live"})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b jobGap) int {
+		an, bn := math.IsNaN(a.LiveJCTMinusSim), math.IsNaN(b.LiveJCTMinusSim)
+		switch {
+		case an && !bn:
+			return -1
+		case bn && !an:
+			return 1
+		case an && bn:
+			return cmp.Compare(a.ID, b.ID)
+		}
+		return cmp.Compare(math.Abs(b.LiveJCTMinusSim), math.Abs(a.LiveJCTMinusSim))
+	})
+	return out
+}
+
+// topGaps is how many jobs the replay's report lists.
+const topGaps = 10
+
+// renderGaps is the table of the jobs that differ most.
+func renderGaps(gaps []jobGap) string {
+	var b strings.Builder
+	b.WriteString("jobs whose live JCT differs most from the simulated (trace seconds; every job in jobs.csv with -out):\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "job\tGPUs\tarrival\tstart live\tstart sim\tfinish live\tfinish sim\tpreempted live\tpreempted sim\tlive − sim JCT\t")
+	for _, g := range gaps[:min(topGaps, len(gaps))] {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n", g.ID, g.GPUs, secs(g.Arrival), secs(g.LiveStart), secs(g.SimStart),
+			secs(g.LiveFinish), secs(g.SimFinish), g.LivePreemptions, g.SimPreemptions, signedSecs(g.LiveJCTMinusSim))
+	}
+	tw.Flush()
+	return b.String()
+}
+
+func secs(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+func signedSecs(v float64) string {
+	if math.IsNaN(v) {
+		return "unfinished"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+// writeGapsCSV writes every job's gap, as the report's table orders them.
+func writeGapsCSV(path string, gaps []jobGap) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"id", "gpus", "arrival", "live_start", "sim_start", "live_finish", "sim_finish",
+		"live_preemptions", "sim_preemptions", "live_jct_minus_sim", "missing_from"})
+	num := func(v float64) string {
+		if math.IsNaN(v) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	for _, g := range gaps {
+		_ = w.Write([]string{g.ID, strconv.Itoa(g.GPUs), num(g.Arrival), num(g.LiveStart), num(g.SimStart), num(g.LiveFinish),
+			num(g.SimFinish), strconv.Itoa(g.LivePreemptions), strconv.Itoa(g.SimPreemptions), num(g.LiveJCTMinusSim), g.MissingFromSide})
+	}
+	w.Flush()
+	return errors.Join(w.Error(), f.Close())
+}

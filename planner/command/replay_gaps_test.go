@@ -1,0 +1,64 @@
+package command
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// The report says where a replay's gap comes from: every job's live and
+// simulated start, finish and preemptions side by side, the jobs that
+// differ most first (one unfinished on a side before any).
+func TestJobGapsPutTheLargestFirst(t *testing.T) {
+	nan := math.NaN()
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 10, Finish: 110, Preemptions: 0},
+		{ID: "b", GPUs: 4, Arrival: 5, Start: 400, Finish: 900, Preemptions: 3},
+		{ID: "c", GPUs: 2, Arrival: 7, Start: nan, Finish: nan},
+		{ID: "d", GPUs: 1, Arrival: 9, Start: 20, Finish: 60},
+	}}
+	simulated := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 5, Finish: 100},
+		{ID: "b", GPUs: 4, Arrival: 5, Start: 50, Finish: 550, Preemptions: 1},
+		{ID: "c", GPUs: 2, Arrival: 7, Start: 30, Finish: 90},
+		{ID: "d", GPUs: 1, Arrival: 9, Start: 20, Finish: 260},
+	}}
+	gaps := jobGaps(live, simulated)
+	var order []string
+	for _, g := range gaps {
+		order = append(order, g.ID)
+	}
+	must.Eq(t, []string{"c", "b", "d", "a"}, order)
+	must.Eq(t, 350, gaps[1].LiveJCTMinusSim)
+	must.Eq(t, -200, gaps[2].LiveJCTMinusSim)
+	must.Eq(t, 3, gaps[1].LivePreemptions)
+	must.Eq(t, 1, gaps[1].SimPreemptions)
+
+	text := renderGaps(gaps)
+	must.StrContains(t, text, "unfinished")
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	must.Len(t, 6, lines) // the title, the header and the four jobs
+	must.StrContains(t, lines[3], "b")
+	must.StrContains(t, lines[3], "350")
+
+	// JSON has no NaN: what a side lacks is null.
+	data, err := json.Marshal(gaps[0])
+	must.NoError(t, err)
+	must.StrContains(t, string(data), `"live_finish":null`)
+	must.StrContains(t, string(data), `"sim_finish":90`)
+
+	path := filepath.Join(t.TempDir(), "jobs.csv")
+	must.NoError(t, writeGapsCSV(path, gaps))
+	csvData, err := os.ReadFile(path)
+	must.NoError(t, err)
+	rows := strings.Split(strings.TrimSpace(string(csvData)), "\n")
+	must.Len(t, 5, rows)
+	must.Eq(t, "c,2,7.000,,30.000,,90.000,0,0,,", rows[1])
+}
