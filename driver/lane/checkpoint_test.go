@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -256,11 +257,12 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 // checkpointed, and no FreeMiB check stands in the way.
 func TestLostRestoreEndsTheTaskAtOnce(t *testing.T) {
 	b, state := simGPUBackend(t)
-	failed := make(chan error, 4)
+	failed := make(chan error, 1)
+	var handedBack atomic.Int32
 	rec := &recorder{}
 	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
 		ResumeFailed: func(id string, err error) {
-			if id == "b" {
+			if id == "b" && handedBack.Add(1) == 1 {
 				failed <- err
 			}
 		}})
@@ -280,6 +282,9 @@ func TestLostRestoreEndsTheTaskAtOnce(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a lost restore was never handed back")
 	}
+	// Handed back once: its turns pass it by until it leaves.
+	time.Sleep(300 * time.Millisecond)
+	must.Eq(t, int32(1), handedBack.Load())
 }
 
 // A coordinator that ends (the driver restarts) leaves a suspended task

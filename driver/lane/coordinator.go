@@ -173,6 +173,11 @@ type hold struct {
 	runMu    sync.Mutex
 	runSince time.Time // zero while suspended
 	runTotal time.Duration
+
+	// freezeOnly is set once a checkpoint of the task's processes was
+	// refused as unsupported (an MPS client): every lane of the task
+	// freezes it from then on.
+	freezeOnly atomic.Bool
 }
 
 // ran is how long the task has really run, up to now.
@@ -246,14 +251,11 @@ type member struct {
 	lastTick                   time.Time
 	measure                    measurement
 	switches                   int
-	// freezeOnly is set once a checkpoint of the member's processes was
-	// refused as unsupported: it is frozen from then on.
-	freezeOnly   bool
-	lastSuspend  time.Duration
-	lastResume   time.Duration
-	pendingSince time.Time // quantum over, waiting for an iteration boundary
-	pendingMark  int64
-	persisted    *MemberState
+	lastSuspend                time.Duration
+	lastResume                 time.Duration
+	pendingSince               time.Time // quantum over, waiting for an iteration boundary
+	pendingMark                int64
+	persisted                  *MemberState
 	// suspending are the processes a suspend in flight checkpoints.
 	suspending []int
 	// suspendFailures counts the task's failed suspends in a row; evicted
@@ -419,7 +421,7 @@ func (c *Coordinator) leave(key Key, taskID string) (err error) {
 					restore = nil
 				}
 				var left []int
-				left, err = c.mechanism(m).Resume(c.ctx, m.Processes, restore)
+				left, err = c.opts.Mechanism.Resume(c.ctx, m.Processes, restore)
 				h.setCheckpointed(left)
 				h.setRunning(err == nil, time.Now())
 				if err != nil {
@@ -791,7 +793,7 @@ func (m *member) gpuPIDs() []int {
 // mechanism is how m is switched: the coordinator's, or freezing alone for
 // a member whose processes cannot be checkpointed (MPS clients).
 func (c *Coordinator) mechanism(m *member) switcher.Mechanism {
-	if m.freezeOnly {
+	if m.hold.freezeOnly.Load() {
 		return switcher.Freeze{}
 	}
 	return c.opts.Mechanism
@@ -852,18 +854,25 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		checkpointed, err = c.checkpointLateComers(m, checkpointed)
 		d = time.Since(start)
 	}
-	if errors.Is(err, gpu.ErrCheckpointUnsupported) && !m.freezeOnly {
+	if errors.Is(err, gpu.ErrCheckpointUnsupported) && !errors.Is(err, switcher.ErrRollback) && !m.hold.freezeOnly.Load() {
 		// The mechanism undid its checkpoints; freezing is what is left.
-		m.freezeOnly = true
-		c.emit(Event{TaskID: m.TaskID, Err: err, Message: fmt.Sprintf("its processes cannot be checkpointed (%v); in %s it is frozen from now on, keeping its GPU memory while suspended", err, l.key),
-			Annotations: map[string]string{"lane": l.key.String()}})
+		m.hold.freezeOnly.Store(true)
+		msg := fmt.Sprintf("its processes cannot be checkpointed (%v); in %s it is frozen from now on, keeping its GPU memory while suspended", err, l.key)
+		profiles := make([]Profile, len(l.members))
+		for i, o := range l.members {
+			profiles[i] = o.Profile
+		}
+		if safe, persistent, ephemeral := Safe(profiles, l.memMiB); !safe {
+			msg += fmt.Sprintf("; warning: Σ persistent %d MiB + max ephemeral %d MiB does not fit in the lane's %d MiB, so the task running may run out of GPU memory", persistent, ephemeral, l.memMiB)
+		}
+		c.emit(Event{TaskID: m.TaskID, Err: err, Message: msg, Annotations: map[string]string{"lane": l.key.String()}})
 		checkpointed = nil
 		d, err = switcher.Timed(func() error {
 			_, err := switcher.Freeze{}.Suspend(c.ctx, m.Processes, nil)
 			return err
 		})
 	}
-	c.switched("suspend", d, err)
+	c.switched(m, "suspend", d, err)
 	m.suspending = nil
 	if err != nil {
 		c.persist(l)
@@ -1023,7 +1032,7 @@ func checkpointNote(pids []int) string {
 }
 
 func (c *Coordinator) annotate(l *laneState, m *member, latencyKey string, d time.Duration) map[string]string {
-	a := map[string]string{"lane": l.key.String(), "mechanism": c.Mechanism(), "process_control": m.Processes.Method(),
+	a := map[string]string{"lane": l.key.String(), "mechanism": c.mechanism(m).Name(), "process_control": m.Processes.Method(),
 		latencyKey: d.String()}
 	if via := c.mechanism(m).Via(); via != "" {
 		a["checkpoint_via"] = via
@@ -1060,11 +1069,14 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 	attempt := 1
 	for ; ; attempt++ {
 		d, err = switcher.Timed(func() error {
-			left, err := c.mechanism(m).Resume(c.ctx, m.Processes, h.checkpointedPIDs())
+			// The node's mechanism, even for a member that is only frozen:
+			// another of the task's lanes may have checkpointed it, and a
+			// resume with nothing checkpointed only thaws.
+			left, err := c.opts.Mechanism.Resume(c.ctx, m.Processes, h.checkpointedPIDs())
 			h.setCheckpointed(left)
 			return err
 		})
-		c.switched("resume", d, err)
+		c.switched(m, "resume", d, err)
 		// A restore that ran out of memory cannot be retried: the process
 		// stays checkpointed for good.
 		if err == nil || attempt >= c.opts.ResumeAttempts || c.ctx.Err() != nil || errors.Is(err, gpu.ErrRestoreLost) {
@@ -1092,6 +1104,9 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 				c.opts.Hooks.ResumeFailed(m.TaskID, err)
 			}()
 		}
+		// Ending: its turns pass it by until it leaves, rather than try
+		// and end it again at every one.
+		m.evicted = true
 		return false
 	}
 	h.lanes.Store(0)
@@ -1136,9 +1151,9 @@ func (c *Coordinator) persist(l *laneState) {
 	}
 }
 
-func (c *Coordinator) switched(op string, d time.Duration, err error) {
+func (c *Coordinator) switched(m *member, op string, d time.Duration, err error) {
 	if c.opts.Hooks.Switched != nil {
-		c.opts.Hooks.Switched(op, c.Mechanism(), d, err)
+		c.opts.Hooks.Switched(op, c.mechanism(m).Name(), d, err)
 	}
 }
 
@@ -1166,7 +1181,6 @@ func (c *Coordinator) Lanes() map[Key]int {
 	return out
 }
 
-// Members lists the task IDs in key, in join order.
 // Share is a task's budget in lane key while the lane runs its members
 // concurrently: the lane divided in proportion to their profiles'
 // persistent + ephemeral memory, which gives each at least its own and
@@ -1206,6 +1220,7 @@ func sharesOf(members []*member, laneMiB uint64) map[string]uint64 {
 	return out
 }
 
+// Members lists the task IDs in key, sorted.
 func (c *Coordinator) Members(key Key) []string {
 	c.mu.Lock()
 	l := c.lanes[key]

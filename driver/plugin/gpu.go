@@ -203,6 +203,11 @@ func (p MemoryProfile) parse() (lane.Profile, error) {
 			return out, fmt.Errorf("memory_profile.ephemeral: %w", err)
 		}
 	}
+	if out.PersistentMiB+out.EphemeralMiB == 0 {
+		// A task that declares it needs nothing would get no share of a
+		// lane to be held to.
+		return out, fmt.Errorf("memory_profile: persistent + ephemeral must be at least 1 MiB")
+	}
 	out.Known = true
 	return out, nil
 }
@@ -300,7 +305,8 @@ func (d *Driver) sharedBudget(h *task.Handle) budget.Budget {
 			continue
 		}
 		if share, ok := d.coord.Share(h.Config.ID, lane.Key{GPU: g.UUID, Lane: g.Lane}); ok && share < g.LimitMiB {
-			gpus[i].LimitMiB = share
+			// Never 0, which the watchdog reads as no limit.
+			gpus[i].LimitMiB = max(share, 1)
 		}
 	}
 	b.GPUs = gpus

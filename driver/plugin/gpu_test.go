@@ -234,6 +234,7 @@ func TestBadTaskConfigNamesTheField(t *testing.T) {
 		{TaskConfig{Command: "/bin/true", GPUMemory: "4GiB"}, "gpu_memory: 4096 MiB is more than the 2048 MiB granted"},
 		{TaskConfig{Command: "/bin/true", GPUMemoryPolicy: "pray"}, "gpu_memory_policy:"},
 		{TaskConfig{Command: "/bin/true", MemoryProfile: MemoryProfile{Persistent: "x"}}, "memory_profile.persistent:"},
+		{TaskConfig{Command: "/bin/true", MemoryProfile: MemoryProfile{Persistent: "0", Ephemeral: "512KiB"}}, "memory_profile: persistent + ephemeral must be at least 1 MiB"},
 		{TaskConfig{Command: "/bin/true", WorkDir: "relative"}, "work_dir:"},
 	}
 	for _, c := range cases {

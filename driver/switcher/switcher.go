@@ -92,13 +92,17 @@ func (c CUDACheckpoint) Suspend(ctx context.Context, procs Freezer, gpuPIDs []in
 	return done, nil
 }
 
+// ErrRollback is wrapped by a suspend whose undoing failed: some of the
+// processes it checkpointed may still be.
+var ErrRollback = errors.New("roll back")
+
 // rollback restores the processes a failed suspend checkpointed, and only
 // those.
 func (c CUDACheckpoint) rollback(ctx context.Context, done []int) error {
 	var errs []error
 	for i := len(done) - 1; i >= 0; i-- {
 		if err := c.GPU.Restore(ctx, done[i]); err != nil {
-			errs = append(errs, fmt.Errorf("roll back: restore pid %d: %w", done[i], err))
+			errs = append(errs, fmt.Errorf("%w: restore pid %d: %w", ErrRollback, done[i], err))
 		}
 	}
 	return errors.Join(errs...)

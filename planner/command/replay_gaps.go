@@ -19,18 +19,16 @@ import (
 // jobGap is one job's live and simulated outcome side by side, in trace
 // seconds.
 type jobGap struct {
-	ID              string  `json:"id"`
-	GPUs            int     `json:"gpus"`
-	Arrival         float64 `json:"arrival"`
-	LiveStart       float64 `json:"live_start"`
-	SimStart        float64 `json:"sim_start"`
-	LiveFinish      float64 `json:"live_finish"`
-	SimFinish       float64 `json:"sim_finish"`
-	LivePreemptions int     `json:"live_preemptions"`
-	SimPreemptions  int     `json:"sim_preemptions"`
-	LiveJCTMinusSim float64 `json:"live_jct_minus_sim"`
-	LiveUnfinished  bool    `json:"live_unfinished,omitempty"`
-	MissingFromSide string  `json:"missing_from,omitempty"`
+	ID                              string
+	GPUs                            int
+	Arrival                         float64
+	LiveStart, SimStart             float64
+	LiveFinish, SimFinish           float64
+	LivePreemptions, SimPreemptions int
+	// LiveJCTMinusSim is NaN where a side did not finish the job.
+	LiveJCTMinusSim float64
+	// MissingFromSide names the side without the job at all.
+	MissingFromSide string
 }
 
 // MarshalJSON writes a time a side does not have (a job unfinished) as

@@ -2,6 +2,7 @@ package nomadx
 
 import (
 	"encoding/pem"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,4 +33,21 @@ func TestNewClientKeepsTLSSettings(t *testing.T) {
 	must.NoError(t, err)
 	_, err = c.Agent().Self()
 	must.ErrorContains(t, err, "certificate")
+}
+
+// A unix:// address (the Task API socket) keeps the api package's own
+// socket client.
+func TestNewClientOverAUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	must.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"config": {}, "member": {}, "stats": {}}`))
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	c, err := NewClient("unix://"+sock, "")
+	must.NoError(t, err)
+	_, err = c.Agent().Self()
+	must.NoError(t, err)
 }

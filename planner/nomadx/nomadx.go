@@ -80,6 +80,13 @@ func New(address, token string) (*API, error) {
 // set.
 func NewClient(address, token string) (*api.Client, error) {
 	cfg := api.DefaultConfig()
+	if address != "" {
+		cfg.Address = address
+	}
+	if strings.HasPrefix(cfg.Address, "unix://") {
+		// The api package makes its own client for a socket.
+		return newAPIClient(cfg, token)
+	}
 	// A round reads and writes with dozens of requests in flight; the
 	// pooled default keeps GOMAXPROCS+1 idle connections per host, so most
 	// of them would open a new connection.
@@ -95,9 +102,10 @@ func NewClient(address, token string) (*api.Client, error) {
 	if err := api.ConfigureTLS(cfg.HttpClient, cfg.TLSConfig); err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
-	if address != "" {
-		cfg.Address = address
-	}
+	return newAPIClient(cfg, token)
+}
+
+func newAPIClient(cfg *api.Config, token string) (*api.Client, error) {
 	if token != "" {
 		cfg.SecretID = token
 	}

@@ -149,8 +149,9 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 		var running []string
 		if t.Placement != nil || t.Restore || t.Hold {
 			// Placement may only change while nothing of the job is placed,
-			// and a hold preempts what is; ask Nomad now rather than trust
-			// the round's snapshot.
+			// and a hold preempts what is; ask Nomad (or, for a hold, the
+			// event stream's mirror) now rather than trust the round's
+			// snapshot.
 			allocs, err := w.allocations(ctx, namespace, id, t)
 			if err != nil {
 				res.Outcome, res.Err = Failed, err

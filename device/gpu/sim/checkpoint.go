@@ -64,12 +64,13 @@ func (b *Backend) Checkpoint(ctx context.Context, pid int) error {
 	// held, as on the hardware.
 	var took time.Duration
 	for _, uuid := range uuids {
-		_, _, l, err := b.deviceListing(uuid)
+		d, _, l, err := b.deviceListing(uuid)
 		if err != nil {
 			return err
 		}
+		// What a task wrote, at most what the GPU has.
 		h, _ := readHeld(filepath.Join(b.stateDir, "procs", uuid, strconv.Itoa(pid)))
-		took += l.timing.checkpoint(h.mib)
+		took += l.timing.checkpoint(min(h.mib, d.MemoryMiB))
 	}
 	takeTime(ctx, took)
 	for _, uuid := range uuids {
@@ -89,6 +90,22 @@ func lostPath(stateDir string, pid int) string {
 	return filepath.Join(stateDir, "unrestorable", strconv.Itoa(pid))
 }
 
+// lost reports whether pid is the process its mark was made for: the mark
+// holds the process's start time, so that one that reuses the PID is not
+// taken for it.
+func lost(stateDir string, pid int) bool {
+	data, err := readRecord(lostPath(stateDir, pid))
+	if err != nil {
+		return false
+	}
+	ticks, err := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
+	if err != nil || ticks != startTicks(pid) {
+		_ = os.Remove(lostPath(stateDir, pid))
+		return false
+	}
+	return true
+}
+
 // Restore brings a checkpointed process's GPU memory back. As on the
 // hardware it fails when the process is not checkpointed, is stopped, or
 // its memory no longer fits on the GPU; a restore that did not fit leaves
@@ -104,7 +121,7 @@ func (b *Backend) Restore(ctx context.Context, pid int) error {
 	if len(uuids) == 0 {
 		return fmt.Errorf("restore pid %d: the process is not checkpointed (CUDA_ERROR_ILLEGAL_STATE)", pid)
 	}
-	if _, err := os.Lstat(lostPath(b.stateDir, pid)); err == nil {
+	if lost(b.stateDir, pid) {
 		return fmt.Errorf("restore pid %d: an earlier restore ran out of GPU memory (CUDA_ERROR_OPERATING_SYSTEM): %w", pid, gpu.ErrRestoreLost)
 	}
 	for _, uuid := range uuids {
@@ -124,7 +141,7 @@ func (b *Backend) Restore(ctx context.Context, pid int) error {
 		if used+need > d.MemoryMiB {
 			// Root's alone, so that no task can mark a neighbour lost.
 			if err := safefile.OwnDir(filepath.Dir(lostPath(b.stateDir, pid)), 0o755); err == nil {
-				_ = os.WriteFile(lostPath(b.stateDir, pid), nil, 0o644)
+				_ = os.WriteFile(lostPath(b.stateDir, pid), []byte(strconv.FormatUint(startTicks(pid), 10)), 0o644)
 			}
 			return fmt.Errorf("restore pid %d on %s: %d MiB do not fit beside %d MiB in use of %d MiB (CUDA_ERROR_OUT_OF_MEMORY): %w",
 				pid, uuid, need, used, d.MemoryMiB, gpu.ErrRestoreLost)
@@ -133,11 +150,11 @@ func (b *Backend) Restore(ctx context.Context, pid int) error {
 	// The memory is taken at once and filled for as long as the copy takes.
 	var took time.Duration
 	for _, uuid := range uuids {
-		_, _, l, err := b.deviceListing(uuid)
+		d, _, l, err := b.deviceListing(uuid)
 		if err != nil {
 			return err
 		}
-		took += l.timing.restore(checkpointedMiB(b.stateDir, uuid, pid))
+		took += l.timing.restore(min(checkpointedMiB(b.stateDir, uuid, pid), d.MemoryMiB))
 		if err := move(b.stateDir, "checkpointed", "procs", uuid, pid); err != nil {
 			return fmt.Errorf("restore pid %d on %s: %w", pid, uuid, err)
 		}

@@ -118,10 +118,13 @@ func TestRestoreThatDoesNotFitLosesTheProcess(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, gpu.CheckpointCheckpointed, state)
 
+	// A mark left for another process of the same PID (its start time
+	// differs) does not apply.
 	reused := sleeper(t)
 	must.NoError(t, os.Rename(lostPath(b.stateDir, pid), lostPath(b.stateDir, reused)))
 	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", reused, 1000))
 	must.NoError(t, b.Checkpoint(ctx, reused))
+	must.NoError(t, os.WriteFile(lostPath(b.stateDir, reused), []byte("12345"), 0o644))
 	must.NoError(t, b.Restore(ctx, reused))
 }
 
