@@ -174,6 +174,66 @@ func TestAnMPSClientIsFrozenInstead(t *testing.T) {
 	}
 }
 
+// A task that can only be frozen (an MPS client) keeps its memory while
+// suspended; where that leaves no room for its checkpointed partner's
+// restore, it is the one ended, and the partner does not wait for good.
+func TestAFrozenOnlyTaskPaysForItsPartnersRestore(t *testing.T) {
+	b, state := simGPUBackend(t)
+	must.NoError(t, sim.MPSDaemon{StateDir: state, PipeDir: t.TempDir()}.Prepare())
+	rec := &recorder{}
+	evicted := make(chan string, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: 50 * time.Millisecond, MeasureIterations: 2,
+		ResumeBackoff: 10 * time.Millisecond, RejoinGrace: time.Second,
+		// The GPU's free memory, as the driver gives it, so that a restore
+		// that would not fit is not tried.
+		FreeMiB: func(uuid string) (uint64, bool) {
+			st, err := b.Stats(uuid)
+			if err != nil || st.UsedMemoryMiB > st.TotalMemoryMiB {
+				return 0, false
+			}
+			return st.TotalMemoryMiB - st.UsedMemoryMiB, true
+		},
+		Hooks: Hooks{Event: rec.add, Evict: func(id string, _ error) {
+			select {
+			case evicted <- id:
+			default:
+			}
+		}}})
+	t.Cleanup(func() {
+		cancel()
+		c.Wait()
+	})
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
+	must.NoError(t, sim.RegisterMPSClient(context.Background(), state, os.Getuid(), idb))
+	key := Key{GPU: simGPU, Lane: 0}
+	held := func(pid int) func() uint64 {
+		return func() uint64 {
+			procs, _ := b.Processes(simGPU)
+			for _, p := range procs {
+				if p.PID == pid {
+					return p.UsedMemoryMiB
+				}
+			}
+			return 0
+		}
+	}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: held(ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb), GPUMemoryMiB: held(idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return sim.Checkpointed(state, ida) }),
+		wait.Timeout(5*time.Second), wait.Gap(time.Millisecond)))
+	// Another process takes what b's frozen 6000 MiB leave a's restore.
+	other := startProc(t)
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, other.cmd.Process.Pid, 5000))
+	select {
+	case id := <-evicted:
+		must.Eq(t, "b", id)
+		must.Positive(t, rec.count("b", "cannot be checkpointed, and the 6000 MiB it keeps while frozen"))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a's restore waited and no one was ended")
+	}
+}
+
 // A suspend that fails partway restores only what it checkpointed: the
 // process that failed, never checkpointed, is left alone.
 func TestFailedSuspendRollsBackOnlyWhatItCheckpointed(t *testing.T) {

@@ -1015,6 +1015,18 @@ func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
 		c.emit(Event{TaskID: grower.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its partner can run", err),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		c.evict(grower, err)
+	} else if frozen, held := c.largestFrozenOnly(l, m); frozen != nil {
+		// A task that can only be frozen keeps its memory while its
+		// partners take their turns: it is the one that cannot share.
+		name := m.Name
+		if name == "" {
+			name = m.TaskID
+		}
+		err := fmt.Errorf("cannot be checkpointed, and the %d MiB it keeps while frozen in %s leave no room for %s's restore of %d MiB (%d MiB free on the GPU)",
+			held, l.key, name, need, free)
+		c.emit(Event{TaskID: frozen.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its partner can run", err),
+			Annotations: map[string]string{"lane": l.key.String()}})
+		c.evict(frozen, err)
 	}
 	if !m.waitingForRoom {
 		m.waitingForRoom = true
@@ -1022,6 +1034,22 @@ func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 	}
 	return false
+}
+
+// largestFrozenOnly is the suspended member of l, other than m, that can
+// only be frozen and holds the most GPU memory, and what it holds.
+func (c *Coordinator) largestFrozenOnly(l *laneState, m *member) (*member, uint64) {
+	var out *member
+	var most uint64
+	for _, o := range l.members {
+		if o == m || !o.suspended || o.evicted || !o.hold.freezeOnly.Load() || o.GPUMemoryMiB == nil {
+			continue
+		}
+		if held := o.GPUMemoryMiB(); held > most {
+			out, most = o, held
+		}
+	}
+	return out, most
 }
 
 func checkpointNote(pids []int) string {
