@@ -586,10 +586,7 @@ func (c *Coordinator) step(l *laneState) time.Duration {
 	}
 	c.measure(l, now)
 
-	profiles := make([]Profile, len(l.members))
-	for i, m := range l.members {
-		profiles[i] = m.Profile
-	}
+	profiles := profilesOf(l.members)
 	fit, total := Concurrent(profiles, l.memMiB)
 	mode := "time-sliced"
 	switch {
@@ -858,11 +855,7 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		// The mechanism undid its checkpoints; freezing is what is left.
 		m.hold.freezeOnly.Store(true)
 		msg := fmt.Sprintf("its processes cannot be checkpointed (%v); in %s it is frozen from now on, keeping its GPU memory while suspended", err, l.key)
-		profiles := make([]Profile, len(l.members))
-		for i, o := range l.members {
-			profiles[i] = o.Profile
-		}
-		if safe, persistent, ephemeral := Safe(profiles, l.memMiB); !safe {
+		if safe, persistent, ephemeral := Safe(profilesOf(l.members), l.memMiB); !safe {
 			msg += fmt.Sprintf("; warning: Σ persistent %d MiB + max ephemeral %d MiB does not fit in the lane's %d MiB, so the task running may run out of GPU memory", persistent, ephemeral, l.memMiB)
 		}
 		c.emit(Event{TaskID: m.TaskID, Err: err, Message: msg, Annotations: map[string]string{"lane": l.key.String()}})
@@ -1006,24 +999,16 @@ func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
 		}
 	}
 	if grower != nil {
-		name := m.Name
-		if name == "" {
-			name = m.TaskID
-		}
 		err := fmt.Errorf("grew to %d MiB in %s, past its profile of %d MiB, so that %s's restore of %d MiB does not fit (%d MiB free on the GPU)",
-			growerUse, l.key, growerProfile, name, need, free)
+			growerUse, l.key, growerProfile, m.displayName(), need, free)
 		c.emit(Event{TaskID: grower.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its partner can run", err),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		c.evict(grower, err)
 	} else if frozen, held := c.largestFrozenOnly(l, m); frozen != nil {
 		// A task that can only be frozen keeps its memory while its
 		// partners take their turns: it is the one that cannot share.
-		name := m.Name
-		if name == "" {
-			name = m.TaskID
-		}
 		err := fmt.Errorf("cannot be checkpointed, and the %d MiB it keeps while frozen in %s leave no room for %s's restore of %d MiB (%d MiB free on the GPU)",
-			held, l.key, name, need, free)
+			held, l.key, m.displayName(), need, free)
 		c.emit(Event{TaskID: frozen.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its partner can run", err),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		c.evict(frozen, err)
@@ -1034,6 +1019,22 @@ func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 	}
 	return false
+}
+
+// displayName is the member's task name, or its ID where it has none.
+func (m *member) displayName() string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return m.TaskID
+}
+
+func profilesOf(members []*member) []Profile {
+	out := make([]Profile, len(members))
+	for i, m := range members {
+		out[i] = m.Profile
+	}
+	return out
 }
 
 // largestFrozenOnly is the suspended member of l, other than m, that can

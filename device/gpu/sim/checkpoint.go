@@ -94,12 +94,7 @@ func lostPath(stateDir string, pid int) string {
 // holds the process's start time, so that one that reuses the PID is not
 // taken for it.
 func lost(stateDir string, pid int) bool {
-	data, err := readRecord(lostPath(stateDir, pid))
-	if err != nil {
-		return false
-	}
-	ticks, err := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
-	if err != nil || ticks != startTicks(pid) {
+	if !holdsStartOf(lostPath(stateDir, pid), pid) {
 		_ = os.Remove(lostPath(stateDir, pid))
 		return false
 	}
@@ -141,7 +136,7 @@ func (b *Backend) Restore(ctx context.Context, pid int) error {
 		if used+need > d.MemoryMiB {
 			// Root's alone, so that no task can mark a neighbour lost.
 			if err := safefile.OwnDir(filepath.Dir(lostPath(b.stateDir, pid)), 0o755); err == nil {
-				_ = os.WriteFile(lostPath(b.stateDir, pid), []byte(strconv.FormatUint(startTicks(pid), 10)), 0o644)
+				_ = writeStartOf(lostPath(b.stateDir, pid), pid)
 			}
 			return fmt.Errorf("restore pid %d on %s: %d MiB do not fit beside %d MiB in use of %d MiB (CUDA_ERROR_OUT_OF_MEMORY): %w",
 				pid, uuid, need, used, d.MemoryMiB, gpu.ErrRestoreLost)

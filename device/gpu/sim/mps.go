@@ -213,7 +213,7 @@ func register(ctx context.Context, stateDir string, uid, pid int) error {
 		other := otherUsersClient(dir, uid)
 		if other == "" {
 			name := filepath.Join(dir, strconv.Itoa(uid)+"."+strconv.Itoa(pid))
-			err := os.WriteFile(name, []byte(strconv.FormatUint(startTicks(pid), 10)), 0o644)
+			err := writeStartOf(name, pid)
 			_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 			return err
 		}
@@ -240,9 +240,7 @@ func otherUsersClient(dir string, uid int) string {
 		if !ok || err1 != nil || err2 != nil || !e.Type().IsRegular() {
 			continue
 		}
-		data, _ := readRecord(filepath.Join(dir, e.Name()))
-		ticks, _ := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
-		if live := startTicks(cpid); live == 0 || live != ticks {
+		if !holdsStartOf(filepath.Join(dir, e.Name()), cpid) {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 			continue
 		}
@@ -251,6 +249,24 @@ func otherUsersClient(dir string, uid int) string {
 		}
 	}
 	return ""
+}
+
+// writeStartOf records at path the start of process pid, so that
+// holdsStartOf can tell it from a later process given the same PID.
+func writeStartOf(path string, pid int) error {
+	return os.WriteFile(path, []byte(strconv.FormatUint(startTicks(pid), 10)), 0o644)
+}
+
+// holdsStartOf reports whether the record at path holds the start of pid,
+// which runs.
+func holdsStartOf(path string, pid int) bool {
+	data, err := readRecord(path)
+	if err != nil {
+		return false
+	}
+	ticks, err := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
+	live := startTicks(pid)
+	return err == nil && live != 0 && live == ticks
 }
 
 // mpsClient reports whether pid is a live client of the simulated daemon.
@@ -264,9 +280,7 @@ func mpsClient(stateDir string, pid int) bool {
 		if !strings.HasSuffix(e.Name(), suffix) || !e.Type().IsRegular() {
 			continue
 		}
-		data, _ := readRecord(filepath.Join(clientsDir(stateDir), e.Name()))
-		ticks, _ := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
-		if live := startTicks(pid); live != 0 && live == ticks {
+		if holdsStartOf(filepath.Join(clientsDir(stateDir), e.Name()), pid) {
 			return true
 		}
 	}
