@@ -267,3 +267,22 @@ func TestTenantLeavingMPSFindsNoGPU(t *testing.T) {
 	must.StrContains(t, stderr, "all CUDA-capable devices are busy or unavailable")
 	must.StrContains(t, stderr, "exclusive-process compute mode")
 }
+
+// A task that declares a small profile to run beside a neighbour, then
+// takes the rest of the lane, is ended for reaching past its share of the
+// lane; the neighbour completes.
+func TestTenantPastItsLaneShareIsEnded(t *testing.T) {
+	c := harness.StartT(t, harness.Options{Fleet: laneFleet, DeviceConfig: oneLaneTwoSlots})
+	job := c.RunJobspec(t, c.Jobspec("tenant-lane-share.nomad.hcl"), workloadVars(c))
+	allocs := c.WaitAllocs(t, *job.ID, 2, 3*time.Minute, harness.Terminal)
+	for _, a := range allocs {
+		status := c.NomadCLI(t, "alloc", "status", a.ID)
+		switch a.TaskGroup {
+		case "grower":
+			must.Eq(t, "failed", a.ClientStatus, must.Sprint(status))
+			must.StrContains(t, status, "share of lane 0's 15360 MiB while the lane's tasks run concurrently")
+		case "neighbour":
+			must.Eq(t, "complete", a.ClientStatus, must.Sprint(status))
+		}
+	}
+}
