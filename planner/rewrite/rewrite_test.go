@@ -445,3 +445,34 @@ func TestWriterHoldsFromTheMirror(t *testing.T) {
 	w.Apply(context.Background(), "default", "m", Target{Priority: 70, Hold: true})
 	must.Eq(t, 2, fake.asked)
 }
+
+// The job a write hands back carries the version Nomad gave it, not the one
+// it was read at: the planner tells a job's current allocations by it.
+func TestWriterKeepsTheVersionItWrote(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.Submit(gpuJob("j"))
+	w := &Writer{Nomad: fake}
+	for want := uint64(1); want <= 3; want++ {
+		res := w.ApplyRead(context.Background(), fake.Get("default", "j"), Target{Priority: 60 + int(want)})
+		must.NoError(t, res.Err)
+		must.NotNil(t, res.Job)
+		got := fake.Get("default", "j")
+		must.Eq(t, *got.Version, *res.Job.Version)
+		must.Eq(t, want, *res.Job.Version)
+		must.Eq(t, *got.JobModifyIndex, *res.Job.JobModifyIndex)
+	}
+
+	// A restored user edit: the kept job is the last write's version.
+	slipped := false
+	fake.AfterIndexCheck = func(*api.Job) {
+		if !slipped {
+			slipped = true
+			user := fake.Get("default", "j")
+			user.Meta = map[string]string{"owner": "user"}
+			fake.Submit(user)
+		}
+	}
+	res := w.Apply(context.Background(), "default", "j", Target{Priority: 70})
+	must.Eq(t, 1, res.Restored)
+	must.Eq(t, *fake.Get("default", "j").Version, *res.Job.Version)
+}

@@ -38,10 +38,21 @@ type Result struct {
 	Job *api.Job
 }
 
-// landed records job, registered at index, as what the write left.
-func (r *Result) landed(job *api.Job, index uint64) {
+// landed records job, registered at index as version, as what the write
+// left. The version matters as much as the index: the planner tells a
+// job's current allocations by it, and a kept copy at the version it was
+// read at would take an allocation that completed before the write for
+// one of the new version, and the job for finished. Without the version
+// (Nomad no longer keeps ours) the job is not kept, and the next round
+// reads it.
+func (r *Result) landed(job *api.Job, index uint64, version *uint64) {
 	r.Outcome = Written
+	if version == nil {
+		return
+	}
 	job.JobModifyIndex = &index
+	v := *version
+	job.Version = &v
 	r.Job = job
 }
 
@@ -112,11 +123,11 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 				res.Restored++
 			}
 			if registered && err == nil {
-				if lost == nil {
-					res.landed(job, written)
+				if lost.job == nil {
+					res.landed(job, written, lost.ours)
 					return res
 				}
-				restore, restoreOver = lost, written
+				restore, restoreOver = lost.job, written
 				continue
 			}
 			if registered || !nomadx.IsConflict(err) {
@@ -203,11 +214,11 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			}
 		}
 		if registered && err == nil {
-			if lost == nil {
-				res.landed(job, written)
+			if lost.job == nil {
+				res.landed(job, written, lost.ours)
 				return res
 			}
-			restore, restoreOver = lost, written
+			restore, restoreOver = lost.job, written
 			continue
 		}
 		if registered || !nomadx.IsConflict(err) {
@@ -241,42 +252,53 @@ func (w *Writer) stop(ctx context.Context, namespace string, allocs []string) (i
 
 // registerChecked writes job if its modify index is still index, then
 // looks for a concurrent edit the write replaced (see overwritten).
-// registered says the write went through; lost is the replaced version to
-// write back, if any.
-func (w *Writer) registerChecked(ctx context.Context, namespace, id string, job *api.Job, index uint64) (written uint64, registered bool, lost *api.Job, err error) {
+// registered says the write went through; lost tells what it replaced and
+// which version it became.
+func (w *Writer) registerChecked(ctx context.Context, namespace, id string, job *api.Job, index uint64) (written uint64, registered bool, lost overwrite, err error) {
 	written, err = w.Nomad.RegisterJob(ctx, job, index)
 	if err != nil {
-		return 0, false, nil, err
+		return 0, false, overwrite{}, err
 	}
 	lost, err = w.overwritten(ctx, namespace, id, index, written)
 	return written, true, lost, err
 }
 
-// overwritten returns the version that our write at index written replaced
-// if it is not the one we read at index read, nil otherwise. Nomad checks
-// EnforceIndex before it applies a write through Raft, so a write without
-// an index check (a user's `nomad job run`) can land between the check and
-// our write, and ours would silently replace it.
-func (w *Writer) overwritten(ctx context.Context, namespace, id string, read, written uint64) (*api.Job, error) {
+// overwrite is what a write found in the job's versions after it landed.
+type overwrite struct {
+	// job is a version that the write replaced, to write back; nil if
+	// the write replaced the version it read.
+	job *api.Job
+	// ours is the version Nomad gave the write; nil if Nomad no longer
+	// keeps it.
+	ours *uint64
+}
+
+// overwritten finds the version that our write at index written replaced
+// if it is not the one we read at index read. Nomad checks EnforceIndex
+// before it applies a write through Raft, so a write without an index
+// check (a user's `nomad job run`) can land between the check and our
+// write, and ours would silently replace it.
+func (w *Writer) overwritten(ctx context.Context, namespace, id string, read, written uint64) (overwrite, error) {
 	versions, err := w.Nomad.JobVersions(ctx, namespace, id)
 	if err != nil {
-		return nil, fmt.Errorf("check job %s/%s for a concurrent edit: %w", namespace, id, err)
+		return overwrite{}, fmt.Errorf("check job %s/%s for a concurrent edit: %w", namespace, id, err)
 	}
 	for i, v := range versions {
 		if v.JobModifyIndex == nil || *v.JobModifyIndex != written {
 			continue
 		}
+		found := overwrite{ours: v.Version}
 		if i+1 < len(versions) {
 			prev := versions[i+1]
 			if prev.JobModifyIndex != nil && *prev.JobModifyIndex > read {
-				return prev, nil
+				found.job = prev
 			}
 		}
-		return nil, nil
+		return found, nil
 	}
 	// Our version is no longer kept: many writes came after it, and the
 	// newest of them stands.
-	return nil, nil
+	return overwrite{}, nil
 }
 
 // backoff spreads retries so that two writers on one job stop colliding.

@@ -519,3 +519,58 @@ func TestRoundDoesNotReadItsOwnWritesBack(t *testing.T) {
 	must.Eq(t, 0, r.Writes)
 	must.Eq(t, reads, fake.JobReads, must.Sprint("no spec read back"))
 }
+
+// A hold that lands as one of the job's allocations completes on its own
+// makes a new version of the job, and the completed allocation belongs to
+// the old one: the job has not finished. The planner must start it again
+// once GPUs are free, not leave it held for good.
+func TestPreemptedJobWithACompletedAllocationIsStartedAgain(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 2})}
+	gang := managedJob("gang", 1, nil)
+	gang.TaskGroups[0].Count = pointer.Of(2)
+	fake.Submit(gang)
+	fake.Update("default", "gang", func(j *api.Job) { j.Status = str("running") })
+	version := *fake.Get("default", "gang").Version
+	started := time.Now().Add(-time.Minute)
+	a0, a1 := runningAlloc("gang", "T4-0", started), runningAlloc("gang", "T4-1", started)
+	a0.ID, a1.ID = "gang-0", "gang-1"
+	a0.JobVersion, a1.JobVersion = version, version
+	fake.Allocs = []*api.AllocationListStub{a0, a1}
+	fake.Submit(managedJob("short", 2, nil))
+
+	finishedOnItsOwn := false
+	fake.BeforeRegister = func(j *api.Job) {
+		if *j.ID == "gang" && cluster.Held(j) && !finishedOnItsOwn {
+			finishedOnItsOwn = true
+			a1.ClientStatus = "complete"
+			a1.TaskStates["train"].FinishedAt = time.Now()
+		}
+	}
+	p, err := New(settings(t, `planning {
+  policy = "las"
+  queue_cuts = [30]
+}`), fake, nil, nil)
+	must.NoError(t, err)
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.True(t, finishedOnItsOwn)
+	must.True(t, cluster.Held(fake.Get("default", "gang")), must.Sprint("preempted for the new job"))
+	// Nomad leaves a terminal allocation's desired status as it was.
+	a1.DesiredStatus = "run"
+
+	// The new job runs, then completes.
+	s := runningAlloc("short", "T4-0", time.Now())
+	s.JobVersion = *fake.Get("default", "short").Version
+	fake.Allocs = append(fake.Allocs, s)
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.True(t, cluster.Held(fake.Get("default", "gang")), must.Sprint("still waiting for the GPUs"))
+	s.ClientStatus = "complete"
+	s.TaskStates["train"].FinishedAt = time.Now()
+	fake.Update("default", "short", func(j *api.Job) { j.Status = str("dead") })
+
+	_, err = p.Round(context.Background())
+	must.NoError(t, err)
+	must.False(t, cluster.Held(fake.Get("default", "gang")), must.Sprint("the GPUs are free: the preempted job starts again"))
+}
