@@ -86,7 +86,10 @@ func Held(job *api.Job) bool {
 
 // Device attribute targets that caravan-device fingerprints.
 const (
-	AttrModel       = "${device.attr.model}"
+	AttrModel = "${device.attr.model}"
+	// AttrNodeID and AttrNodeName pin a group to nodes.
+	AttrNodeID      = "${node.unique.id}"
+	AttrNodeName    = "${node.unique.name}"
 	AttrLanesPerGPU = "${device.attr.lanes_per_gpu}"
 	AttrMemory      = "${device.attr.memory}"
 )

@@ -27,6 +27,7 @@ package enact
 
 import (
 	"math"
+	"slices"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/rewrite"
@@ -80,6 +81,9 @@ type Inventory struct {
 	// with that model; "" is the smallest of all GPU nodes. A task is
 	// never sized past it, or it would fit nowhere.
 	Smallest map[string]Capacity
+	// NodeIDs are the Nomad node IDs of the policy's Snapshot.Nodes, in
+	// the same order: a decision's Slots name nodes by index into it.
+	NodeIDs []string
 }
 
 // Job is a managed job as Nomad has it now.
@@ -145,7 +149,7 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
 		case d.Run && j.Held:
 			c.Action, c.Target.Placement = Start, placement(inv, j, d)
 		case d.Run && !j.Held && !j.Live && j.Settled:
-			if pl := placement(inv, j, d); *pl != (rewrite.Placement{}) {
+			if pl := placement(inv, j, d); !pl.IsZero() {
 				c.Action, c.Target.Placement = Place, pl
 			}
 		}
@@ -189,6 +193,7 @@ func placement(inv Inventory, j Job, d policy.Decision) *rewrite.Placement {
 	if o := offerOf(inv, d.GPUModel); o.LanesTyped && (d.Lane || !o.Whole) {
 		pl.LaneRequest = true
 	}
+	pl.Nodes = nodesOf(inv, d.Slots)
 	if tasks := max(j.Tasks, 1); d.CPUs > 0 || d.MemoryGB > 0 {
 		limit, ok := inv.Smallest[d.GPUModel]
 		if !ok {
@@ -209,6 +214,21 @@ func placement(inv Inventory, j Job, d policy.Decision) *rewrite.Placement {
 		}
 	}
 	return pl
+}
+
+// nodesOf lists the Nomad nodes of the slots a placer chose, each once, in
+// the order the slots name them.
+func nodesOf(inv Inventory, slots []policy.Slot) []string {
+	var nodes []string
+	for _, s := range slots {
+		if s.Node < 0 || s.Node >= len(inv.NodeIDs) {
+			continue
+		}
+		if id := inv.NodeIDs[s.Node]; !slices.Contains(nodes, id) {
+			nodes = append(nodes, id)
+		}
+	}
+	return nodes
 }
 
 // offerOf is how model is offered, or how any model is for "".

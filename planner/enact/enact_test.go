@@ -14,6 +14,7 @@ func TestPlan(t *testing.T) {
 	mixed := Inventory{Offers: map[string]Offer{"T4": {Whole: true}, "H100": {Lanes: true, Whole: true}}, MHzPerCore: 1000,
 		Smallest: map[string]Capacity{"": {CPUs: 4, MemoryGB: 16}, "T4": {CPUs: 4, MemoryGB: 16}, "H100": {CPUs: 16, MemoryGB: 64}}}
 	typed := Inventory{Offers: map[string]Offer{"T4": {Whole: true}, "H100": {Lanes: true, LanesTyped: true}}, MHzPerCore: 1000}
+	pinned := Inventory{Offers: map[string]Offer{"T4": {Whole: true}}, NodeIDs: []string{"node-a", "node-b", "node-c"}}
 	lane, whole := true, false
 	cases := []struct {
 		name string
@@ -88,6 +89,18 @@ func TestPlan(t *testing.T) {
 		{name: "unheld settled job with nothing to pin: priority only",
 			inv: one, job: Job{Priority: 50, Settled: true}, d: policy.Decision{Run: true, GPUModel: "T4"},
 			want: &Change{Action: Reprioritize, Target: rewrite.Target{Priority: 80}}},
+		{name: "released onto the node its placer chose: pinned there",
+			inv: pinned, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, Slots: []policy.Slot{{Node: 1, GPU: 0, Lane: -1}, {Node: 1, GPU: 1, Lane: -1}}},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Nodes: []string{"node-b"}}}}},
+		{name: "a gang the placer spread over two nodes: pinned to both, each once",
+			inv: pinned, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, Slots: []policy.Slot{{Node: 2, Lane: -1}, {Node: 0, Lane: -1}, {Node: 2, GPU: 1, Lane: -1}}},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Nodes: []string{"node-c", "node-a"}}}}},
+		{name: "unheld settled job the placer put on a node: that pin alone is written",
+			inv: pinned, job: Job{Priority: 80, Settled: true}, d: policy.Decision{Run: true, Slots: []policy.Slot{{Node: 0, Lane: -1}}},
+			want: &Change{Action: Place, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{Nodes: []string{"node-a"}}}}},
+		{name: "a slot naming no node the inventory knows pins nothing",
+			inv: pinned, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, Slots: []policy.Slot{{Node: 7, Lane: -1}}},
+			want: &Change{Action: Start, Target: rewrite.Target{Priority: 80, Placement: &rewrite.Placement{}}}},
 		{name: "released job that Nomad has not placed yet and the policy still runs: no write",
 			inv: one, job: Job{Priority: 80}, d: policy.Decision{Run: true}},
 	}

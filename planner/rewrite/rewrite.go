@@ -43,6 +43,36 @@ type Placement struct {
 	LaneRequest bool
 	CPU         int // MHz per GPU task
 	MemoryMB    int // per GPU task
+	// Nodes are the Nomad node IDs the placer chose for the job's GPUs:
+	// each group with a GPU task is pinned to them, so that Nomad puts the
+	// job where the policy counted it. None leaves the node to Nomad.
+	Nodes []string
+}
+
+// IsZero says the placement pins and sizes nothing.
+func (p Placement) IsZero() bool {
+	return p.Model == "" && p.Lane == nil && !p.LaneRequest && p.CPU == 0 && p.MemoryMB == 0 && len(p.Nodes) == 0
+}
+
+// nodePin is the group constraint that keeps a group on nodes.
+func nodePin(nodes []string) owned {
+	if len(nodes) == 1 {
+		return owned{cluster.AttrNodeID, "=", nodes[0]}
+	}
+	return owned{cluster.AttrNodeID, "set_contains_any", strings.Join(nodes, ",")}
+}
+
+// userNodePin says the job's own spec picks its nodes for group tg, by a
+// constraint the planner did not add.
+func userNodePin(job *api.Job, tg *api.TaskGroup, mine map[owned]bool) bool {
+	for _, cs := range [][]*api.Constraint{job.Constraints, tg.Constraints} {
+		for _, c := range cs {
+			if (c.LTarget == cluster.AttrNodeID || c.LTarget == cluster.AttrNodeName) && !mine[owned{c.LTarget, c.Operand, c.RTarget}] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Change lists what Rewrite changed, in words, for the decision record.
@@ -161,6 +191,24 @@ func place(job *api.Job, p Placement) Change {
 	originals := parseResources(job.Meta[cluster.MetaResources])
 	keep := map[string]resources{}
 	for _, tg := range job.TaskGroups {
+		gpus := false
+		for _, task := range tg.Tasks {
+			gpus = gpus || len(cluster.GPURequests(task)) > 0
+		}
+		if gpus {
+			var kept []*api.Constraint
+			for _, c := range tg.Constraints {
+				if !mine[owned{c.LTarget, c.Operand, c.RTarget}] {
+					kept = append(kept, c)
+				}
+			}
+			if len(p.Nodes) > 0 && !userNodePin(job, tg, mine) {
+				pin := nodePin(p.Nodes)
+				kept = append(kept, &api.Constraint{LTarget: pin.LTarget, Operand: pin.Operand, RTarget: pin.RTarget})
+				want = append(want, pin)
+			}
+			tg.Constraints = kept
+		}
 		for _, task := range tg.Tasks {
 			reqs := cluster.GPURequests(task)
 			if len(reqs) == 0 {

@@ -476,3 +476,41 @@ func TestWriterKeepsTheVersionItWrote(t *testing.T) {
 	must.Eq(t, 1, res.Restored)
 	must.Eq(t, *fake.Get("default", "j").Version, *res.Job.Version)
 }
+
+// A placer's node choice pins each GPU group to its nodes; the next
+// placement replaces the pin, a restore removes it, and a user's own node
+// pin is left as it is.
+func TestRewritePinsNodes(t *testing.T) {
+	job := gpuJob("j")
+	job.AddTaskGroup(api.NewTaskGroup("logs", 1).AddTask(api.NewTask("ship", "exec")))
+	tg := job.TaskGroups[0]
+	tg.Constraints = []*api.Constraint{{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux"}}
+
+	change := Rewrite(job, Target{Placement: &Placement{Nodes: []string{"n-1"}}}, false)
+	must.Eq(t, []string{"constraint ${node.unique.id} = n-1"}, []string(change))
+	must.Len(t, 2, tg.Constraints)
+	must.Eq(t, api.Constraint{LTarget: cluster.AttrNodeID, Operand: "=", RTarget: "n-1"}, *tg.Constraints[1])
+	must.SliceEmpty(t, job.TaskGroups[1].Constraints, must.Sprint("a group without GPUs is not pinned"))
+
+	change = Rewrite(job, Target{Placement: &Placement{Nodes: []string{"n-2", "n-3"}}}, false)
+	must.Eq(t, []string{"constraint ${node.unique.id} set_contains_any n-2,n-3"}, []string(change))
+	must.Len(t, 2, tg.Constraints, must.Sprint("the old pin is replaced"))
+	must.Eq(t, "set_contains_any", tg.Constraints[1].Operand)
+	must.Len(t, 0, Rewrite(job, Target{Placement: &Placement{Nodes: []string{"n-2", "n-3"}}}, false))
+
+	// Placed without a node choice: the pin goes.
+	Rewrite(job, Target{Placement: &Placement{}}, false)
+	must.Len(t, 1, tg.Constraints)
+	must.Eq(t, "${attr.kernel.name}", tg.Constraints[0].LTarget)
+
+	Rewrite(job, Target{Placement: &Placement{Nodes: []string{"n-1"}}}, false)
+	Rewrite(job, Target{Restore: true}, false)
+	must.Len(t, 1, tg.Constraints, must.Sprint("given back: the pin is removed"))
+	must.Eq(t, "", job.Meta[cluster.MetaPlacement])
+
+	// The user's own pin, at the job or the group, is theirs.
+	user := gpuJob("u")
+	user.Constraints = []*api.Constraint{{LTarget: cluster.AttrNodeName, Operand: "regexp", RTarget: "gpu-.*"}}
+	must.Len(t, 0, Rewrite(user, Target{Placement: &Placement{Nodes: []string{"n-1"}}}, false))
+	must.SliceEmpty(t, user.TaskGroups[0].Constraints)
+}

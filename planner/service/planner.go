@@ -703,6 +703,7 @@ func inventory(state *cluster.State) enact.Inventory {
 		inv.Smallest[key] = old
 	}
 	for _, n := range state.Nodes {
+		inv.NodeIDs = append(inv.NodeIDs, n.ID)
 		if len(n.GPUs) == 0 {
 			continue
 		}
