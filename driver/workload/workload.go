@@ -471,6 +471,11 @@ func writeAtomic(path string, p Progress) error {
 		return err
 	}
 	_, err = tmp.Write(append(data, '\n'))
+	if err == nil {
+		// A later run of the job may run as another user (a driver leases
+		// each allocation a UID of its own) and must read it.
+		err = tmp.Chmod(0o644)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

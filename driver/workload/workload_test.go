@@ -75,6 +75,10 @@ func TestCheckpointResume(t *testing.T) {
 	final, err := ReadCheckpoint(ckpt, 10)
 	must.NoError(t, err)
 	must.Eq(t, 10, final)
+	// Readable by a later run as another user.
+	st, err := os.Stat(ckpt)
+	must.NoError(t, err)
+	must.Eq(t, os.FileMode(0o644), st.Mode().Perm())
 
 	// A third run has nothing left to do and returns at once.
 	var third bytes.Buffer

@@ -244,6 +244,13 @@ type replayInfo struct {
 	RunOverhead            float64 `json:"run_overhead_s"`
 	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
 	SimNoDelayAvgJCT       float64 `json:"sim_no_delay_avg_jct"`
+	// JobsSplit and SimJobsSplit count the jobs that finished on a run
+	// spread over several nodes, live and simulated; SplitOnOneSide counts
+	// the jobs split on one side but not the other, among those the
+	// simulator placed on named nodes.
+	JobsSplit      int `json:"jobs_split_over_nodes"`
+	SimJobsSplit   int `json:"sim_jobs_split_over_nodes"`
+	SplitOnOneSide int `json:"jobs_split_on_one_side_only"`
 }
 
 // measuredRunOverhead is how much longer a run takes live than simulated,
@@ -499,6 +506,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
 		RunOverhead: overhead, RunOverheadMeasuredOn: runs,
 		SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
+	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
 	gaps := jobGaps(res.Sim, simRes)
 	rep.Gaps = gaps[:min(topGaps, len(gaps))]
 	if f.out != "" {
@@ -641,6 +649,9 @@ func renderReplay(rep replayReport) string {
 			dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
+	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {
+		fmt.Fprintf(&b, "\njobs run over several nodes: %d live, %d simulated, %d on one side only\n", r.JobsSplit, r.SimJobsSplit, r.SplitOnOneSide)
+	}
 	if len(rep.Gaps) > 0 {
 		b.WriteString("\n")
 		b.WriteString(renderGaps(rep.Gaps))

@@ -16,6 +16,33 @@ import (
 	"github.com/caravan-gpu/caravan/planner/sim"
 )
 
+// splitJobs counts the finished jobs whose run spread over several nodes,
+// live and simulated, and the jobs split on one side only among those both
+// sides finished and the simulator placed on named nodes.
+func splitJobs(live, simulated *sim.Result) (liveSplit, simSplit, oneSide int) {
+	simNodes := map[string]int{}
+	for _, j := range simulated.Jobs {
+		if !math.IsNaN(j.Finish) {
+			simNodes[j.ID] = j.Nodes
+			if j.Nodes > 1 {
+				simSplit++
+			}
+		}
+	}
+	for _, j := range live.Jobs {
+		if math.IsNaN(j.Finish) {
+			continue
+		}
+		if j.Nodes > 1 {
+			liveSplit++
+		}
+		if n, ok := simNodes[j.ID]; ok && n > 0 && (n > 1) != (j.Nodes > 1) {
+			oneSide++
+		}
+	}
+	return liveSplit, simSplit, oneSide
+}
+
 // jobGap is one job's live and simulated outcome side by side, in trace
 // seconds.
 type jobGap struct {

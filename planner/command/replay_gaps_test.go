@@ -62,3 +62,19 @@ func TestJobGapsPutTheLargestFirst(t *testing.T) {
 	must.Len(t, 5, rows)
 	must.Eq(t, "c,2,7.000,,30.000,,90.000,0,0,,", rows[1])
 }
+
+func TestSplitJobs(t *testing.T) {
+	nan := math.NaN()
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Finish: 10, Nodes: 2}, {ID: "b", Finish: 10, Nodes: 1}, {ID: "c", Finish: 10, Nodes: 2},
+		{ID: "d", Finish: nan}, {ID: "e", Finish: 10, Nodes: 2},
+	}}
+	simulated := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Finish: 9, Nodes: 2}, {ID: "b", Finish: 9, Nodes: 2}, {ID: "c", Finish: 9, Nodes: 1},
+		{ID: "d", Finish: 9, Nodes: 3}, {ID: "e", Finish: 9, Nodes: 0},
+	}}
+	l, s, one := splitJobs(live, simulated)
+	must.Eq(t, 3, l)
+	must.Eq(t, 3, s)
+	must.Eq(t, 2, one, must.Sprint("b and c; e's simulated placer named no nodes"))
+}

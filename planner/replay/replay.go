@@ -609,9 +609,10 @@ func (p *Plan) purge(n Nomad) {
 }
 
 // openCheckpointDir makes dir when it is missing or the replay's own, and
-// then lets tasks running as any user (nobody, by default) write their
-// checkpoints in it, as /tmp does. A directory the user named and that
-// exists is left as it is.
+// then lets tasks running as any user write their checkpoints in it. It is
+// not sticky: a job resumed in a new allocation, on this node or another,
+// runs as another UID and must replace the checkpoint its earlier run
+// wrote. A directory the user named and that exists is left as it is.
 func openCheckpointDir(dir string, own bool) error {
 	st, err := os.Stat(dir)
 	switch {
@@ -628,7 +629,7 @@ func openCheckpointDir(dir string, own bool) error {
 	if !own {
 		return nil
 	}
-	if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
+	if err := os.Chmod(dir, 0o777); err != nil {
 		return fmt.Errorf("checkpoint directory %s: tasks run as another user and must write there: %w", dir, err)
 	}
 	return nil

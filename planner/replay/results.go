@@ -35,6 +35,9 @@ type Outcome struct {
 	Preemptions int
 	// Model is the GPU model the job finished on ("" when unknown).
 	Model string
+	// Nodes is how many nodes the allocations that finished the job ran
+	// on; 0 until it finished.
+	Nodes int
 	Runs  []Run
 }
 
@@ -54,6 +57,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 	type completion struct {
 		at    time.Time
 		model string
+		node  string
 	}
 	done := map[int]completion{}
 	var stops []time.Time
@@ -79,22 +83,26 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 		}
 		if i, ok := allocIndex(a.Name); ok {
 			if c, seen := done[i]; !seen || end.Before(c.at) {
-				done[i] = completion{at: end, model: model}
+				done[i] = completion{at: end, model: model, node: a.NodeID}
 			}
 		}
 	}
 	o.Finished = count > 0
+	nodes := map[string]bool{}
 	for i := 0; i < count; i++ {
 		c, ok := done[i]
 		if !ok {
 			o.Finished = false
 			continue
 		}
+		nodes[c.node] = true
 		if c.at.After(o.Finish) {
 			o.Finish, o.Model = c.at, c.model
 		}
 	}
-	if !o.Finished {
+	if o.Finished {
+		o.Nodes = len(nodes)
+	} else {
 		o.Finish, o.Model = time.Time{}, ""
 	}
 	sort.Slice(stops, func(i, j int) bool { return stops[i].Before(stops[j]) })
@@ -186,7 +194,7 @@ func executed(runs []Run) time.Duration {
 // and JCT, as in the simulator.
 func JobResult(c Clock, id string, gpus int, weight float64, w Work, submitted time.Time, o Outcome) sim.JobResult {
 	jr := sim.JobResult{ID: id, GPUs: max(gpus, 1), Weight: weight, Arrival: c.Trace(submitted),
-		Start: c.Trace(o.Start), Isolated: w.Isolated, Preemptions: o.Preemptions, GPUModel: o.Model,
+		Start: c.Trace(o.Start), Isolated: w.Isolated, Preemptions: o.Preemptions, GPUModel: o.Model, Nodes: o.Nodes,
 		Finish: math.NaN(), JCT: math.NaN()}
 	if !o.Finished {
 		jr.Start = math.NaN()

@@ -175,3 +175,30 @@ func TestUtilization(t *testing.T) {
 	must.Eq(t, []sim.UtilPoint{{T: 0, Busy: 1}, {T: 2, Busy: 2}, {T: 6, Busy: 2}, {T: 8, Busy: 1}, {T: 10, Busy: 0}}, u)
 	must.Eq(t, 1*2+2*4+2*2+1*2.0, sim.BusyArea(u, 10))
 }
+
+// A job's node count is that of the allocations that finished it, not of
+// an earlier run that was preempted.
+func TestReadOutcomeCountsTheNodesOfTheFinishingRun(t *testing.T) {
+	models := map[string]string{"GPU-v-0": "V100", "GPU-v-1": "V100"}
+	on := func(a *api.AllocationListStub, node string) *api.AllocationListStub { a.NodeID = node; return a }
+	o := ReadOutcome([]*api.AllocationListStub{
+		on(alloc("a1", 0, "stop", "complete", 1, 5, false, "GPU-v-0"), "n1"),
+		on(alloc("a2", 1, "stop", "complete", 1, 5, false, "GPU-v-1"), "n2"),
+		on(alloc("a3", 0, "run", "complete", 10, 20, false, "GPU-v-0"), "n3"),
+		on(alloc("a4", 1, "run", "complete", 10, 21, false, "GPU-v-1"), "n3"),
+	}, 2, models, at(100))
+	must.True(t, o.Finished)
+	must.Eq(t, 1, o.Nodes)
+
+	o = ReadOutcome([]*api.AllocationListStub{
+		on(alloc("a1", 0, "run", "complete", 1, 5, false, "GPU-v-0"), "n1"),
+		on(alloc("a2", 1, "run", "complete", 1, 5, false, "GPU-v-1"), "n2"),
+	}, 2, models, at(100))
+	must.Eq(t, 2, o.Nodes)
+
+	o = ReadOutcome([]*api.AllocationListStub{
+		on(alloc("a1", 0, "run", "complete", 1, 5, false, "GPU-v-0"), "n1"),
+		on(alloc("a2", 1, "run", "running", 1, -1, false, "GPU-v-1"), "n2"),
+	}, 2, models, at(100))
+	must.Eq(t, 0, o.Nodes, must.Sprint("not finished"))
+}

@@ -227,6 +227,11 @@ func JobSpec(o JobOptions, id string, j trace.Job, w Work) *api.Job {
 	if w.Profile != "" {
 		meta[cluster.MetaProfile] = w.Profile
 	}
+	// The simulator shares GPUs among the trace's groups under fair
+	// policies; the live planner must see the same groups.
+	if j.Group != "" {
+		meta[cluster.MetaGroup] = j.Group
+	}
 	cpu, mem := o.CPU, o.MemoryMB
 	if cpu <= 0 {
 		cpu = DefaultCPU

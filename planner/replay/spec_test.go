@@ -91,7 +91,7 @@ func TestPlanWork(t *testing.T) {
 func TestJobSpec(t *testing.T) {
 	o := JobOptions{Prefix: "replay-ab12-", TimeScale: 10, Workload: "/opt/bin/caravan-workload",
 		CheckpointDir: "/shared/ckpt", Held: true}
-	j := trace.Job{ID: "17", GPUs: 4, Duration: 100}
+	j := trace.Job{ID: "17", GPUs: 4, Duration: 100, Group: "vc-7f04ca"}
 	w := Work{Isolated: 100, Real: 10 * time.Second, Iterations: 50, IterationTime: 200 * time.Millisecond,
 		Speed: map[string]float64{"V100": 1, "K80": 0.25}, Profile: "replay-lm-x4"}
 	job := JobSpec(o, "replay-ab12-17", j, w)
@@ -99,7 +99,7 @@ func TestJobSpec(t *testing.T) {
 	must.Eq(t, "replay-ab12-17", *job.ID)
 	must.Eq(t, api.JobTypeBatch, *job.Type)
 	must.Eq(t, map[string]string{cluster.MetaPolicy: "default", cluster.MetaProfile: "replay-lm-x4",
-		cluster.MetaDuration: "10", MetaTraceID: "17"}, job.Meta)
+		cluster.MetaDuration: "10", MetaTraceID: "17", cluster.MetaGroup: "vc-7f04ca"}, job.Meta)
 	must.SliceLen(t, 1, job.Constraints)
 	must.True(t, cluster.IsHold(job.Constraints[0]))
 	must.True(t, cluster.Held(job))
@@ -129,6 +129,8 @@ func TestJobSpec(t *testing.T) {
 	must.False(t, cluster.Held(plain))
 	_, hasProfile := plain.Meta[cluster.MetaProfile]
 	must.False(t, hasProfile)
+	_, hasGroup := plain.Meta[cluster.MetaGroup]
+	must.False(t, hasGroup, must.Sprint("no group in the trace: the planner's default (the namespace)"))
 	must.Eq(t, "0.5", plain.Meta[cluster.MetaDuration])
 	must.Eq(t, 1, *plain.TaskGroups[0].Count, must.Sprint("a job of 0 GPUs takes one, as in the simulator"))
 	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-speed")

@@ -202,6 +202,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	js.Wait = 0
 	js.GPUModel = d.GPUModel
 	js.Placement = d.Slots
+	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	s.pending--
 	if !js.started {
@@ -230,6 +231,21 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	if s.keyed != nil {
 		s.keyed.started = append(s.keyed.started, i)
 	}
+}
+
+// spannedNodes counts the nodes slots are on.
+func spannedNodes(slots []policy.Slot) int {
+	n := 0
+	for i, sl := range slots {
+		seen := false
+		for _, before := range slots[:i] {
+			seen = seen || before.Node == sl.Node
+		}
+		if !seen {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *simulator) preempt(i int) {
@@ -261,6 +277,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	s.setBusy(-s.gpuUse(js))
 	js.GPUModel = d.GPUModel
 	js.Placement = d.Slots
+	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	js.migrations++
 	idle := s.cfg.MigrationCost + s.cfg.StartLatency + s.cfg.RunOverhead

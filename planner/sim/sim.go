@@ -83,6 +83,9 @@ type JobResult struct {
 	Preemptions int
 	Migrations  int    // moves to another GPU model while running
 	GPUModel    string // model it finished on
+	// Nodes is how many nodes the run it finished on (or last ran)
+	// spanned; 0 when the placer named no GPUs.
+	Nodes int
 }
 
 // UtilPoint is the number of busy GPUs from time T on.
@@ -133,6 +136,7 @@ type jobState struct {
 	start       float64
 	preempts    int
 	migrations  int
+	nodes       int // nodes the run it is on (or last was) spans
 	speedup     float64
 	finish      float64
 	isolated    float64

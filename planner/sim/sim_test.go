@@ -372,3 +372,22 @@ func TestKeptSnapshotMatchesACopy(t *testing.T) {
 		})
 	}
 }
+
+// A job's result says how many nodes its run spanned, as the placer chose
+// its GPUs; a placer that names no GPUs names no nodes.
+func TestJobResultCountsTheNodesARunSpans(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "eight", Arrival: 0, GPUs: 8, Duration: 100},
+		{ID: "four", Arrival: 200, GPUs: 4, Duration: 100},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n2g4"), Policy: mustPolicy(t, "las+consolidated", policy.Config{})}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 2, res.Jobs[0].Nodes)
+	must.Eq(t, 1, res.Jobs[1].Nodes)
+
+	res, err = Run(Config{Cluster: cluster(t, "n2g4"), Policy: mustPolicy(t, "fifo", policy.Config{})}, jobs)
+	must.NoError(t, err)
+	for _, j := range res.Jobs {
+		must.LessEq(t, 2, j.Nodes)
+	}
+}
