@@ -34,29 +34,9 @@ const replayTrace = `job_id,num_gpu,submit_time,duration
 // planner with held jobs; every job finishes, and the JSON holds the live
 // run and the simulated one side by side, each as caravan sim -json has it.
 func TestReplayLiveAgainstSim(t *testing.T) {
-	root, err := harness.RepoRoot()
-	must.NoError(t, err)
 	dir := t.TempDir()
-	tracePath := filepath.Join(dir, "trace.csv")
-	must.NoError(t, os.WriteFile(tracePath, []byte(replayTrace), 0o644))
-
-	bin := filepath.Join(dir, "replay")
-	build := exec.Command("go", "build", "-o", bin, "./e2e/replay")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	must.NoError(t, err, must.Sprint(string(out)))
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-trace", tracePath, "-cluster", "n1g4", "-policy", "las",
+	stdout, stderr := runReplay(t, dir, replayTrace, "-cluster", "n1g4", "-policy", "las",
 		"-time-scale", "10", "-json", "-out", filepath.Join(dir, "out"))
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	stdout, err := cmd.Output()
-	t.Logf("replay took %s; stderr:\n%s", time.Since(start).Round(time.Second), stderr.String())
-	must.NoError(t, err, must.Sprint(string(stdout)))
 
 	var rep struct {
 		Live, Sim struct {
@@ -68,7 +48,7 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 			WritesPerJob float64 `json:"planner_writes_per_job"`
 		}
 	}
-	must.NoError(t, json.Unmarshal(stdout, &rep), must.Sprint(string(stdout)))
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
 	must.True(t, rep.Replay.Held)
 	for name, side := range map[string][]map[string]any{"live": rep.Live.Policies, "sim": rep.Sim.Policies} {
 		must.SliceLen(t, 1, side, must.Sprint(name))
@@ -94,9 +74,83 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, "out", f))
 		must.NoError(t, err)
 	}
-	m := regexp.MustCompile(`cluster state in (\S+)`).FindStringSubmatch(stderr.String())
+	m := regexp.MustCompile(`cluster state in (\S+)`).FindStringSubmatch(stderr)
 	must.NotNil(t, m, must.Sprint("the replay names its cluster's directory"))
 	must.Len(t, 0, harness.ProcessesUnder(m[1]), must.Sprint("processes left behind by the replay"))
+}
+
+// runReplay builds and runs go run ./e2e/replay on trace with args, in
+// dir, and returns its stdout and stderr; it fails t if the replay does.
+func runReplay(t *testing.T, dir, trace string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	must.NoError(t, err)
+	tracePath := filepath.Join(dir, "trace.csv")
+	must.NoError(t, os.WriteFile(tracePath, []byte(trace), 0o644))
+	bin := filepath.Join(dir, "replay")
+	build := exec.Command("go", "build", "-o", bin, "./e2e/replay")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-trace", tracePath}, args...)...)
+	cmd.Dir = root
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
+	start := time.Now()
+	got, err := cmd.Output()
+	t.Logf("replay took %s; stderr:\n%s", time.Since(start).Round(time.Second), errBuf.String())
+	must.NoError(t, err, must.Sprint(string(got)))
+	return string(got), errBuf.String()
+}
+
+// acrossNodesTrace is seven jobs for n2g4: 4-GPU jobs that fit one node
+// only if the placer keeps them whole, 2-GPU ones that can fragment the
+// nodes, and an 8-GPU gang that needs both.
+const acrossNodesTrace = `job_id,num_gpu,submit_time,duration
+0,4,0,80
+1,2,5,60
+2,2,10,50
+3,8,20,60
+4,1,30,30
+5,4,40,40
+6,2,50,50
+`
+
+// go run ./e2e/replay -clients 2: the fleet as two Nomad clients, and a
+// placer that picks nodes. The planner pins each start to the nodes the
+// placer chose, so every job runs over as many nodes live as simulated,
+// and live holds to the simulation.
+func TestReplayAcrossNodes(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr := runReplay(t, dir, acrossNodesTrace, "-cluster", "n2g4", "-clients", "2",
+		"-policy", "las+consolidated", "-time-scale", "10", "-json")
+	must.StrContains(t, stderr, "2 clients")
+	var rep struct {
+		Live, Sim struct {
+			Policies []struct {
+				AvgJCT     float64 `json:"avg_jct"`
+				Unfinished int     `json:"unfinished"`
+			} `json:"policies"`
+		}
+		Replay struct {
+			Split        int `json:"jobs_split_over_nodes"`
+			SimSplit     int `json:"sim_jobs_split_over_nodes"`
+			SplitOneSide int `json:"jobs_split_on_one_side_only"`
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
+	must.SliceLen(t, 1, rep.Live.Policies)
+	must.SliceLen(t, 1, rep.Sim.Policies)
+	must.Eq(t, 0, rep.Live.Policies[0].Unfinished)
+	live, simulated := rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
+	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); split over nodes: %d live, %d simulated, %d on one side only",
+		live, simulated, live/simulated, rep.Replay.Split, rep.Replay.SimSplit, rep.Replay.SplitOneSide)
+	must.Positive(t, rep.Replay.SimSplit, must.Sprint("the 8-GPU gang spans both nodes"))
+	must.Eq(t, 0, rep.Replay.SplitOneSide, must.Sprint("every job spans as many nodes live as simulated"))
+	must.Between(t, 0.8, live/simulated, 1.25)
 }
 
 // caravan replay against real agents refuses what cannot work, with an

@@ -40,6 +40,11 @@ const DefaultFleet = `{
 type Options struct {
 	// Fleet is the sim fleet JSON; DefaultFleet when empty.
 	Fleet string
+	// Fleets runs one Nomad client agent per entry, each with that sim
+	// fleet, its own data dir, ports, plugin state and part of the
+	// driver's UID range; Fleet is then ignored. The first client is the
+	// one Node, StateDir and FleetPath speak of.
+	Fleets []string
 	// DeviceConfig is extra HCL inside caravan-device's config block
 	// (partition rules, mps, ...).
 	DeviceConfig string
@@ -87,15 +92,33 @@ type Cluster struct {
 
 	opts         Options
 	serverConfig string
-	clientConfig string
-	clientAddr   string
+	clients      []*clientAgent
 	ownDir       bool
 
 	mu          sync.Mutex
 	nomadServer *exec.Cmd
-	nomadClient *exec.Cmd
 	consul      *exec.Cmd
 	exited      map[*exec.Cmd]chan struct{}
+}
+
+// clientAgent is one Nomad client agent of the cluster.
+type clientAgent struct {
+	name   string // the node's name
+	config string
+	addr   string
+	// dir holds the client's data dir and driver state; stateDir and
+	// fleetPath are its sim GPU backend's.
+	dir, stateDir, fleetPath string
+	cmd                      *exec.Cmd // guarded by Cluster.mu
+}
+
+// clientUIDRange is the part of the driver's default UID range that client
+// i of n leases from, so that two clients on one host never hand the same
+// UID to tasks of different allocations.
+func clientUIDRange(i, n int) string {
+	const lo, width = 70000, 10000
+	part := width / n
+	return fmt.Sprintf("%d-%d", lo+i*part, lo+(i+1)*part-1)
 }
 
 // RepoRoot walks up from the working directory to caravan's go.mod.
@@ -214,20 +237,41 @@ func (c *Cluster) portTaken() (agent, line string) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	c.StateDir = filepath.Join(c.Dir, "gpu-state")
-	c.FleetPath = filepath.Join(c.Dir, "fleet.json")
-	fleet := c.opts.Fleet
-	if fleet == "" {
-		fleet = DefaultFleet
+	fleets := c.opts.Fleets
+	if len(fleets) == 0 {
+		fleet := c.opts.Fleet
+		if fleet == "" {
+			fleet = DefaultFleet
+		}
+		fleets = []string{fleet}
 	}
+	// The first client keeps the paths a one-client cluster always had.
+	c.clients = nil
+	for i := range fleets {
+		cl := &clientAgent{name: "caravan-client", dir: c.Dir}
+		if i > 0 {
+			cl.name = fmt.Sprintf("caravan-client-%d", i+1)
+			cl.dir = filepath.Join(c.Dir, cl.name)
+		}
+		cl.stateDir, cl.fleetPath = filepath.Join(cl.dir, "gpu-state"), filepath.Join(cl.dir, "fleet.json")
+		c.clients = append(c.clients, cl)
+	}
+	c.StateDir, c.FleetPath = c.clients[0].stateDir, c.clients[0].fleetPath
 	pluginDir := filepath.Join(c.Dir, "plugins")
-	for _, d := range []string{c.StateDir, pluginDir, filepath.Join(c.Dir, "nomad-server"), filepath.Join(c.Dir, "nomad-client"), filepath.Join(c.Dir, "consul-data")} {
+	for _, d := range []string{pluginDir, filepath.Join(c.Dir, "nomad-server"), filepath.Join(c.Dir, "consul-data")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := os.WriteFile(c.FleetPath, []byte(fleet), 0o644); err != nil {
-		return err
+	for i, cl := range c.clients {
+		for _, d := range []string{cl.stateDir, filepath.Join(cl.dir, "nomad-client")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(cl.fleetPath, []byte(fleets[i]), 0o644); err != nil {
+			return err
+		}
 	}
 	// Copies, not links: Nomad runs the plugin_dir's files, and a rebuild of
 	// bin/ during a run must not change them underneath the agent.
@@ -241,7 +285,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if pick == nil {
 		pick = FreePorts
 	}
-	ports, err := pick(11)
+	ports, err := pick(8 + 3*len(c.clients))
 	if err != nil {
 		return err
 	}
@@ -327,15 +371,62 @@ acl {
 }
 %s
 `, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS())
-	c.clientConfig = filepath.Join(c.Dir, "nomad-client.hcl")
-	c.clientAddr = fmt.Sprintf("%s127.0.0.1:%d", c.scheme(), ports[8])
+	for i, cl := range c.clients {
+		if err := c.writeClientConfig(i, cl, pluginDir, ports[8+3*i:11+3*i], ports[6]); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
+		return err
+	}
+	cfg := api.DefaultConfig()
+	cfg.Address = c.NomadAddr
+	cfg.SecretID = c.NomadToken
+	if c.TLS != nil {
+		cfg.TLSConfig = &api.TLSConfig{CACert: c.TLS.CA, ClientCert: c.TLS.Cert, ClientKey: c.TLS.Key}
+	}
+	if c.Nomad, err = api.NewClient(cfg); err != nil {
+		return err
+	}
+
+	c.opts.Logf("starting nomad server on %s", c.NomadAddr)
+	start := time.Now()
+	cmd, err := c.spawn("nomad-server", c.NomadBin, "agent", "-config", c.serverConfig)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nomadServer = cmd
+	c.mu.Unlock()
+	if err := c.bootstrapACLs(ctx); err != nil {
+		return err
+	}
+	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
+		return strings.Contains(body, "KeyID")
+	}); err != nil {
+		return err
+	}
+	c.opts.Logf("nomad server has a leader and a keyring after %s", time.Since(start).Round(time.Millisecond))
+	return c.startClients(ctx)
+}
+
+// writeClientConfig writes client i's agent config: its own data dir,
+// ports (http, rpc, serf), sim GPUs and, with several clients, its own
+// part of the driver's UID range.
+func (c *Cluster) writeClientConfig(i int, cl *clientAgent, pluginDir string, ports []int, serverRPC int) error {
+	cl.config = filepath.Join(cl.dir, "nomad-client.hcl")
+	cl.addr = fmt.Sprintf("%s127.0.0.1:%d", c.scheme(), ports[0])
+	driverConfig := c.opts.DriverConfig
+	if len(c.clients) > 1 && !strings.Contains(driverConfig, "uid_range") {
+		driverConfig = fmt.Sprintf("    uid_range = %q\n%s", clientUIDRange(i, len(c.clients)), driverConfig)
+	}
 	clientHCL := fmt.Sprintf(`
 data_dir   = %q
 plugin_dir = %q
 bind_addr  = "127.0.0.1"
 log_level  = "DEBUG"
 datacenter = "dc1"
-name       = "caravan-client"
+name       = %q
 
 ports {
   http = %d
@@ -400,79 +491,68 @@ plugin "caravan-driver" {
 %s
   }
 }
-`, filepath.Join(c.Dir, "nomad-client"), pluginDir, ports[8], ports[9], ports[10], ports[6], c.opts.ClientConfig,
-		c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS(), c.FleetPath, c.StateDir, c.opts.DeviceConfig, filepath.Join(c.Dir, "driver-state"), c.FleetPath, c.StateDir, c.opts.DriverConfig)
-	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.clientConfig, []byte(clientHCL), 0o644); err != nil {
-		return err
-	}
-	cfg := api.DefaultConfig()
-	cfg.Address = c.NomadAddr
-	cfg.SecretID = c.NomadToken
-	if c.TLS != nil {
-		cfg.TLSConfig = &api.TLSConfig{CACert: c.TLS.CA, ClientCert: c.TLS.Cert, ClientKey: c.TLS.Key}
-	}
-	if c.Nomad, err = api.NewClient(cfg); err != nil {
-		return err
-	}
-
-	c.opts.Logf("starting nomad server on %s", c.NomadAddr)
-	start := time.Now()
-	cmd, err := c.spawn("nomad-server", c.NomadBin, "agent", "-config", c.serverConfig)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.nomadServer = cmd
-	c.mu.Unlock()
-	if err := c.bootstrapACLs(ctx); err != nil {
-		return err
-	}
-	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
-		return strings.Contains(body, "KeyID")
-	}); err != nil {
-		return err
-	}
-	c.opts.Logf("nomad server has a leader and a keyring after %s", time.Since(start).Round(time.Millisecond))
-	return c.startClient(ctx)
+`, filepath.Join(cl.dir, "nomad-client"), pluginDir, cl.name, ports[0], ports[1], ports[2], serverRPC, c.opts.ClientConfig,
+		c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS(), cl.fleetPath, cl.stateDir, c.opts.DeviceConfig, filepath.Join(cl.dir, "driver-state"), cl.fleetPath, cl.stateDir, driverConfig)
+	return os.WriteFile(cl.config, []byte(clientHCL), 0o644)
 }
 
-func (c *Cluster) startClient(ctx context.Context) error {
-	c.opts.Logf("starting nomad client")
-	cmd, err := c.spawn("nomad-client", c.NomadBin, "agent", "-config", c.clientConfig)
+// startClients starts every client agent together and waits for each.
+func (c *Cluster) startClients(ctx context.Context) error {
+	errs := make([]error, len(c.clients))
+	var wg sync.WaitGroup
+	for i, cl := range c.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.startClient(ctx, cl)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) startClient(ctx context.Context, cl *clientAgent) error {
+	c.opts.Logf("starting nomad client %s", cl.name)
+	cmd, err := c.spawn(logName(cl), c.NomadBin, "agent", "-config", cl.config)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.nomadClient = cmd
+	cl.cmd = cmd
 	c.mu.Unlock()
 	start := time.Now()
 	// After a restart the server still shows the node ready from before, so
 	// first wait for the new client agent itself.
-	if err := c.waitHTTP(ctx, "nomad client", c.clientAddr+"/v1/agent/health?type=client", nil); err != nil {
+	if err := c.waitHTTP(ctx, "nomad client", cl.addr+"/v1/agent/health?type=client", nil); err != nil {
 		return err
 	}
-	if err := c.waitDriverFingerprintSince(ctx, start); err != nil {
+	if err := c.waitDriverFingerprintSince(ctx, cl.name, start); err != nil {
 		return err
 	}
-	if _, err = c.WaitNodeReady(ctx); err != nil {
+	if _, err = c.waitNodeReady(ctx, cl.name); err != nil {
 		return err
 	}
-	c.opts.Logf("nomad client ready with caravan's driver and GPUs in %s", time.Since(start).Round(time.Millisecond))
+	c.opts.Logf("nomad client %s ready with caravan's driver and GPUs in %s", cl.name, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// logName is the base name of a client agent's log file.
+func logName(cl *clientAgent) string {
+	if cl.name == "caravan-client" {
+		return "nomad-client"
+	}
+	return "nomad-" + strings.TrimPrefix(cl.name, "caravan-")
 }
 
 // waitDriverFingerprintSince waits until the server holds a caravan driver
 // fingerprint taken after since, proof that the (re)started client reported in.
-func (c *Cluster) waitDriverFingerprintSince(ctx context.Context, since time.Time) error {
+func (c *Cluster) waitDriverFingerprintSince(ctx context.Context, name string, since time.Time) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := c.agentExited(); err != nil {
 			return err
 		}
-		if node, err := c.node(); err == nil {
+		if node, err := c.node(name); err == nil {
 			if d := node.Drivers["caravan"]; d != nil && d.UpdateTime.After(since) {
 				return nil
 			}
@@ -486,16 +566,20 @@ func (c *Cluster) waitDriverFingerprintSince(ctx context.Context, since time.Tim
 	return errors.New("the restarted nomad client did not report a caravan driver fingerprint within 60s")
 }
 
-// WaitNodeReady waits until the Nomad client node is ready, the caravan driver
-// is healthy and at least one caravan GPU is fingerprinted.
+// WaitNodeReady waits until the (first) Nomad client node is ready, the
+// caravan driver is healthy and at least one caravan GPU is fingerprinted.
 func (c *Cluster) WaitNodeReady(ctx context.Context) (*api.Node, error) {
+	return c.waitNodeReady(ctx, c.clients[0].name)
+}
+
+func (c *Cluster) waitNodeReady(ctx context.Context, name string) (*api.Node, error) {
 	var last string
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := c.agentExited(); err != nil {
 			return nil, err
 		}
-		node, err := c.node()
+		node, err := c.node(name)
 		switch {
 		case err != nil:
 			last = err.Error()
@@ -514,7 +598,7 @@ func (c *Cluster) WaitNodeReady(ctx context.Context) (*api.Node, error) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return nil, fmt.Errorf("nomad node not ready after 90s: %s", last)
+	return nil, fmt.Errorf("nomad node %s not ready after 90s: %s", name, last)
 }
 
 func hasCaravanGPU(n *api.Node) bool {
@@ -529,32 +613,51 @@ func hasCaravanGPU(n *api.Node) bool {
 	return false
 }
 
-func (c *Cluster) node() (*api.Node, error) {
+// node returns the client node called name; a restarted client registers
+// again under the same node ID.
+func (c *Cluster) node(name string) (*api.Node, error) {
 	stubs, _, err := c.Nomad.Nodes().List(nil)
 	if err != nil {
 		return nil, err
 	}
-	if len(stubs) == 0 {
-		return nil, errors.New("no Nomad node registered yet")
+	for _, stub := range stubs {
+		if stub.Name == name {
+			node, _, err := c.Nomad.Nodes().Info(stub.ID, nil)
+			return node, err
+		}
 	}
-	node, _, err := c.Nomad.Nodes().Info(stubs[0].ID, nil)
-	return node, err
+	return nil, fmt.Errorf("no Nomad node %s registered yet", name)
 }
 
-// Node returns the single client node.
-func (c *Cluster) Node() (*api.Node, error) { return c.node() }
+// Node returns the (first) client node.
+func (c *Cluster) Node() (*api.Node, error) { return c.node(c.clients[0].name) }
 
-// RestartClient stops the Nomad client agent gracefully and starts it again on
-// the same data directory. Tasks keep running across the restart, as they do
-// when an operator restarts a client, and the driver must recover them.
+// NodeIDs returns every client's node ID, in the order of Options.Fleets.
+func (c *Cluster) NodeIDs() ([]string, error) {
+	ids := make([]string, len(c.clients))
+	for i, cl := range c.clients {
+		node, err := c.node(cl.name)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = node.ID
+	}
+	return ids, nil
+}
+
+// RestartClient stops the (first) Nomad client agent gracefully and starts
+// it again on the same data directory. Tasks keep running across the
+// restart, as they do when an operator restarts a client, and the driver
+// must recover them.
 func (c *Cluster) RestartClient(ctx context.Context) error {
+	cl := c.clients[0]
 	c.mu.Lock()
-	cmd := c.nomadClient
+	cmd := cl.cmd
 	c.mu.Unlock()
 	if cmd != nil {
 		c.stopProcess(cmd, syscall.SIGINT, 30*time.Second, false)
 	}
-	return c.startClient(ctx)
+	return c.startClient(ctx, cl)
 }
 
 // KillServer kills the Nomad server agent with SIGKILL, as a crash would,
@@ -593,11 +696,23 @@ func (c *Cluster) Stop() {
 		}
 	}
 	c.mu.Lock()
-	client, server, consul := c.nomadClient, c.nomadServer, c.consul
-	c.mu.Unlock()
-	if client != nil {
-		c.stopProcess(client, syscall.SIGINT, 20*time.Second, true)
+	var clients []*exec.Cmd
+	for _, cl := range c.clients {
+		if cl.cmd != nil {
+			clients = append(clients, cl.cmd)
+		}
 	}
+	server, consul := c.nomadServer, c.consul
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, cmd := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.stopProcess(cmd, syscall.SIGINT, 20*time.Second, true)
+		}()
+	}
+	wg.Wait()
 	if server != nil {
 		c.stopProcess(server, syscall.SIGINT, 20*time.Second, true)
 	}
@@ -666,7 +781,11 @@ func (c *Cluster) logTails(lines int) string {
 
 // LogPaths returns the agents' log files.
 func (c *Cluster) LogPaths() []string {
-	return []string{filepath.Join(c.Dir, "consul.log"), filepath.Join(c.Dir, "nomad-server.log"), filepath.Join(c.Dir, "nomad-client.log")}
+	paths := []string{filepath.Join(c.Dir, "consul.log"), filepath.Join(c.Dir, "nomad-server.log")}
+	for _, cl := range c.clients {
+		paths = append(paths, filepath.Join(c.Dir, logName(cl)+".log"))
+	}
+	return paths
 }
 
 func (c *Cluster) spawn(name, bin string, args ...string) (*exec.Cmd, error) {
@@ -711,11 +830,21 @@ func agentEnv() []string {
 	return env
 }
 
+// isClient reports whether cmd is a current client agent; c.mu is held.
+func (c *Cluster) isClient(cmd *exec.Cmd) bool {
+	for _, cl := range c.clients {
+		if cl.cmd == cmd {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Cluster) agentExited() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for cmd, done := range c.exited {
-		if cmd != c.nomadServer && cmd != c.nomadClient && cmd != c.consul {
+		if cmd != c.nomadServer && cmd != c.consul && !c.isClient(cmd) {
 			continue
 		}
 		select {

@@ -5,11 +5,17 @@
 // most), replays the trace, prints what `caravan replay` prints and tears
 // everything down, Ctrl-C included.
 //
-//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-json] [caravan replay flags]
+//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-clients N] [-json] [caravan replay flags]
 //
-// Every flag is `caravan replay`'s (see caravan replay -help), except
-// -workload, -address and -planner, which it sets. Nomad and Consul come
-// from `make tools` (.tools/bin).
+// -clients N runs the fleet as N Nomad client agents, each with its own
+// data dir, ports and simulated GPUs: the spec's nodes, in the order the
+// simulator builds them, are spread over the clients in equal runs, so
+// that n4g4 with -clients 4 is four clients of 4 GPUs each, as the
+// simulator sees it. Without it one client holds every GPU.
+//
+// Every other flag is `caravan replay`'s (see caravan replay -help),
+// except -workload, -address and -planner, which it sets. Nomad and
+// Consul come from `make tools` (.tools/bin).
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,7 +53,7 @@ func run(args []string) int {
 			return command.Run([]string{"replay", "-help"}, os.Stdout, os.Stderr)
 		}
 	}
-	opts, err := scan(args)
+	opts, args, err := scan(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replay:", err)
 		return 2
@@ -74,11 +81,49 @@ type options struct {
 	migrationCost float64
 	jobSizes      string
 	profiles      bool // the trace needs throughput profiles (-throughputs)
+	clients       int  // Nomad client agents; 1 unless -clients
 }
 
 // scan reads the flags it needs from caravan replay's arguments, leaving
-// their checking to caravan replay itself where it can.
-func scan(args []string) (options, error) {
+// their checking to caravan replay itself where it can. It returns the
+// arguments without its own -clients.
+func scan(args []string) (options, []string, error) {
+	o, err := scanReplay(args)
+	if err != nil {
+		return o, nil, err
+	}
+	o.clients = 1
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		v, ok := "", false
+		switch {
+		case a == "-clients" || a == "--clients":
+			if i+1 >= len(args) {
+				return o, nil, errors.New("flag -clients needs a value")
+			}
+			v, ok = args[i+1], true
+			i++
+		case strings.HasPrefix(a, "-clients=") || strings.HasPrefix(a, "--clients="):
+			v, ok = a[strings.Index(a, "=")+1:], true
+		}
+		if !ok {
+			rest = append(rest, a)
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return o, nil, fmt.Errorf("flag -clients: want a whole number of client agents, 1 or more, got %q", v)
+		}
+		if nodes := specNodes(o.cluster); n > len(nodes) {
+			return o, nil, fmt.Errorf("flag -clients: %d clients for the %d nodes of cluster %s; each client needs a node of its own", n, len(nodes), o.cluster.Name)
+		}
+		o.clients = n
+	}
+	return o, rest, nil
+}
+
+func scanReplay(args []string) (options, error) {
 	var o options
 	val := func(name string) (string, bool) {
 		for i, a := range args {
@@ -154,16 +199,21 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return 1, fmt.Errorf("go build ./cmd/...: %v\n%s", err, out)
 	}
-	fleet, gpus, err := Fleet(o.cluster)
+	fleets, gpus, err := Fleets(o.cluster, o.clients)
 	if err != nil {
 		return 1, err
 	}
-	say("starting Consul and Nomad with one client holding %s ...", fleetSummary(o.cluster))
+	if o.clients == 1 {
+		say("starting Consul and Nomad with one client holding %s ...", fleetSummary(o.cluster))
+	} else {
+		say("starting Consul and Nomad with %d clients holding %s between them ...", o.clients, fleetSummary(o.cluster))
+	}
+	most := slices.Max(gpus)
 	c, err := harness.Start(ctx, harness.Options{
-		Fleet: fleet,
-		// Every allocation asks a little CPU and memory; the client must
+		Fleets: fleets,
+		// Every allocation asks a little CPU and memory; a client must
 		// hold one per GPU whatever the machine has.
-		ClientConfig: fmt.Sprintf("  cpu_total_compute = %d\n  memory_total_mb   = %d\n", max(20000, 100*gpus), max(16384, 128*gpus)),
+		ClientConfig: fmt.Sprintf("  cpu_total_compute = %d\n  memory_total_mb   = %d\n", max(20000, 100*most), max(16384, 128*most)),
 		Logf:         func(f string, a ...any) { say("  "+f, a...) },
 	})
 	if err != nil {
@@ -221,14 +271,58 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	return code, nil
 }
 
-// Fleet is a sim fleet file with the cluster's GPUs, all on one node: the
-// simulator's count placement counts free GPUs per model across nodes, so
-// one node of 16 V100s plays n4g4 for it. It returns the GPU count.
-func Fleet(c trace.Cluster) (string, int, error) {
-	perModel := map[string]int{}
+// specNode is one node of a cluster spec, as the simulator builds it.
+type specNode struct {
+	model string
+	gpus  int
+}
+
+// specNodes lists the spec's nodes with GPUs in the simulator's order.
+func specNodes(c trace.Cluster) []specNode {
+	var nodes []specNode
 	for _, g := range c.Groups {
-		perModel[g.GPUModel] += g.Count * g.GPUs
+		for k := 0; k < g.Count; k++ {
+			if g.GPUs > 0 {
+				nodes = append(nodes, specNode{g.GPUModel, g.GPUs})
+			}
+		}
 	}
+	return nodes
+}
+
+// Fleets is one sim fleet file per client, and each client's GPU count.
+// One client holds every GPU: the simulator's count placement counts free
+// GPUs per model across nodes, so one node of 16 V100s plays n4g4 for it.
+// Several clients each take an equal run of the spec's nodes, in the
+// simulator's order, with GPU UUIDs of their own.
+func Fleets(c trace.Cluster, clients int) ([]string, []int, error) {
+	nodes := specNodes(c)
+	if clients < 1 || clients > len(nodes) {
+		return nil, nil, fmt.Errorf("cluster %s: %d clients for %d nodes with GPUs", c.Name, clients, len(nodes))
+	}
+	var fleets []string
+	var gpus []int
+	for i := 0; i < clients; i++ {
+		perModel := map[string]int{}
+		for _, n := range nodes[i*len(nodes)/clients : (i+1)*len(nodes)/clients] {
+			perModel[n.model] += n.gpus
+		}
+		prefix := "GPU-"
+		if clients > 1 {
+			prefix = fmt.Sprintf("GPU-c%d-", i+1)
+		}
+		fleet, n, err := fleetFile(c.Name, prefix, perModel)
+		if err != nil {
+			return nil, nil, err
+		}
+		fleets, gpus = append(fleets, fleet), append(gpus, n)
+	}
+	return fleets, gpus, nil
+}
+
+// fleetFile is a sim fleet file of one node with perModel GPUs, their
+// UUIDs starting with prefix; it returns the GPU count.
+func fleetFile(cluster, prefix string, perModel map[string]int) (string, int, error) {
 	models := make([]string, 0, len(perModel))
 	for m := range perModel {
 		models = append(models, m)
@@ -251,10 +345,10 @@ func Fleet(c trace.Cluster) (string, int, error) {
 	for _, m := range models {
 		n := perModel[m]
 		if n > 1024 {
-			return "", 0, fmt.Errorf("cluster %s: %d %s GPUs is more than one simulated node holds (1024)", c.Name, n, m)
+			return "", 0, fmt.Errorf("cluster %s: %d %s GPUs is more than one simulated node holds (1024)", cluster, n, m)
 		}
 		mem, arch := modelMemory(m)
-		fleet.GPUs = append(fleet.GPUs, gpu{UUID: "GPU-" + slug(m), Count: n, Model: m, Architecture: arch, MemoryMiB: mem, SMCount: 80})
+		fleet.GPUs = append(fleet.GPUs, gpu{UUID: prefix + slug(m), Count: n, Model: m, Architecture: arch, MemoryMiB: mem, SMCount: 80})
 		total += n
 	}
 	data, err := json.MarshalIndent(fleet, "", "  ")
