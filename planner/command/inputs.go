@@ -19,9 +19,31 @@ import (
 type traceFlags struct {
 	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
 	queueCuts, weights                                                           string
-	promoteKnob, fairness, offeredLoad, migrationCost                            float64
+	promoteKnob, fairness, migrationCost                                         float64
+	offeredLoad                                                                  setFloat
 	jobs                                                                         int
 	seed                                                                         uint64
+	// A sample of the trace (trace.SampleOptions); -load is its load.
+	group       string
+	maxDuration float64
+	skip, take  int
+}
+
+// setFloat is a float flag that knows whether it was given.
+type setFloat struct {
+	v   float64
+	set bool
+}
+
+func (f *setFloat) String() string { return strconv.FormatFloat(f.v, 'g', -1, 64) }
+
+func (f *setFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("want a number")
+	}
+	f.v, f.set = v, true
+	return nil
 }
 
 // register adds the shared flags; -compat and -sensitivity are sim's alone.
@@ -36,7 +58,12 @@ func (f *traceFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.promoteKnob, "promote-knob", 0, "")
 	fs.Float64Var(&f.fairness, "fairness", 0, "")
 	fs.Float64Var(&f.migrationCost, "migration-cost", policy.DefaultMigrationCost, "")
-	fs.Float64Var(&f.offeredLoad, "load", 374, "")
+	f.offeredLoad = setFloat{v: 374}
+	fs.Var(&f.offeredLoad, "load", "")
+	fs.StringVar(&f.group, "vc", "", "")
+	fs.Float64Var(&f.maxDuration, "max-duration", 0, "")
+	fs.IntVar(&f.skip, "skip", 0, "")
+	fs.IntVar(&f.take, "take", 0, "")
 	fs.IntVar(&f.jobs, "jobs", 10000, "")
 	fs.Uint64Var(&f.seed, "seed", 1, "")
 }
@@ -56,8 +83,24 @@ func (f *traceFlags) check() string {
 		return "flag -migration-cost must be a positive number of seconds"
 	case f.jobs <= 0:
 		return "flag -jobs must be positive"
-	case f.offeredLoad <= 0:
-		return "flag -load must be positive"
+	case !(f.offeredLoad.v > 0) || math.IsInf(f.offeredLoad.v, 0):
+		return "flag -load must be a positive number of busy GPUs"
+	case !(f.maxDuration >= 0) || math.IsInf(f.maxDuration, 0):
+		return "flag -max-duration must be a positive number of seconds (0: any)"
+	case f.skip < 0:
+		return "flag -skip must not be negative"
+	case f.take < 0:
+		return "flag -take must not be negative (0: every job)"
+	}
+	if f.trace == "" || f.format == "synthetic" {
+		for _, c := range []struct {
+			name string
+			set  bool
+		}{{"vc", f.group != ""}, {"max-duration", f.maxDuration > 0}, {"skip", f.skip > 0}, {"take", f.take > 0}} {
+			if c.set {
+				return "flag -" + c.name + " cuts a sample from a -trace file; a synthetic trace has -jobs and -load"
+			}
+		}
 	}
 	switch f.format {
 	case "", "tiresias", "philly", "gavel", "synthetic":
@@ -126,10 +169,18 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 	}
 	in.traceName = f.trace
 	if f.trace == "" || f.format == "synthetic" {
-		in.jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.offeredLoad})
-		in.traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d)", f.jobs, f.offeredLoad, f.seed)
-	} else if in.jobs, err = trace.LoadJobs(f.trace, f.format); err != nil {
-		return nil, 1, err
+		in.jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.offeredLoad.v})
+		in.traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d)", f.jobs, f.offeredLoad.v, f.seed)
+	} else {
+		if in.jobs, err = trace.LoadJobs(f.trace, f.format); err != nil {
+			return nil, 1, err
+		}
+		if s, ok := f.sample(); ok {
+			if in.jobs, err = trace.Sample(in.jobs, s); err != nil {
+				return nil, 2, fmt.Errorf("sample of %s: %w", f.trace, err)
+			}
+			in.traceName = fmt.Sprintf("%s(%s)", f.trace, f.sampleName())
+		}
 	}
 	if in.cfg.Sensitivity != nil {
 		trace.AssignModels(in.jobs, in.cfg.Sensitivity.Models(), f.seed)
@@ -137,6 +188,36 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 	ws, _ := parseWeights(f.weights)
 	trace.AssignWeights(in.jobs, ws, f.seed)
 	return in, 0, nil
+}
+
+// sample is the sample the flags cut from a trace file, if any.
+func (f *traceFlags) sample() (trace.SampleOptions, bool) {
+	s := trace.SampleOptions{Group: f.group, MaxDuration: f.maxDuration, Skip: f.skip, Take: f.take}
+	if f.offeredLoad.set {
+		s.Load = f.offeredLoad.v
+	}
+	return s, s != trace.SampleOptions{}
+}
+
+// sampleName names the sample in reports, flag by flag.
+func (f *traceFlags) sampleName() string {
+	var parts []string
+	if f.group != "" {
+		parts = append(parts, "vc="+f.group)
+	}
+	if f.maxDuration > 0 {
+		parts = append(parts, fmt.Sprintf("max-duration=%g", f.maxDuration))
+	}
+	if f.skip > 0 {
+		parts = append(parts, fmt.Sprintf("skip=%d", f.skip))
+	}
+	if f.take > 0 {
+		parts = append(parts, fmt.Sprintf("take=%d", f.take))
+	}
+	if f.offeredLoad.set {
+		parts = append(parts, fmt.Sprintf("load=%g", f.offeredLoad.v))
+	}
+	return strings.Join(parts, ",")
 }
 
 // simConfig is the simulator's configuration for policy p on these inputs.

@@ -62,7 +62,7 @@ purged on every exit, Ctrl-C included.
 Trace and policy (as caravan sim):
   -trace FILE, -format F, -cluster SPEC, -policy P (one), -job-sizes FILE,
   -throughputs FILE, -queue-cuts A,B, -promote-knob K, -fairness F,
-  -jobs N, -load L, -seed S
+  -jobs N, -load L, -seed S, -vc G, -max-duration S, -skip N, -take N
 
 Replay:
   -time-scale S        one real second stands for S trace seconds (required)

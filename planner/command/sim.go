@@ -83,6 +83,12 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -run-overhead S      seconds every run spends without progress (process
                        start, setup); executed time (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
+  -vc G, -max-duration S, -skip N, -take N, -load L
+                       cut a sample from the trace: the jobs of virtual
+                       cluster (group) G of at most S seconds, in arrival
+                       order, the first N skipped, then N taken, with
+                       arrivals spread or squeezed to offer L busy GPUs
+                       on average (synthetic trace: -load is its load)
   -json                print one JSON object instead of a table
   -out DIR             write summary.json, per-job and utilisation CSVs
                        and SVG plots

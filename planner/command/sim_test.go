@@ -42,6 +42,13 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "NaN"}, "flag -migration-cost"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
 		{[]string{"-cluster", "n0g4", "-policy", "las"}, "flag -cluster"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-load", "NaN"}, "flag -load"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-load", "0"}, "flag -load"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-load", "much"}, "-load"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-max-duration", "-5"}, "flag -max-duration"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-skip", "-1"}, "flag -skip"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-take", "-1"}, "flag -take"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-take", "60"}, "flag -take cuts a sample from a -trace file"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -138,4 +145,43 @@ func TestSimProgressBar(t *testing.T) {
 	must.StrContains(t, stderr, "las ")
 	must.StrContains(t, stderr, "300 / 300")
 	must.StrContains(t, stderr, "100.00%")
+}
+
+// A sample cut from a trace file: the jobs of one group, of at most a
+// duration, the first skipped, the next taken, at an offered load.
+func TestSimSample(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "p.csv")
+	must.NoError(t, os.WriteFile(trace, []byte(`timestamp,duration,num_gpus,gpu_time,cluster
+2017-10-09 07:00:00,100.0,1,100.0,aa
+2017-10-09 07:00:10,50.0,2,100.0,bb
+2017-10-09 07:00:20,9000.0,1,9000.0,aa
+2017-10-09 07:00:30,40.0,4,160.0,aa
+2017-10-09 07:00:50,60.0,1,60.0,aa
+2017-10-09 07:01:00,10.0,1,10.0,aa
+`), 0o644))
+	code, stdout, stderr := runSim(t, "-trace", trace, "-format", "philly", "-cluster", "n1g4", "-policy", "fifo", "-json",
+		"-vc", "aa", "-max-duration", "3600", "-skip", "1", "-take", "2")
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	var rep struct {
+		Trace    string           `json:"trace"`
+		Policies []map[string]any `json:"policies"`
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	must.Eq(t, any(float64(2)), rep.Policies[0]["jobs"])
+	must.StrContains(t, rep.Trace, "vc=aa,max-duration=3600,skip=1,take=2")
+	// The 4-GPU job at 0 (40 s) holds every GPU when the 1-GPU one (60 s)
+	// arrives at 20 s: JCTs 40 and 80. At load 0.5 their 220 GPU-s of
+	// work spread the second arrival to 440 s, and nothing waits.
+	must.InDelta(t, 60.0, rep.Policies[0]["avg_jct"].(float64), 1e-9)
+	must.InDelta(t, 100.0, rep.Policies[0]["makespan"].(float64), 1e-9)
+	code, stdout, stderr = runSim(t, "-trace", trace, "-format", "philly", "-cluster", "n1g4", "-policy", "fifo", "-json",
+		"-vc", "aa", "-max-duration", "3600", "-skip", "1", "-take", "2", "-load", "0.5")
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	must.InDelta(t, 500.0, rep.Policies[0]["makespan"].(float64), 1e-9)
+
+	code, _, stderr = runSim(t, "-trace", trace, "-format", "philly", "-cluster", "n1g4", "-policy", "fifo", "-vc", "zz")
+	must.Eq(t, 2, code)
+	must.StrContains(t, stderr, `group "zz" holds 0 jobs`)
 }

@@ -1,0 +1,51 @@
+package trace
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestSample(t *testing.T) {
+	jobs := []Job{
+		{ID: "a", Group: "x", Arrival: 100, GPUs: 1, Duration: 50},
+		{ID: "b", Group: "y", Arrival: 110, GPUs: 4, Duration: 10},
+		{ID: "c", Group: "x", Arrival: 130, GPUs: 2, Duration: 5000},
+		{ID: "d", Group: "x", Arrival: 90, GPUs: 8, Duration: 100},
+		{ID: "e", Group: "x", Arrival: 200, GPUs: 0, Duration: 40},
+	}
+	ids := func(js []Job) []string {
+		var out []string
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+
+	got, err := Sample(jobs, SampleOptions{})
+	must.NoError(t, err)
+	must.Eq(t, []string{"d", "a", "b", "c", "e"}, ids(got), must.Sprint("in arrival order"))
+	must.Eq(t, 0.0, got[0].Arrival, must.Sprint("arrivals start at 0"))
+	must.Eq(t, 110.0, got[4].Arrival)
+	must.Eq(t, 90.0, jobs[3].Arrival, must.Sprint("the input is left alone"))
+
+	got, err = Sample(jobs, SampleOptions{Group: "x", MaxDuration: 1000, Skip: 1, Take: 2})
+	must.NoError(t, err)
+	must.Eq(t, []string{"a", "e"}, ids(got))
+	must.Eq(t, []float64{0, 100}, []float64{got[0].Arrival, got[1].Arrival})
+
+	// 90 GPU-s of work (a job of 0 GPUs takes one) over 100 s offers 0.9
+	// GPUs; at load 0.45 the arrivals spread to 200 s.
+	got, err = Sample(jobs, SampleOptions{Group: "x", MaxDuration: 1000, Skip: 1, Take: 2, Load: 0.45})
+	must.NoError(t, err)
+	must.InDelta(t, 200.0, got[1].Arrival, 1e-9)
+
+	_, err = Sample(jobs, SampleOptions{Group: "z"})
+	must.ErrorContains(t, err, `group "z" holds 0 jobs`)
+	_, err = Sample(jobs, SampleOptions{Skip: 5})
+	must.ErrorContains(t, err, "nothing is left after skipping 5")
+	for _, bad := range []SampleOptions{{MaxDuration: -1}, {Skip: -1}, {Take: -2}, {Load: -3}} {
+		_, err := Sample(jobs, bad)
+		must.Error(t, err)
+	}
+}
