@@ -301,9 +301,12 @@ type startEvent struct {
 
 // liveStarts pairs each started live job with the event that let it start:
 // for a job the simulator starts the moment it arrives, its arrival; for
-// one it queues, the latest completion of another job before its live
-// start, whose GPUs it took (or its arrival, if later).
-func liveStarts(live, ideal *sim.Result) []liveStart {
+// one it queues, the latest completion of another job, or preemption
+// (stops, in order), before its live start, whose GPUs it took (or its
+// arrival, if later). Without the preemptions, a job that started by
+// preempting another would be timed from a completion long before, and a
+// policy that preempts often would be charged that wait on every start.
+func liveStarts(live, ideal *sim.Result, stops []float64) []liveStart {
 	onArrival := map[string]float64{}
 	for _, j := range ideal.Jobs {
 		if j.Start-j.Arrival < 1e-9 {
@@ -330,6 +333,9 @@ func liveStarts(live, ideal *sim.Result) []liveStart {
 		if k := sort.SearchFloat64s(finishes, j.Start); k > 0 && finishes[k-1] > from {
 			from = finishes[k-1]
 		}
+		if k := sort.SearchFloat64s(stops, j.Start); k > 0 && stops[k-1] > from {
+			from = stops[k-1]
+		}
 		out = append(out, liveStart{from, j.Start, startEvent{false, from}})
 	}
 	return out
@@ -341,9 +347,9 @@ func liveStarts(live, ideal *sim.Result) []liveStart {
 // places and starts the jobs one round releases one after another. A gap
 // longer than within (the start latency) is a later round's start, not
 // spread, and is left out. It also returns how many events it saw.
-func measuredStartSpread(live, ideal *sim.Result, within float64) (float64, int) {
+func measuredStartSpread(live, ideal *sim.Result, stops []float64, within float64) (float64, int) {
 	byEvent := map[startEvent][]float64{}
-	for _, s := range liveStarts(live, ideal) {
+	for _, s := range liveStarts(live, ideal, stops) {
 		byEvent[s.event] = append(byEvent[s.event], s.start)
 	}
 	sum, gaps, events := 0.0, 0, 0
@@ -372,8 +378,8 @@ func measuredStartSpread(live, ideal *sim.Result, within float64) (float64, int)
 // let the job start to its first task's start, less spread for each job
 // that the same event let start before it (see measuredStartSpread). It
 // also returns how many jobs it saw.
-func measuredStartLatency(live, ideal *sim.Result, spread float64) (float64, int) {
-	starts := liveStarts(live, ideal)
+func measuredStartLatency(live, ideal *sim.Result, stops []float64, spread float64) (float64, int) {
+	starts := liveStarts(live, ideal, stops)
 	sort.Slice(starts, func(a, b int) bool { return starts[a].start < starts[b].start })
 	before := map[startEvent]int{}
 	var d []float64
@@ -475,12 +481,12 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	ideal := simRes
 	spread, events := f.startSpread, 0
 	if spread < 0 {
-		within, _ := measuredStartLatency(res.Sim, ideal, 0)
-		spread, events = measuredStartSpread(res.Sim, ideal, within)
+		within, _ := measuredStartLatency(res.Sim, ideal, res.Stops, 0)
+		spread, events = measuredStartSpread(res.Sim, ideal, res.Stops, within)
 	}
 	latency, starts := f.startLatency, 0
 	if latency < 0 {
-		latency, starts = measuredStartLatency(res.Sim, ideal, spread)
+		latency, starts = measuredStartLatency(res.Sim, ideal, res.Stops, spread)
 	}
 	overhead, runs := f.runOverhead, 0
 	if overhead < 0 {

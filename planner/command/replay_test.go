@@ -2,6 +2,7 @@ package command
 
 import (
 	"bytes"
+	"fmt"
 	"github.com/caravan-gpu/caravan/planner/sim"
 	"os"
 	"path/filepath"
@@ -119,12 +120,28 @@ func TestMeasuredStartLatency(t *testing.T) {
 		// Queued behind a: starts 11 s after a completed, whatever its arrival.
 		{ID: "queued", Arrival: 30, Start: 161, Finish: 400},
 	}}
-	d, n := measuredStartLatency(live, ideal, 0)
+	d, n := measuredStartLatency(live, ideal, nil, 0)
 	must.Eq(t, 4, n)
 	must.Eq(t, 11.0, d, must.Sprint("median of 8, 12, 9 and 11"))
-	d, n = measuredStartLatency(&sim.Result{}, ideal, 0)
+	d, n = measuredStartLatency(&sim.Result{}, ideal, nil, 0)
 	must.Eq(t, 0, n)
 	must.Eq(t, 0.0, d)
+
+	// Five queued jobs that each started by preempting another, 10 s
+	// after the stop freed their GPUs: timed from the stops, not from the
+	// last completion (400) long before.
+	var stops []float64
+	for k := 1; k <= 5; k++ {
+		id, stop := fmt.Sprintf("p%d", k), 400+100*float64(k)
+		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, Arrival: 40, Start: stop})
+		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, Arrival: 40, Start: stop + 10})
+		stops = append(stops, stop)
+	}
+	d, _ = measuredStartLatency(live, ideal, nil, 0)
+	must.Eq(t, 110.0, d, must.Sprint("median of 8, 12, 9, 11, 110, 210, 310, 410 and 510"))
+	d, n = measuredStartLatency(live, ideal, stops, 0)
+	must.Eq(t, 9, n)
+	must.Eq(t, 10.0, d, must.Sprint("median of 8, 12, 9, 11 and five 10s"))
 }
 
 // Jobs that one event let start, a burst of arrivals at one trace time or
@@ -149,15 +166,15 @@ func TestMeasuredStartSpread(t *testing.T) {
 		// a's completion lets both start, 2 s apart.
 		{ID: "q1", Arrival: 1, Start: 44, Finish: 100}, {ID: "q2", Arrival: 1, Start: 46, Finish: 100},
 	}}
-	spread, events := measuredStartSpread(live, ideal, 5)
+	spread, events := measuredStartSpread(live, ideal, nil, 5)
 	must.Eq(t, 2, events, must.Sprint("the burst at 0 and a's completion; d alone does not count"))
 	must.Eq(t, 4.0/3, spread, must.Sprint("gaps 1, 1 and 2; late's 26 s is a later round"))
-	latency, n := measuredStartLatency(live, ideal, 1)
+	latency, n := measuredStartLatency(live, ideal, nil, 1)
 	must.Eq(t, 7, n)
 	// a 2, b 2.9-1, c 3.8-2, late 29.7-3, d 2, q1 2, q2 4-1: sorted 1.8,
 	// 1.9, 2, 2, 2, 3, 26.7.
 	must.Eq(t, 2.0, latency)
-	spread, events = measuredStartSpread(&sim.Result{}, ideal, 5)
+	spread, events = measuredStartSpread(&sim.Result{}, ideal, nil, 5)
 	must.Eq(t, 0, events)
 	must.Eq(t, 0.0, spread)
 }

@@ -225,6 +225,9 @@ type Result struct {
 	Wall time.Duration
 	// TimedOut says the timeout ended the run with jobs unfinished.
 	TimedOut bool
+	// Stops are the trace times at which preemptions stopped jobs, in
+	// order: the moments a preempting start's GPUs came free.
+	Stops []float64
 }
 
 // AvgWrites is the mean number of planner writes per job.
@@ -350,6 +353,12 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 	}
 	res := &Result{Writes: tr.writes, T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
+	for _, o := range tr.outcomes {
+		for _, t := range o.Stops {
+			res.Stops = append(res.Stops, clock.Trace(t))
+		}
+	}
+	sort.Float64s(res.Stops)
 	return res, nil
 }
 

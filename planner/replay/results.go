@@ -33,6 +33,9 @@ type Outcome struct {
 	// stopped by Nomad (the planner's hold or Nomad's own preemption);
 	// allocations stopped within a second of each other count once.
 	Preemptions int
+	// Stops are when each preemption stopped the job: the first stop of
+	// the allocations it stopped together.
+	Stops []time.Time
 	// Model is the GPU model the job finished on ("" when unknown).
 	Model string
 	// Nodes is how many nodes the allocations that finished the job ran
@@ -109,6 +112,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 	for i, t := range stops {
 		if i == 0 || t.Sub(stops[i-1]) > stopGap {
 			o.Preemptions++
+			o.Stops = append(o.Stops, t)
 		}
 	}
 	sort.Slice(o.Runs, func(i, j int) bool { return o.Runs[i].Start.Before(o.Runs[j].Start) })

@@ -202,3 +202,19 @@ func TestReadOutcomeCountsTheNodesOfTheFinishingRun(t *testing.T) {
 	}, 2, models, at(100))
 	must.Eq(t, 0, o.Nodes, must.Sprint("not finished"))
 }
+
+// Each preemption's stop is recorded once, at the first stop of the
+// allocations it stopped together.
+func TestReadOutcomeRecordsWhenPreemptionsStopped(t *testing.T) {
+	models := map[string]string{"GPU-v-0": "V100", "GPU-v-1": "V100"}
+	o := ReadOutcome([]*api.AllocationListStub{
+		alloc("a1", 0, "stop", "complete", 1, 5, false, "GPU-v-0"),
+		alloc("a2", 1, "stop", "complete", 1, 5.4, false, "GPU-v-1"),
+		alloc("a3", 0, "stop", "complete", 10, 20, false, "GPU-v-0"),
+		alloc("a4", 1, "stop", "complete", 10, 20.2, false, "GPU-v-1"),
+		alloc("a5", 0, "run", "complete", 30, 40, false, "GPU-v-0"),
+		alloc("a6", 1, "run", "complete", 30, 40, false, "GPU-v-1"),
+	}, 2, models, at(100))
+	must.Eq(t, 2, o.Preemptions)
+	must.Eq(t, []time.Time{at(5), at(20)}, o.Stops)
+}
