@@ -86,6 +86,9 @@ Replay:
   -run-overhead S      trace seconds a run takes longer live than simulated,
                        in the simulator's run (caravan sim -run-overhead);
                        default: the live run's median
+  -stop-latency S      trace seconds from the planner's hold to a preempted
+                       job's stop, in the simulator's run (caravan sim
+                       -stop-latency); default: the live run's median
   -seed-history        with -job-sizes: replace the planner's completed-job
                        sample in Consul KV with those sizes ÷ S (2D-Gittins)
   -prepare-only        write the profiles (and -seed-history's sample) to
@@ -118,6 +121,7 @@ type replayFlags struct {
 	timeScale                    float64
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	startSpread                  float64 // -1: measure on the live run
+	stopLatency                  float64 // -1: measure on the live run
 	workload, checkpointDir, run string
 	planner, plannerToken        string
 	out, logLevel                string
@@ -144,6 +148,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-spread must be a non-negative number of trace seconds")
 	case f.runOverhead != -1 && !seconds(f.runOverhead):
 		return usagef("flag -run-overhead must be a non-negative number of trace seconds")
+	case f.stopLatency != -1 && !seconds(f.stopLatency):
+		return usagef("flag -stop-latency must be a non-negative number of trace seconds")
 	case f.workload == "" && !f.prepareOnly:
 		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
 	case f.workload != "" && !filepath.IsAbs(f.workload):
@@ -174,6 +180,7 @@ func (c *replayCommand) Run(args []string) int {
 	f.nomad.register(fs)
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
+	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
 	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", -1, "")
 	fs.StringVar(&f.workload, "workload", "", "")
@@ -243,7 +250,13 @@ type replayInfo struct {
 	StartSpreadMeasuredOn  int     `json:"start_spread_measured_on,omitempty"`
 	RunOverhead            float64 `json:"run_overhead_s"`
 	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
-	SimNoDelayAvgJCT       float64 `json:"sim_no_delay_avg_jct"`
+	// StopLatency is the trace seconds from the planner's hold to a
+	// preempted job's stop that the simulator's run charged every start
+	// of a round that preempted (caravan sim -stop-latency), measured on
+	// that many preemptions of the live run unless a flag gave it.
+	StopLatency           float64 `json:"stop_latency_s"`
+	StopLatencyMeasuredOn int     `json:"stop_latency_measured_on,omitempty"`
+	SimNoDelayAvgJCT      float64 `json:"sim_no_delay_avg_jct"`
 	// JobsSplit and SimJobsSplit count the jobs that finished on a run
 	// spread over several nodes, live and simulated; SplitOnOneSide counts
 	// the jobs split on one side but not the other, among those the
@@ -387,11 +400,18 @@ func measuredStartLatency(live, ideal *sim.Result, stops []float64, spread float
 		d = append(d, max(s.start-s.from-float64(before[s.event])*spread, 0))
 		before[s.event]++
 	}
-	if len(d) == 0 {
-		return 0, 0
+	return median(d), len(d)
+}
+
+// median is the middle of xs (the upper one of an even count), 0 for none;
+// it sorts a copy.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
 	}
+	d := append([]float64(nil), xs...)
 	sort.Float64s(d)
-	return d[len(d)/2], len(d)
+	return d[len(d)/2]
 }
 
 func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
@@ -492,11 +512,17 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	if overhead < 0 {
 		overhead, runs = measuredRunOverhead(res.Sim, ideal)
 	}
+	stop, stopped := f.stopLatency, 0
+	if stop < 0 {
+		stop, stopped = median(res.StopDelays), len(res.StopDelays)
+	}
 	log.Info("start costs", "start_latency_s", latency, "measured_on_starts", starts, "start_spread_s", spread,
-		"measured_on_events", events, "run_overhead_s", overhead, "measured_on_runs", runs)
-	if latency > 0 || spread > 0 || overhead > 0 {
+		"measured_on_events", events, "run_overhead_s", overhead, "measured_on_runs", runs,
+		"stop_latency_s", stop, "measured_on_preemptions", stopped)
+	if latency > 0 || spread > 0 || overhead > 0 || stop > 0 {
 		scfg = in.simConfig(pol)
 		scfg.KeepUtil, scfg.StartLatency, scfg.StartSpread, scfg.RunOverhead = true, latency, spread, overhead
+		scfg.StopLatency = stop
 		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
 			return fmt.Errorf("simulator: %w", err)
 		}
@@ -510,7 +536,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		PlannerPolicy: plannerPolicy, WritesPerJob: res.AvgWrites(), WallSeconds: res.Wall.Seconds(),
 		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
 		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
-		RunOverhead: overhead, RunOverheadMeasuredOn: runs,
+		RunOverhead: overhead, RunOverheadMeasuredOn: runs, StopLatency: stop, StopLatencyMeasuredOn: stopped,
 		SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
 	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
 	gaps := jobGaps(res.Sim, simRes)
@@ -643,16 +669,16 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
 		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\trun overhead\tsim without them\t")
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\trun overhead\tstop latency\tsim without them\t")
 	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
 		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
 		ratio := math.NaN()
 		if s.AvgJCT > 0 {
 			ratio = l.AvgJCT / s.AvgJCT
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
 			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.RunOverhead,
-			dur(rep.Replay.SimNoDelayAvgJCT))
+			rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
 	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {

@@ -57,6 +57,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{append(base, "-log-level", "loud"), "flag -log-level"},
 		{append(base, "-start-latency", "-2"), "flag -start-latency"},
 		{append(base, "-run-overhead", "NaN"), "flag -run-overhead"},
+		{append(base, "-stop-latency", "-2"), "flag -stop-latency"},
 		{append(base, "-start-spread", "-3"), "flag -start-spread"},
 		{append(base, "-bogus"), "bogus"},
 		{append(base, "extra"), `unexpected argument "extra"`},

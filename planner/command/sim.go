@@ -82,6 +82,9 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        another (default 0)
   -run-overhead S      seconds every run spends without progress (process
                        start, setup); executed time (default 0)
+  -stop-latency S      seconds a preempted job keeps its GPUs: every start
+                       of the round that preempts waits that much more, as
+                       a real cluster stops the job first (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
   -vc G, -max-duration S, -skip N, -take N, -load L
                        cut a sample from the trace: the jobs of virtual
@@ -104,6 +107,7 @@ type simFlags struct {
 	startLatency      float64
 	runOverhead       float64
 	startSpread       float64
+	stopLatency       float64
 	lanes, laneMemory int
 	json, progress    bool
 }
@@ -123,6 +127,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.startLatency, "start-latency", 0, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
+	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
 	fs.IntVar(&f.lanes, "lanes", 0, "")
 	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
 	fs.BoolVar(&f.json, "json", false, "")
@@ -168,6 +173,8 @@ func (f *simFlags) check() string {
 		return "flag -run-overhead must be a non-negative number of seconds"
 	case !seconds(f.startSpread):
 		return "flag -start-spread must be a non-negative number of seconds"
+	case !seconds(f.stopLatency):
+		return "flag -stop-latency must be a non-negative number of seconds"
 	case f.lanes < 0 || f.laneMemory < 0:
 		return "flags -lanes and -lane-memory must not be negative"
 	}
@@ -231,7 +238,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 	for _, p := range in.policies {
 		scfg := in.simConfig(p)
 		scfg.Lanes, scfg.LaneMemoryMB, scfg.PreemptionCost = f.lanes, f.laneMemory, f.preemptionCost
-		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread = f.startLatency, f.runOverhead, f.startSpread
+		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/nomadx"
 )
 
@@ -24,9 +26,9 @@ type Nomad interface {
 	// Allocations lists every allocation of a job, stopped ones included,
 	// with their devices.
 	Allocations(ctx context.Context, jobID string) ([]*api.AllocationListStub, error)
-	// Version is the job's current version: 0 as submitted, one more for
-	// each write that changed it.
-	Version(ctx context.Context, jobID string) (uint64, error)
+	// History is the job's current version and when the planner's hold
+	// was put on it, from the versions Nomad keeps.
+	History(ctx context.Context, jobID string) (JobHistory, error)
 	// Purge deregisters a job and purges it from Nomad's state.
 	Purge(ctx context.Context, jobID string) error
 	// BatchPreemption reports whether Nomad preempts batch allocations.
@@ -82,15 +84,40 @@ func (a *API) Allocations(ctx context.Context, jobID string) ([]*api.AllocationL
 	return allocs, err
 }
 
-func (a *API) Version(ctx context.Context, jobID string) (uint64, error) {
-	job, _, err := a.c.Jobs().Info(jobID, q(ctx))
+func (a *API) History(ctx context.Context, jobID string) (JobHistory, error) {
+	versions, _, _, err := a.c.Jobs().Versions(jobID, false, q(ctx))
 	if err != nil {
-		return 0, err
+		return JobHistory{}, err
 	}
-	if job.Version == nil {
-		return 0, nil
+	return historyOf(versions), nil
+}
+
+// JobHistory is what a job's versions tell of the planner's writes.
+type JobHistory struct {
+	// Version is the job's current version: 0 as submitted, one more for
+	// each write that changed it.
+	Version uint64
+	// Holds are when a version put the planner's hold on the job while
+	// the version before had none, oldest first: a preemption's decision,
+	// for a job that was running. Nomad keeps a job's last few versions
+	// only, so the oldest holds of a job written many times are missing.
+	Holds []time.Time
+}
+
+// historyOf reads a job's history from its versions, newest first as
+// Nomad lists them.
+func historyOf(versions []*api.Job) JobHistory {
+	var h JobHistory
+	if len(versions) == 0 {
+		return h
 	}
-	return *job.Version, nil
+	h.Version = nomadx.Value(versions[0].Version)
+	for i := len(versions) - 2; i >= 0; i-- {
+		if cluster.Held(versions[i]) && !cluster.Held(versions[i+1]) && versions[i].SubmitTime != nil {
+			h.Holds = append(h.Holds, time.Unix(0, *versions[i].SubmitTime))
+		}
+	}
+	return h
 }
 
 func (a *API) Purge(ctx context.Context, jobID string) error {

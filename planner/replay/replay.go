@@ -228,6 +228,33 @@ type Result struct {
 	// Stops are the trace times at which preemptions stopped jobs, in
 	// order: the moments a preempting start's GPUs came free.
 	Stops []float64
+	// StopDelays are, in trace seconds, how long each preemption whose
+	// decision is known took from the planner's hold to the job's stop:
+	// the time a preempted job keeps its GPUs.
+	StopDelays []float64
+}
+
+// stopDelays pairs each of a job's preemption stops with the hold that
+// made it, the latest hold at or before the stop and after the stop
+// before it, and returns the time between them in trace seconds. A stop
+// without such a hold (Nomad's own preemption, or a hold Nomad no longer
+// keeps a version of) is left out.
+func stopDelays(c Clock, holds, stops []time.Time) []float64 {
+	var out []float64
+	var prev time.Time
+	for _, stop := range stops {
+		var hold time.Time
+		for _, h := range holds {
+			if !h.After(stop) && h.After(prev) {
+				hold = h
+			}
+		}
+		if !hold.IsZero() {
+			out = append(out, c.Span(stop.Sub(hold)))
+		}
+		prev = stop
+	}
+	return out
 }
 
 // AvgWrites is the mean number of planner writes per job.
@@ -293,7 +320,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		p.purge(n)
 	}()
 
-	tr := &tracker{outcomes: make([]Outcome, total), writes: make([]uint64, total), recorded: make([]bool, total),
+	tr := &tracker{outcomes: make([]Outcome, total), writes: make([]uint64, total), holds: make([][]time.Time, total), recorded: make([]bool, total),
 		deadSince: map[int]time.Time{}, index: index}
 	warned, timedOut := false, false
 	tick := time.NewTicker(cfg.Poll)
@@ -346,17 +373,18 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 			tr.outcomes[i] = ReadOutcome(allocs, max(cfg.Jobs[i].GPUs, 1), p.models, now)
 			tr.outcomes[i].Finished, tr.outcomes[i].Finish = false, time.Time{}
 		}
-		if v, err := n.Version(rctx, p.IDs[i]); err == nil {
-			tr.writes[i] = v
+		if h, err := n.History(rctx, p.IDs[i]); err == nil {
+			tr.writes[i], tr.holds[i] = h.Version, h.Holds
 		}
 		rcancel()
 	}
 	res := &Result{Writes: tr.writes, T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
-	for _, o := range tr.outcomes {
+	for i, o := range tr.outcomes {
 		for _, t := range o.Stops {
 			res.Stops = append(res.Stops, clock.Trace(t))
 		}
+		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.holds[i], o.Stops)...)
 	}
 	sort.Float64s(res.Stops)
 	return res, nil
@@ -429,6 +457,7 @@ type tracker struct {
 	index     map[string]int
 	outcomes  []Outcome
 	writes    []uint64
+	holds     [][]time.Time
 	recorded  []bool
 	deadSince map[int]time.Time
 	done      int
@@ -487,8 +516,8 @@ func (p *Plan) poll(ctx context.Context, n Nomad, tr *tracker, at []time.Time, c
 			}
 			p.log.Warn("job stopped without finishing", "job", stub.ID)
 		}
-		if v, err := n.Version(ctx, stub.ID); err == nil {
-			tr.writes[i] = v
+		if h, err := n.History(ctx, stub.ID); err == nil {
+			tr.writes[i], tr.holds[i] = h.Version, h.Holds
 		}
 		p.log.Debug("finished", "job", stub.ID, "jct_s", clock.Trace(o.Finish)-clock.Trace(at[i]),
 			"preemptions", o.Preemptions, "writes", tr.writes[i])

@@ -116,7 +116,9 @@ func (f *fakeNomad) Allocations(_ context.Context, id string) ([]*api.Allocation
 	return out, nil
 }
 
-func (f *fakeNomad) Version(context.Context, string) (uint64, error) { return 2, nil }
+func (f *fakeNomad) History(context.Context, string) (JobHistory, error) {
+	return JobHistory{Version: 2}, nil
+}
 
 func (f *fakeNomad) Purge(_ context.Context, id string) error {
 	f.mu.Lock()

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 
+	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/sim"
 )
 
@@ -217,4 +219,32 @@ func TestReadOutcomeRecordsWhenPreemptionsStopped(t *testing.T) {
 	}, 2, models, at(100))
 	must.Eq(t, 2, o.Preemptions)
 	must.Eq(t, []time.Time{at(5), at(20)}, o.Stops)
+}
+
+// A job's holds are the versions that put the planner's hold on it while
+// the version before had none.
+func TestHistoryOf(t *testing.T) {
+	version := func(v uint64, held bool, sec float64) *api.Job {
+		j := &api.Job{Version: &v, SubmitTime: pointer.Of(at(sec).UnixNano())}
+		if held {
+			j.Constraints = []*api.Constraint{cluster.HoldConstraint()}
+		}
+		return j
+	}
+	// Newest first, as Nomad lists them: submitted held (0), released (1),
+	// preempted (2), its priority changed while held (3), released (4),
+	// preempted (5).
+	h := historyOf([]*api.Job{version(5, true, 50), version(4, false, 40), version(3, true, 30),
+		version(2, true, 20), version(1, false, 10), version(0, true, 0)})
+	must.Eq(t, uint64(5), h.Version)
+	must.Eq(t, []time.Time{at(20), at(50)}, h.Holds, must.Sprint("version 0 has no version before it; 3 was held already"))
+	must.Eq(t, JobHistory{}, historyOf(nil))
+}
+
+// Each stop is timed from the hold that made it; a stop with no hold of
+// its own is left out.
+func TestStopDelays(t *testing.T) {
+	c := Clock{T0: t0, Scale: 10}
+	got := stopDelays(c, []time.Time{at(20), at(50)}, []time.Time{at(20.5), at(40), at(50.25)})
+	must.Eq(t, []float64{5, 2.5}, got, must.Sprint("0.5 s and 0.25 s real at scale 10; the stop at 40 had no hold after the one before it"))
 }

@@ -211,6 +211,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		js.work += s.cfg.PreemptionCost * s.baseRate(js)
 	}
 	latency := s.cfg.StartLatency
+	if s.preempted && s.preemptedAt == s.now {
+		latency += s.cfg.StopLatency
+	}
 	if s.cfg.StartSpread > 0 {
 		if s.now != s.startsAt {
 			s.startsAt, s.startsThen = s.now, 0
@@ -260,6 +263,7 @@ func (s *simulator) preempt(i int) {
 	js.pendingFrom = s.now
 	js.Wait = 0
 	js.preempts++
+	s.preempted, s.preemptedAt = true, s.now
 	js.version++
 	js.Placement = nil
 	s.pending++

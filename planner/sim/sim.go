@@ -44,6 +44,13 @@ type Config struct {
 	// (from 0) of one moment holds its GPUs StartLatency + k·StartSpread.
 	// 0 by default; caravan replay measures it.
 	StartSpread float64
+	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
+	// after the round that preempts it: a real cluster's planner writes
+	// the hold and Nomad stops the job's tasks before the GPUs are free.
+	// Every start of that round waits that much more, since it may need
+	// the GPUs the preemption frees. 0 by default; caravan replay
+	// measures it.
+	StopLatency float64
 	// RunOverhead is the time in seconds every run, first or after a
 	// preemption, spends running without progress: the process starting
 	// and exiting, the framework's setup. It counts as executed time.
@@ -235,6 +242,10 @@ type simulator struct {
 	// StartSpread.
 	startsAt   float64
 	startsThen int
+	// preempted says a preemption happened at preemptedAt, so the starts
+	// of that moment wait for its stop (Config.StopLatency).
+	preempted   bool
+	preemptedAt float64
 	// arrivals, when set, holds the pending jobs in place of active, and
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue
@@ -417,7 +428,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 // the policy since the last round, and no start adds work to a job.
 func (s *simulator) pastWaiting(changed, woke bool) bool {
 	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
-		s.cfg.StartLatency == 0 && s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
+		s.cfg.StartLatency == 0 && s.cfg.StopLatency == 0 && s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 
 // queuedBehind says a round cannot change anything for a strict FIFO

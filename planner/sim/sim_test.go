@@ -391,3 +391,19 @@ func TestJobResultCountsTheNodesARunSpans(t *testing.T) {
 		must.LessEq(t, 2, j.Nodes)
 	}
 }
+
+// A start in the round that preempted waits for the preempted job's stop
+// (StopLatency); starts into GPUs that were free do not.
+func TestStopLatency(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 1, Duration: 500}}
+	las := func(stop float64) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), StopLatency: stop}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	plain, stopping := las(0), las(7)
+	must.Eq(t, 1, stopping.Jobs[0].Preemptions)
+	must.Eq(t, 0.0, stopping.Jobs[0].Start, must.Sprint("A started into free GPUs at once"))
+	must.Eq(t, plain.Jobs[1].Finish+7, stopping.Jobs[1].Finish, must.Sprint("B waited for A's stop"))
+	must.Eq(t, plain.Jobs[0].Finish+7, stopping.Jobs[0].Finish, must.Sprint("A resumed after B, into free GPUs: no stop to wait for"))
+}
