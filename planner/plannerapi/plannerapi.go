@@ -63,6 +63,7 @@ type Round struct {
 type QueueEntry struct {
 	Namespace string  `json:"namespace"`
 	Job       string  `json:"job"`
+	Group     string  `json:"group,omitempty"` // the team or user: caravan.group, else the namespace
 	Policy    string  `json:"policy"`
 	State     string  `json:"state"` // pending or running
 	Rank      int     `json:"rank"`
@@ -81,11 +82,19 @@ type QueueEntry struct {
 	Reason    string  `json:"reason"`
 }
 
-// Queue is GET /v1/queue.
+// Queue is GET /v1/queue: the jobs of the page asked for, every job when
+// none was.
 type Queue struct {
 	Leader bool         `json:"leader"`
 	Time   time.Time    `json:"time"`
 	Jobs   []QueueEntry `json:"jobs"`
+	// Total is how many jobs match the filter (all of them without one),
+	// Running how many of those run; Offset and Limit are the page applied
+	// (Limit 0: no limit).
+	Total   int `json:"total"`
+	Running int `json:"running"`
+	Offset  int `json:"offset"`
+	Limit   int `json:"limit"`
 }
 
 // Record is one decision the planner applied, or tried to.

@@ -14,6 +14,7 @@ import (
 	"github.com/caravan-gpu/caravan/planner/enact"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/plot"
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/rewrite"
 	"github.com/hashicorp/nomad/api"
 )
@@ -351,4 +352,44 @@ func (p *Planner) Results(now time.Time) plannerapi.Results {
 		r.Utilization = busy / total
 	}
 	return r
+}
+
+// QueueQuery picks part of the queue: the jobs whose key (namespace/ID) or
+// group holds Filter in any case, from Offset on, at most Limit of them
+// (0: no limit).
+type QueueQuery struct {
+	Offset, Limit int
+	Filter        string
+}
+
+// QueuePage returns the jobs of the latest queue that q picks, in rank
+// order, with how many match and how many of those run. The zero query
+// returns the whole queue, as Queue does.
+func (p *Planner) QueuePage(q QueueQuery) plannerapi.Queue {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := plannerapi.Queue{Leader: p.leader, Time: p.queue.Time, Offset: q.Offset, Limit: q.Limit}
+	filter := strings.ToLower(q.Filter)
+	for _, j := range p.queue.Jobs {
+		key := cluster.Key(j.Namespace, j.Job)
+		j.Group = p.live[key].Group
+		if filter != "" && !strings.Contains(strings.ToLower(key), filter) && !strings.Contains(strings.ToLower(j.Group), filter) {
+			continue
+		}
+		if out.Total >= q.Offset && (q.Limit == 0 || len(out.Jobs) < q.Limit) {
+			out.Jobs = append(out.Jobs, j)
+		}
+		out.Total++
+		if j.State == policy.Running.String() {
+			out.Running++
+		}
+	}
+	return out
+}
+
+// jobGroup is the group of a job the last round managed, "" for another.
+func (p *Planner) jobGroup(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live[key].Group
 }

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
-	"github.com/hashicorp/nomad/api"
 )
 
 // BenchmarkDashboardViews1000Jobs times each dashboard view as the page
@@ -21,26 +19,7 @@ import (
 // is under 200 ms per view (docs/planner.md).
 func BenchmarkDashboardViews1000Jobs(b *testing.B) {
 	const jobs, nodes, perNode = 1000, 32, 8
-	fake := nomadxtest.New()
-	started := time.Now().Add(-time.Hour)
-	for n := 0; n < nodes; n++ {
-		node := gpuNode(fmt.Sprintf("n%02d", n), map[string]int{"T4": perNode})
-		for _, in := range node.NodeResources.Devices[0].Instances {
-			in.ID = node.ID + "-" + in.ID
-		}
-		fake.NodeSet = append(fake.NodeSet, node)
-	}
-	for i := 0; i < jobs; i++ {
-		id := fmt.Sprintf("job-%04d", i)
-		fake.Submit(managedJob(id, 1, nil))
-		if i < nodes*perNode {
-			node := fake.NodeSet[i/perNode]
-			a := runningAlloc(id, node.NodeResources.Devices[0].Instances[i%perNode].ID, started.Add(time.Duration(i)*time.Second))
-			a.ID, a.NodeID = "alloc-"+id, node.ID
-			fake.Allocs = append(fake.Allocs, a)
-			fake.Update("default", id, func(j *api.Job) { j.Status = str("running") })
-		}
-	}
+	fake := nomadxtest.NewGPUFleet("las", nodes, perNode, jobs, time.Now().Add(-time.Hour), time.Second)
 	p, err := New(&Settings{Policy: "las", Interval: time.Second, MaxWrites: 0, WriteBurst: 100, Writers: 16,
 		NomadUnreachable: time.Minute}, fake, nil, nil)
 	if err != nil {
@@ -77,7 +56,7 @@ func BenchmarkDashboardViews1000Jobs(b *testing.B) {
 	}{
 		{"page", []string{"/ui/", "/ui/app.js", "/ui/style.css"}},
 		{"gpus", []string{"/v1/status", "/v1/gpus"}},
-		{"queue", []string{"/v1/status", "/v1/queue"}},
+		{"queue", []string{"/v1/status", "/v1/queue?offset=0&limit=100"}},
 		{"decisions", []string{"/v1/status", "/v1/decisions?limit=200"}},
 		{"results", []string{"/v1/status", "/v1/results", "/ui/plots/jct.svg", "/ui/plots/util.svg"}},
 	}

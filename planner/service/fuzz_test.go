@@ -1,6 +1,9 @@
 package service
 
-import "testing"
+import (
+	"net/url"
+	"testing"
+)
 
 // planner.hcl is outside input: whatever it holds, parsing errors or gives
 // settings the planner can run with.
@@ -26,6 +29,27 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if _, err := New(s, nil, nil, nil); err != nil {
 			t.Fatalf("accepted config, but the policy does not build: %v", err)
+		}
+	})
+}
+
+// GET /v1/queue's query string is outside input: whatever it holds, it is
+// refused or gives a page the planner can serve.
+func FuzzParseQueueQuery(f *testing.F) {
+	for _, q := range []string{"", "offset=0&limit=100", "limit=1000&filter=job-1", "offset=-1", "limit=0", "limit=99999999999999999999", "filter=%zz"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, err := parseQueueQuery(v)
+		if err != nil {
+			return
+		}
+		if q.Offset < 0 || q.Limit < 0 || q.Limit > queuePageMax {
+			t.Fatalf("accepted a page the planner cannot serve: %+v from %q", q, raw)
 		}
 	})
 }

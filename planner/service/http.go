@@ -5,11 +5,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,7 +40,12 @@ func (p *Planner) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, p.Status())
 	})
 	mux.HandleFunc("GET /v1/queue", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, p.Queue())
+		query, err := parseQueueQuery(r.URL.Query())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "queue: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, p.QueuePage(query))
 	})
 	mux.HandleFunc("GET /v1/explain/{job...}", func(w http.ResponseWriter, r *http.Request) {
 		job, err := url.PathUnescape(r.PathValue("job"))
@@ -50,6 +58,7 @@ func (p *Planner) Handler() http.Handler {
 			http.Error(w, "job "+job+" is not managed by the planner (no caravan.policy meta, no managed namespace, or no GPU request)", http.StatusNotFound)
 			return
 		}
+		e.Group = p.jobGroup(cluster.Key(e.Namespace, e.Job))
 		writeJSON(w, http.StatusOK, e)
 	})
 	mux.Handle("GET /v1/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
@@ -103,6 +112,35 @@ func requestToken(r *http.Request) (token string, sent bool) {
 	}
 	t = strings.TrimSpace(t)
 	return t, t != ""
+}
+
+// queuePageMax is the most jobs one page of GET /v1/queue holds.
+const queuePageMax = 1000
+
+// parseQueueQuery reads GET /v1/queue's optional offset, limit and filter;
+// an error names the parameter that is wrong.
+func parseQueueQuery(v url.Values) (QueueQuery, error) {
+	var q QueueQuery
+	count := func(name string, lo, hi int, want string) (int, error) {
+		s := v.Get(name)
+		if s == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < lo || n > hi {
+			return 0, fmt.Errorf("%s must be %s, got %q", name, want, s)
+		}
+		return n, nil
+	}
+	var err error
+	if q.Offset, err = count("offset", 0, math.MaxInt, "a whole number, 0 or more"); err != nil {
+		return q, err
+	}
+	if q.Limit, err = count("limit", 1, queuePageMax, fmt.Sprintf("a whole number from 1 to %d", queuePageMax)); err != nil {
+		return q, err
+	}
+	q.Filter = strings.TrimSpace(v.Get("filter"))
+	return q, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -108,66 +108,147 @@ function show(name) {
   plotAt = 0;
 }
 
-function drawGPUs(m) {
+// With many nodes only the first few are open at first; the others show
+// their summary line until opened, so that the map stays quick to draw.
+const nodesOpenAtFirst = 4;
+// Which nodes the user opened or closed, kept across redraws.
+const nodeOpen = new Map();
+// The latest map, node → GPU → its lanes' slots, drawn into a node as it
+// opens.
+let gpusByNode = new Map();
+
+function byNodeAndGPU(lanes) {
   const byNode = new Map();
-  for (const l of m.lanes || []) {
+  for (const l of lanes) {
     if (!byNode.has(l.node)) byNode.set(l.node, new Map());
     const gpus = byNode.get(l.node);
     if (!gpus.has(l.gpu)) gpus.set(l.gpu, []);
     gpus.get(l.gpu).push(l);
   }
-  const root = document.getElementById("gpus");
-  root.replaceChildren();
-  for (const [node, gpus] of byNode) {
-    const box = el("div", { class: "gpus" });
-    for (const [gpu, lanes] of gpus) {
-      const healthy = lanes.every((l) => l.healthy);
-      const card = el("div", { class: "gpu" + (healthy ? "" : " unhealthy"), "data-gpu": gpu },
-        el("h3", { text: lanes[0].model + " · " + gpu.slice(0, 12) + (healthy ? "" : " · unhealthy") }));
-      const byLane = new Map();
-      for (const l of lanes) {
-        const k = l.lane || "whole GPU";
-        if (!byLane.has(k)) byLane.set(k, []);
-        byLane.get(k).push(l);
-      }
-      for (const [lane, slots] of byLane) {
-        const row = el("div", { class: "lane" },
-          el("div", { class: "lane-name", text: lane + " · " + slots[0].memory_mib + " MiB budget · " + Math.round(slots[0].gpu_share * 100) + "% of the GPU" }));
-        for (const s of slots) {
-          let cls = "slot";
-          if (!s.healthy) cls += " unhealthy";
-          if (s.job) cls += " held";
-          if (s.task_state === "suspended" || s.task_state === "checkpointed") cls += " " + s.task_state;
-          let label = s.job ? s.job + (s.task ? " / " + s.task : "") : "free";
-          if (s.task_state === "suspended") label += " (suspended)";
-          if (s.task_state === "checkpointed") label += " (checkpointed)";
-          if (!s.healthy) label += " — " + (s.health || "unhealthy");
-          const slot = el("span", { class: cls, "data-instance": s.instance, "data-job": s.job || "", title: s.instance }, label);
-          if (s.memory_used_mib != null) {
-            const pct = Math.min(100, (100 * s.memory_used_mib) / Math.max(1, s.memory_mib));
-            slot.append(" · " + s.memory_used_mib + "/" + s.memory_mib + " MiB",
-              el("span", { class: "mem" }, el("span", { style: "width:" + pct.toFixed(0) + "%" })));
-          }
-          row.append(slot);
-        }
-        card.append(row);
-      }
-      box.append(card);
+  return byNode;
+}
+
+// nodeSummary is a node's line on the map: its busy GPUs (a lane counting
+// as its share of its GPU, as the planner counts them), lanes and
+// unhealthy GPUs.
+function nodeSummary(node, gpus) {
+  let busy = 0, lanes = 0, lanesHeld = 0, unhealthy = 0;
+  for (const slots of gpus.values()) {
+    const held = new Map();
+    const laneNames = new Set();
+    for (const s of slots) {
+      if (s.lane) laneNames.add(s.lane);
+      if (s.job) held.set(s.lane, s.gpu_share);
     }
-    root.append(el("div", { class: "node", "data-node": node }, el("h2", { text: node }), box));
+    busy += Math.min(1, [...held.values()].reduce((a, b) => a + b, 0));
+    lanes += laneNames.size;
+    lanesHeld += [...held.keys()].filter((l) => l).length;
+    if (!slots.every((s) => s.healthy)) unhealthy++;
   }
+  return node + " · " + (Number.isInteger(busy) ? busy : busy.toFixed(2)) + "/" + gpus.size + " GPUs busy" +
+    (lanes ? " · " + lanesHeld + "/" + lanes + " lanes in use" : "") +
+    (unhealthy ? " · " + unhealthy + " unhealthy" : "");
+}
+
+function gpuCards(gpus) {
+  const box = el("div", { class: "gpus" });
+  for (const [gpu, lanes] of gpus) {
+    const healthy = lanes.every((l) => l.healthy);
+    const card = el("div", { class: "gpu" + (healthy ? "" : " unhealthy"), "data-gpu": gpu },
+      el("h3", { text: lanes[0].model + " · " + gpu.slice(0, 12) + (healthy ? "" : " · unhealthy") }));
+    const byLane = new Map();
+    for (const l of lanes) {
+      const k = l.lane || "whole GPU";
+      if (!byLane.has(k)) byLane.set(k, []);
+      byLane.get(k).push(l);
+    }
+    for (const [lane, slots] of byLane) {
+      const row = el("div", { class: "lane" },
+        el("div", { class: "lane-name", text: lane + " · " + slots[0].memory_mib + " MiB budget · " + Math.round(slots[0].gpu_share * 100) + "% of the GPU" }));
+      for (const s of slots) {
+        let cls = "slot";
+        if (!s.healthy) cls += " unhealthy";
+        if (s.job) cls += " held";
+        if (s.task_state === "suspended" || s.task_state === "checkpointed") cls += " " + s.task_state;
+        let label = s.job ? s.job + (s.task ? " / " + s.task : "") : "free";
+        if (s.task_state === "suspended") label += " (suspended)";
+        if (s.task_state === "checkpointed") label += " (checkpointed)";
+        if (!s.healthy) label += " — " + (s.health || "unhealthy");
+        const slot = el("span", { class: cls, "data-instance": s.instance, "data-job": s.job || "", title: s.instance }, label);
+        if (s.memory_used_mib != null) {
+          const pct = Math.min(100, (100 * s.memory_used_mib) / Math.max(1, s.memory_mib));
+          slot.append(" · " + s.memory_used_mib + "/" + s.memory_mib + " MiB",
+            el("span", { class: "mem" }, el("span", { style: "width:" + pct.toFixed(0) + "%" })));
+        }
+        row.append(slot);
+      }
+      card.append(row);
+    }
+    box.append(card);
+  }
+  return box;
+}
+
+// drawNode draws an open node's GPUs and drops a closed one's.
+function drawNode(details) {
+  const gpus = gpusByNode.get(details.dataset.node);
+  details.replaceChildren(details.firstElementChild, ...(details.open && gpus ? [gpuCards(gpus)] : []));
+}
+
+function drawGPUs(m) {
+  gpusByNode = byNodeAndGPU(m.lanes || []);
+  const root = document.getElementById("gpus");
+  // A node keeps its element, and so its open state, across redraws.
+  const shown = new Map(Array.from(root.children, (d) => [d.dataset.node, d]));
+  const nodes = [];
+  for (const [node, gpus] of gpusByNode) {
+    let details = shown.get(node);
+    if (!details) {
+      details = el("details", { class: "node", "data-node": node }, el("summary"));
+      details.open = nodeOpen.get(node) ?? nodes.length < nodesOpenAtFirst;
+      details.addEventListener("toggle", () => {
+        nodeOpen.set(node, details.open);
+        drawNode(details);
+      });
+    }
+    details.firstElementChild.textContent = nodeSummary(node, gpus);
+    drawNode(details);
+    nodes.push(details);
+  }
+  if (nodes.length !== root.children.length || nodes.some((d, i) => root.children[i] !== d)) root.replaceChildren(...nodes);
   document.getElementById("gpus-summary").textContent =
-    m.gpus + " GPUs, " + m.busy_gpus.toFixed(2) + " busy" +
+    gpusByNode.size + " nodes, " + m.gpus + " GPUs, " + m.busy_gpus.toFixed(2) + " busy" +
     (m.stats_error ? " · GPU memory in use unavailable: " + m.stats_error : "");
 }
 
+// The queue is read a page at a time: a large cluster's queue holds more
+// jobs than a page can redraw every round.
+const queuePageSize = 100;
+// How long the filter waits for typing to pause before it asks the planner.
+const filterPauseMs = 300;
+let queueOffset = 0;
+let queueFilter = "";
+
+function queuePath() {
+  return "../v1/queue?offset=" + queueOffset + "&limit=" + queuePageSize +
+    (queueFilter ? "&filter=" + encodeURIComponent(queueFilter) : "");
+}
+
 function drawQueue(q) {
+  const jobs = q.jobs || [];
+  // The queue shrank below this page: show its last page instead.
+  if (jobs.length === 0 && q.total > 0 && queueOffset > 0) {
+    queueOffset = Math.floor((q.total - 1) / queuePageSize) * queuePageSize;
+    loop();
+    return;
+  }
   const body = document.getElementById("queue");
   body.replaceChildren();
-  for (const j of q.jobs || []) {
+  for (const j of jobs) {
     body.append(el("tr", { "data-job": j.namespace + "/" + j.job },
       el("td", { class: "num", text: j.rank }),
       el("td", { text: j.namespace + "/" + j.job }),
+      el("td", { text: j.group || "" }),
       el("td", { text: j.state + (j.run ? "" : " (held)") }),
       el("td", { class: "num", text: j.queue }),
       el("td", { class: "num", text: j.band }),
@@ -179,9 +260,35 @@ function drawQueue(q) {
       el("td", { class: "reason", text: j.reason })));
   }
   document.getElementById("queue-summary").textContent =
-    (q.jobs || []).length + " managed jobs in rank order, as of " + new Date(q.time).toLocaleTimeString() +
+    q.total + " managed jobs" + (queueFilter ? " matching “" + queueFilter + "”" : "") + ", " + q.running +
+    " running, in rank order, as of " + new Date(q.time).toLocaleTimeString() +
     (q.leader ? "" : " · this replica follows: it writes nothing");
+  document.getElementById("queue-range").textContent = jobs.length
+    ? "rows " + (q.offset + 1) + "–" + (q.offset + jobs.length) + " of " + q.total
+    : "no rows";
+  document.getElementById("queue-prev").disabled = queueOffset === 0;
+  document.getElementById("queue-next").disabled = q.offset + jobs.length >= q.total;
 }
+
+document.getElementById("queue-prev").addEventListener("click", () => {
+  queueOffset = Math.max(0, queueOffset - queuePageSize);
+  loop();
+});
+
+document.getElementById("queue-next").addEventListener("click", () => {
+  queueOffset += queuePageSize;
+  loop();
+});
+
+let filterTimer = null;
+document.getElementById("queue-filter").addEventListener("input", (ev) => {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(() => {
+    queueFilter = ev.target.value.trim();
+    queueOffset = 0;
+    loop();
+  }, filterPauseMs);
+});
 
 function drawDecisions(d) {
   const body = document.getElementById("decisions");
@@ -237,7 +344,12 @@ async function refresh() {
     document.getElementById("status").textContent =
       "policy " + status.policy + " · " + (status.leader ? "leader" : "follower") + " · " + status.rounds + " rounds";
     if (view === "gpus") drawGPUs(await get("../v1/gpus"));
-    if (view === "queue") drawQueue(await get("../v1/queue"));
+    if (view === "queue") {
+      const path = queuePath();
+      const q = await get(path);
+      // A page or filter chosen while the request was out asks again.
+      if (path === queuePath()) drawQueue(q);
+    }
     if (view === "decisions") drawDecisions(await get("../v1/decisions?limit=200"));
     if (view === "results") drawResults(await get("../v1/results"));
     err.hidden = true;
