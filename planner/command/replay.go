@@ -257,6 +257,11 @@ type replayInfo struct {
 	StopLatency           float64 `json:"stop_latency_s"`
 	StopLatencyMeasuredOn int     `json:"stop_latency_measured_on,omitempty"`
 	SimNoDelayAvgJCT      float64 `json:"sim_no_delay_avg_jct"`
+	// StartLatencyMean is the mean of the start delays whose median is
+	// StartLatency, and SimMeanLatencyAvgJCT the simulator's average JCT
+	// charging it instead: how much a few slow starts weigh.
+	StartLatencyMean     float64 `json:"start_latency_mean_s,omitempty"`
+	SimMeanLatencyAvgJCT float64 `json:"sim_mean_start_latency_avg_jct,omitempty"`
 	// JobsSplit and SimJobsSplit count the jobs that finished on a run
 	// spread over several nodes, live and simulated; SplitOnOneSide counts
 	// the jobs split on one side but not the other, among those the
@@ -392,6 +397,14 @@ func measuredStartSpread(live, ideal *sim.Result, stops []float64, within float6
 // that the same event let start before it (see measuredStartSpread). It
 // also returns how many jobs it saw.
 func measuredStartLatency(live, ideal *sim.Result, stops []float64, spread float64) (float64, int) {
+	d := startDelays(live, ideal, stops, spread)
+	return median(d), len(d)
+}
+
+// startDelays is, per live start, the time from the event that let it
+// start to its task's start, less spread for each job that the same event
+// let start before it.
+func startDelays(live, ideal *sim.Result, stops []float64, spread float64) []float64 {
 	starts := liveStarts(live, ideal, stops)
 	sort.Slice(starts, func(a, b int) bool { return starts[a].start < starts[b].start })
 	before := map[startEvent]int{}
@@ -400,7 +413,7 @@ func measuredStartLatency(live, ideal *sim.Result, stops []float64, spread float
 		d = append(d, max(s.start-s.from-float64(before[s.event])*spread, 0))
 		before[s.event]++
 	}
-	return median(d), len(d)
+	return d
 }
 
 // median is the middle of xs (the upper one of an even count), 0 for none;
@@ -527,6 +540,23 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 			return fmt.Errorf("simulator: %w", err)
 		}
 	}
+	// The mean start delay, beside the median the simulator is charged:
+	// a queue pays every start's delay, so a few slow starts cost it as
+	// much as many fast ones; the report shows what the mean would give.
+	meanLatency, meanAvgJCT := 0.0, 0.0
+	if f.startLatency < 0 {
+		if d := startDelays(res.Sim, ideal, res.Stops, spread); len(d) > 0 {
+			for _, x := range d {
+				meanLatency += x
+			}
+			meanLatency /= float64(len(d))
+			mcfg := in.simConfig(pol)
+			mcfg.StartLatency, mcfg.StartSpread, mcfg.RunOverhead, mcfg.StopLatency = meanLatency, spread, overhead, stop
+			if m, err := sim.Run(mcfg, in.jobs); err == nil {
+				meanAvgJCT = m.Summary.AvgJCT
+			}
+		}
+	}
 
 	live := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
 	live.add(res.Sim)
@@ -537,7 +567,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
 		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
 		RunOverhead: overhead, RunOverheadMeasuredOn: runs, StopLatency: stop, StopLatencyMeasuredOn: stopped,
-		SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
+		SimNoDelayAvgJCT: ideal.Summary.AvgJCT, StartLatencyMean: meanLatency, SimMeanLatencyAvgJCT: meanAvgJCT}}
 	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
 	gaps := jobGaps(res.Sim, simRes)
 	rep.Gaps = gaps[:min(topGaps, len(gaps))]
