@@ -212,7 +212,11 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	}
 	latency := s.cfg.StartLatency
 	if s.preempted && s.preemptedAt == s.now {
-		latency += s.cfg.StopLatency
+		use := s.gpuUse(js)
+		if use > s.freeBeforeStops {
+			latency += s.cfg.StopLatency
+		}
+		s.freeBeforeStops = max(0, s.freeBeforeStops-use)
 	}
 	if s.cfg.StartSpread > 0 {
 		if s.now != s.startsAt {
@@ -252,6 +256,9 @@ func spannedNodes(slots []policy.Slot) int {
 }
 
 func (s *simulator) preempt(i int) {
+	if !s.preempted || s.preemptedAt != s.now {
+		s.preempted, s.preemptedAt, s.freeBeforeStops = true, s.now, float64(s.gpus)-s.busy
+	}
 	js := &s.jobs[i]
 	s.settle(js)
 	js.lazy = false // rounds settle it while it waits
@@ -263,7 +270,6 @@ func (s *simulator) preempt(i int) {
 	js.pendingFrom = s.now
 	js.Wait = 0
 	js.preempts++
-	s.preempted, s.preemptedAt = true, s.now
 	js.version++
 	js.Placement = nil
 	s.pending++

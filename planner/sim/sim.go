@@ -47,9 +47,10 @@ type Config struct {
 	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
 	// after the round that preempts it: a real cluster's planner writes
 	// the hold and Nomad stops the job's tasks before the GPUs are free.
-	// Every start of that round waits that much more, since it may need
-	// the GPUs the preemption frees. 0 by default; caravan replay
-	// measures it.
+	// A start of that round waits that much more when the GPUs that were
+	// free before the preemption, less those the round's earlier starts
+	// took, are too few for it (counted over the cluster, not per model
+	// or node). 0 by default; caravan replay measures it.
 	StopLatency float64
 	// RunOverhead is the time in seconds every run, first or after a
 	// preemption, spends running without progress: the process starting
@@ -242,10 +243,13 @@ type simulator struct {
 	// StartSpread.
 	startsAt   float64
 	startsThen int
-	// preempted says a preemption happened at preemptedAt, so the starts
-	// of that moment wait for its stop (Config.StopLatency).
-	preempted   bool
-	preemptedAt float64
+	// preempted says a preemption happened at preemptedAt; freeBeforeStops
+	// is what the starts of that moment may still take of the GPUs that
+	// were free before it. A start that needs more waits for the stop
+	// (Config.StopLatency).
+	preempted       bool
+	preemptedAt     float64
+	freeBeforeStops float64
 	// arrivals, when set, holds the pending jobs in place of active, and
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue
