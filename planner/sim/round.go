@@ -225,6 +225,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		latency += float64(s.startsThen) * s.cfg.StartSpread
 		s.startsThen++
 	}
+	js.idleEnd = js.work
 	if idle := latency + s.cfg.RunOverhead; idle > 0 {
 		js.work += idle * s.baseRate(js)
 	}
@@ -262,6 +263,9 @@ func (s *simulator) preempt(i int) {
 	js := &s.jobs[i]
 	s.settle(js)
 	js.lazy = false // rounds settle it while it waits
+	// A start that had not got through its latency and overhead is lost
+	// whole; the next start pays its own.
+	js.work = min(js.work, js.idleEnd)
 	s.setBusy(-s.gpuUse(js))
 	if js.laneShare > 0 {
 		s.releaseLane(i)
@@ -290,8 +294,10 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	js.migrations++
-	idle := s.cfg.MigrationCost + s.cfg.StartLatency + s.cfg.RunOverhead
-	js.work += idle * s.baseRate(js)
+	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting
+	js.work += s.cfg.MigrationCost * s.baseRate(js)
+	js.idleEnd = js.work
+	js.work += (s.cfg.StartLatency + s.cfg.RunOverhead) * s.baseRate(js)
 	js.latency = s.cfg.StartLatency
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)

@@ -124,6 +124,10 @@ type jobState struct {
 	rate       float64 // current progress per second
 	laneShare  float64 // GPU share counted per second when on a lane
 	latency    float64 // StartLatency (and spread) left before the task runs
+	// idleEnd is the work left once the run's start latency and overhead,
+	// added to work when it started, are used up: a preemption while work
+	// is still above it drops the rest, since the next start pays its own.
+	idleEnd float64
 	queued     float64 // total pending time
 	seq        int64   // keyedQueue under RanksByQueue: the job's place in its queue
 	done       bool

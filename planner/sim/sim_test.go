@@ -407,3 +407,17 @@ func TestStopLatency(t *testing.T) {
 	must.Eq(t, plain.Jobs[1].Finish+7, stopping.Jobs[1].Finish, must.Sprint("B waited for A's stop"))
 	must.Eq(t, plain.Jobs[0].Finish+7, stopping.Jobs[0].Finish, must.Sprint("A resumed after B, into free GPUs: no stop to wait for"))
 }
+
+// A run preempted before it got through its start overhead loses that
+// start whole: the next run pays its own, and none of the old one is
+// carried over as work. A (4 GPUs, 2,000 s) pays 1,000 s of overhead,
+// crosses the 3,250 GPU-s cut at 812.5 s, still in it, and is preempted
+// for B (1 GPU, 500 s), which ends at 2,312.5; A then runs 1,000 + 2,000 s.
+func TestPreemptedStartIsLostWhole(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 1, Duration: 500}}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), RunOverhead: 1000}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 1, res.Jobs[0].Preemptions)
+	must.Eq(t, 2312.5, res.Jobs[1].Finish)
+	must.Eq(t, 5312.5, res.Jobs[0].Finish, must.Sprint("not 5,500: the 187.5 s of overhead left at the preemption is not carried over"))
+}
