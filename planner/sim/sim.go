@@ -128,9 +128,9 @@ type jobState struct {
 	// added to work when it started, are used up: a preemption while work
 	// is still above it drops the rest, since the next start pays its own.
 	idleEnd float64
-	queued     float64 // total pending time
-	seq        int64   // keyedQueue under RanksByQueue: the job's place in its queue
-	done       bool
+	queued  float64 // total pending time
+	seq     int64   // keyedQueue under RanksByQueue: the job's place in its queue
+	done    bool
 	// lazy: the job runs, and rounds do not settle it; it is settled, as
 	// they would have, at logAt on (keyedQueue.catchUp).
 	lazy   bool
