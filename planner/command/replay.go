@@ -518,8 +518,10 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		spread, events = measuredStartSpread(res.Sim, ideal, res.Stops, within)
 	}
 	latency, starts := f.startLatency, 0
+	var delays []float64 // the live start delays, when measured
 	if latency < 0 {
-		latency, starts = measuredStartLatency(res.Sim, ideal, res.Stops, spread)
+		delays = startDelays(res.Sim, ideal, res.Stops, spread)
+		latency, starts = median(delays), len(delays)
 	}
 	overhead, runs := f.runOverhead, 0
 	if overhead < 0 {
@@ -544,17 +546,15 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// a queue pays every start's delay, so a few slow starts cost it as
 	// much as many fast ones; the report shows what the mean would give.
 	meanLatency, meanAvgJCT := 0.0, 0.0
-	if f.startLatency < 0 {
-		if d := startDelays(res.Sim, ideal, res.Stops, spread); len(d) > 0 {
-			for _, x := range d {
-				meanLatency += x
-			}
-			meanLatency /= float64(len(d))
-			mcfg := in.simConfig(pol)
-			mcfg.StartLatency, mcfg.StartSpread, mcfg.RunOverhead, mcfg.StopLatency = meanLatency, spread, overhead, stop
-			if m, err := sim.Run(mcfg, in.jobs); err == nil {
-				meanAvgJCT = m.Summary.AvgJCT
-			}
+	if len(delays) > 0 {
+		for _, x := range delays {
+			meanLatency += x
+		}
+		meanLatency /= float64(len(delays))
+		mcfg := in.simConfig(pol)
+		mcfg.StartLatency, mcfg.StartSpread, mcfg.RunOverhead, mcfg.StopLatency = meanLatency, spread, overhead, stop
+		if m, err := sim.Run(mcfg, in.jobs); err == nil {
+			meanAvgJCT = m.Summary.AvgJCT
 		}
 	}
 

@@ -111,10 +111,10 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 	sort.Slice(stops, func(i, j int) bool { return stops[i].Before(stops[j]) })
 	for i, t := range stops {
 		if i == 0 || t.Sub(stops[i-1]) > stopGap {
-			o.Preemptions++
 			o.Stops = append(o.Stops, t)
 		}
 	}
+	o.Preemptions = len(o.Stops)
 	sort.Slice(o.Runs, func(i, j int) bool { return o.Runs[i].Start.Before(o.Runs[j].Start) })
 	return o
 }
