@@ -391,19 +391,13 @@ acl {
 
 	c.opts.Logf("starting nomad server on %s", c.NomadAddr)
 	start := time.Now()
-	cmd, err := c.spawn("nomad-server", c.NomadBin, "agent", "-config", c.serverConfig)
-	if err != nil {
+	if err := c.spawnServer(); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.nomadServer = cmd
-	c.mu.Unlock()
 	if err := c.bootstrapACLs(ctx); err != nil {
 		return err
 	}
-	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
-		return strings.Contains(body, "KeyID")
-	}); err != nil {
+	if err := c.waitServerKeyring(ctx); err != nil {
 		return err
 	}
 	c.opts.Logf("nomad server has a leader and a keyring after %s", time.Since(start).Round(time.Millisecond))
@@ -670,6 +664,14 @@ func (c *Cluster) KillServer(ctx context.Context) error {
 	if cmd != nil {
 		c.stopProcess(cmd, syscall.SIGKILL, 10*time.Second, true)
 	}
+	if err := c.spawnServer(); err != nil {
+		return err
+	}
+	return c.waitServerKeyring(ctx)
+}
+
+// spawnServer starts the Nomad server agent on its config.
+func (c *Cluster) spawnServer() error {
 	cmd, err := c.spawn("nomad-server", c.NomadBin, "agent", "-config", c.serverConfig)
 	if err != nil {
 		return err
@@ -677,6 +679,12 @@ func (c *Cluster) KillServer(ctx context.Context) error {
 	c.mu.Lock()
 	c.nomadServer = cmd
 	c.mu.Unlock()
+	return nil
+}
+
+// waitServerKeyring waits until the server leads and has its keyring,
+// which clients need before they register.
+func (c *Cluster) waitServerKeyring(ctx context.Context) error {
 	return c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
 		return strings.Contains(body, "KeyID")
 	})
