@@ -77,9 +77,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)
-  -start-spread S      seconds more for each further job started at the
-                       same moment, as a cluster starts them one after
-                       another (default 0)
+  -start-spread S      seconds more for each further task (one per GPU)
+                       started at the same moment, as a cluster starts
+                       them one after another; a gang runs once its last
+                       task has (default 0)
   -run-overhead S      seconds every run spends without progress (process
                        start, setup); executed time (default 0)
   -stop-latency S      seconds a preempted job keeps its GPUs: every start

@@ -222,8 +222,11 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		if s.now != s.startsAt {
 			s.startsAt, s.startsThen = s.now, 0
 		}
-		latency += float64(s.startsThen) * s.cfg.StartSpread
-		s.startsThen++
+		// A gang's tasks start one after another too, and it runs
+		// once its last one has started.
+		tasks := max(js.GPUs, 1)
+		latency += float64(s.startsThen+tasks-1) * s.cfg.StartSpread
+		s.startsThen += tasks
 	}
 	js.idleEnd = js.work
 	if idle := latency + s.cfg.RunOverhead; idle > 0 {

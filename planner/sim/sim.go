@@ -37,12 +37,14 @@ type Config struct {
 	// service meanwhile, as the live planner counts executed time from
 	// the task's start. 0 by default; caravan replay measures it.
 	StartLatency float64
-	// StartSpread is how much later each further job started at the same
-	// moment starts: a real cluster places and starts the jobs one round
-	// releases one after another, so jobs that a round starts together
-	// (and that would finish together) are spread out. The k-th start
-	// (from 0) of one moment holds its GPUs StartLatency + k·StartSpread.
-	// 0 by default; caravan replay measures it.
+	// StartSpread is how much later each further task started at the
+	// same moment starts: a real cluster starts the allocations one
+	// round places one after another, one task per GPU, so jobs that a
+	// round starts together (and that would finish together) are spread
+	// out, and a gang runs only once its last task has started. A job of
+	// g GPUs whose first task is the k-th (from 0) of its moment holds
+	// its GPUs StartLatency + (k+g-1)·StartSpread. 0 by default; caravan
+	// replay measures it.
 	StartSpread float64
 	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
 	// after the round that preempts it: a real cluster's planner writes

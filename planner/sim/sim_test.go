@@ -300,6 +300,18 @@ func TestStartSpread(t *testing.T) {
 	must.Eq(t, []float64{12, 12.5, 13, 62}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish, res.Jobs[3].Finish})
 }
 
+// The spread counts tasks, one per GPU: a gang runs once its last task has
+// started, and the job after it starts after all of its tasks.
+func TestStartSpreadCountsAGangsTasks(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "gang", Arrival: 0, GPUs: 3, Duration: 10},
+		{ID: "after", Arrival: 0, GPUs: 1, Duration: 10},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 0.5}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, []float64{13, 13.5}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish})
+}
+
 // Synergy's sizing on nodes with 3 cores per GPU, Synergy's own server
 // (8 GPUs, 24 cores, 500 GB): every job finishes (a job left on no CPU
 // would make no progress), and TUNE beats the proportional share on
