@@ -80,12 +80,13 @@ Replay:
   -start-latency S     trace seconds from the event that lets a job start
                        to its task running, in the simulator's run (caravan
                        sim -start-latency); default: the live run's median
-  -start-spread S      trace seconds each further job that one event lets
-                       start waits, in the simulator's run (caravan sim
-                       -start-spread); default: measured on the live run
-  -run-overhead S      trace seconds a run takes longer live than simulated,
-                       in the simulator's run (caravan sim -run-overhead);
-                       default: the live run's median
+  -start-spread S      trace seconds each further task (one per GPU) that
+                       one event lets start waits, in the simulator's run
+                       (caravan sim -start-spread); default: measured on
+                       the live run
+  -run-overhead S      trace seconds a task runs longer live than its job
+                       simulated, in the simulator's run (caravan sim
+                       -run-overhead); default: the live run's mean
   -stop-latency S      trace seconds from the planner's hold to a preempted
                        job's stop, in the simulator's run (caravan sim
                        -stop-latency); default: the live run's median
@@ -239,11 +240,11 @@ type replayInfo struct {
 	MaxLag       float64 `json:"max_submit_lag_s"`
 	TimedOut     bool    `json:"timed_out,omitempty"`
 	// StartLatency, StartSpread and RunOverhead are the trace seconds the
-	// simulator's run charged every start, each further start of one
-	// moment, and every run (caravan sim -start-latency, -start-spread,
-	// -run-overhead), measured on that many starts, events and runs of the
-	// live run unless a flag gave them; SimNoDelayAvgJCT is the simulator's
-	// average JCT without either.
+	// simulator's run charged every start, each further task started at
+	// one moment, and every run (caravan sim -start-latency, -start-spread,
+	// -run-overhead), measured on that many starts, events and tasks of
+	// the live run unless a flag gave them; SimNoDelayAvgJCT is the
+	// simulator's average JCT without either.
 	StartLatency           float64 `json:"start_latency_s"`
 	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
 	StartSpread            float64 `json:"start_spread_s"`
@@ -271,26 +272,75 @@ type replayInfo struct {
 	SplitOnOneSide int `json:"jobs_split_on_one_side_only"`
 }
 
-// measuredRunOverhead is how much longer a run takes live than simulated,
-// in trace seconds, beyond the start: the task's process starting and
-// exiting, the workload's setup, a completion seen late. It is the mean,
-// over the jobs that ran unpreempted on the same GPU model in both runs, of
-// the live run time less the simulated one, and never negative: the mean,
+// liveRun is what the start costs are measured on: the live run in the
+// simulator's terms, each job's tasks (replay.Result.Tasks, in the same
+// order as jobs.Jobs; a job without any counts as one task from its start
+// to its finish) and the preemptions' stops, in order.
+type liveRun struct {
+	jobs     *sim.Result
+	tasks    [][]replay.TaskRun
+	stops    []float64
+	releases [][]float64 // replay.Result.Releases
+}
+
+// release is the planner's last release of the i-th job at or before
+// start, if Nomad kept it.
+func (l liveRun) release(i int, start float64) (float64, bool) {
+	if i >= len(l.releases) {
+		return 0, false
+	}
+	at, ok := 0.0, false
+	for _, r := range l.releases[i] {
+		if r <= start {
+			at, ok = r, true
+		}
+	}
+	return at, ok
+}
+
+// latestBy is the latest of the sorted times at or before t.
+func latestBy(sorted []float64, t float64) (float64, bool) {
+	k := sort.Search(len(sorted), func(k int) bool { return sorted[k] > t })
+	if k == 0 {
+		return 0, false
+	}
+	return sorted[k-1], true
+}
+
+// firstTasks is the i-th job's tasks of its first start: its first runs,
+// one per GPU it asked for.
+func (l liveRun) firstTasks(i int) []replay.TaskRun {
+	j := l.jobs.Jobs[i]
+	if i >= len(l.tasks) || len(l.tasks[i]) == 0 {
+		return []replay.TaskRun{{Start: j.Start, End: j.Finish}}
+	}
+	return l.tasks[i][:min(max(j.GPUs, 1), len(l.tasks[i]))]
+}
+
+// measuredRunOverhead is how much longer a task runs live than its job
+// simulated, in trace seconds, beyond the start: the task's process
+// starting and exiting, the workload's setup, a completion seen late. It
+// is the mean, over the tasks of the jobs that ran unpreempted on the same
+// GPU model in both runs, of the task's run time less the job's simulated
+// one, and never negative: per task, since a gang's tasks start one after
+// another (the start spread) and each then runs its own course; the mean,
 // not the median, since a few runs that take seconds longer add to the
 // average JCT as much as many that take a little longer. It also returns
-// how many jobs it saw.
-func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
+// how many tasks it saw.
+func measuredRunOverhead(live liveRun, ideal *sim.Result) (float64, int) {
 	simulated := make(map[string]sim.JobResult, len(ideal.Jobs))
 	for _, j := range ideal.Jobs {
 		simulated[j.ID] = j
 	}
 	var d []float64
-	for _, j := range live.Jobs {
+	for i, j := range live.jobs.Jobs {
 		s, ok := simulated[j.ID]
 		if !ok || j.Preemptions > 0 || s.Preemptions > 0 || j.Start <= 0 || j.Finish <= j.Start || j.GPUModel != s.GPUModel {
 			continue
 		}
-		d = append(d, (j.Finish-j.Start)-(s.Finish-s.Start))
+		for _, t := range live.firstTasks(i) {
+			d = append(d, (t.End-t.Start)-(s.Finish-s.Start))
+		}
 	}
 	if len(d) == 0 {
 		return 0, 0
@@ -303,11 +353,12 @@ func measuredRunOverhead(live, ideal *sim.Result) (float64, int) {
 }
 
 // liveStart is one live job's start and the event that let it start: its
-// time on the live cluster, and a key shared by the jobs one event let
-// start (a burst of arrivals at one trace time is submitted over a moment,
-// so each has its own live arrival).
+// time on the live cluster, when each of its tasks started, and a key
+// shared by the jobs one event let start (a burst of arrivals at one trace
+// time is submitted over a moment, so each has its own live arrival).
 type liveStart struct {
 	from, start float64
+	tasks       []float64
 	event       startEvent
 }
 
@@ -317,58 +368,83 @@ type startEvent struct {
 	at      float64
 }
 
-// liveStarts pairs each started live job with the event that let it start:
-// for a job the simulator starts the moment it arrives, its arrival; for
-// one it queues, the latest completion of another job, or preemption
-// (stops, in order), before its live start, whose GPUs it took (or its
-// arrival, if later). Without the preemptions, a job that started by
-// preempting another would be timed from a completion long before, and a
-// policy that preempts often would be charged that wait on every start.
-func liveStarts(live, ideal *sim.Result, stops []float64) []liveStart {
-	onArrival := map[string]float64{}
+// liveStarts pairs each started live job with the event that let it
+// start. Where Nomad kept the planner's release of the job, that is the
+// latest arrival (its own), completion or preemption's stop at or before
+// the release: the event the planner answered. A preemption the same
+// round decided may still have had to free the job's GPUs after the
+// release; that wait is the stop latency, charged apart, and is left out.
+// Otherwise it is, for a job the simulator starts the moment it arrives,
+// its arrival; for one it queues, the latest completion or stop before its
+// live start (or its arrival, if later). Without the stops, a job that
+// started by preempting another would be timed from a completion long
+// before; without the release, a job that the cluster, running behind the
+// simulator, made wait would be timed from its arrival, its wait taken
+// for the cost of a start.
+func liveStarts(live liveRun, ideal *sim.Result) []liveStart {
+	arrivals := map[string]float64{}
+	onArrival := map[string]bool{}
 	for _, j := range ideal.Jobs {
-		if j.Start-j.Arrival < 1e-9 {
-			onArrival[j.ID] = j.Arrival
-		}
+		arrivals[j.ID] = j.Arrival
+		onArrival[j.ID] = j.Start-j.Arrival < 1e-9
 	}
-	finishes := make([]float64, 0, len(live.Jobs))
-	for _, j := range live.Jobs {
+	finishes := make([]float64, 0, len(live.jobs.Jobs))
+	for _, j := range live.jobs.Jobs {
 		if j.Finish > 0 {
 			finishes = append(finishes, j.Finish)
 		}
 	}
 	sort.Float64s(finishes)
 	var out []liveStart
-	for _, j := range live.Jobs {
+	for i, j := range live.jobs.Jobs {
 		if j.Start <= 0 || j.Start < j.Arrival {
 			continue
 		}
-		if arrival, ok := onArrival[j.ID]; ok {
-			out = append(out, liveStart{j.Arrival, j.Start, startEvent{true, arrival}})
+		var tasks []float64
+		for _, t := range live.firstTasks(i) {
+			tasks = append(tasks, t.Start)
+		}
+		if r, ok := live.release(i, j.Start); ok && r >= j.Arrival {
+			from, event := j.Arrival, startEvent{true, arrivals[j.ID]}
+			if f, ok := latestBy(finishes, r); ok && f > from {
+				from, event = f, startEvent{false, f}
+			}
+			if st, ok := latestBy(live.stops, r); ok && st > from {
+				from, event = st, startEvent{false, st}
+			}
+			if st, ok := latestBy(live.stops, j.Start); ok && st > r {
+				from += st - r
+			}
+			out = append(out, liveStart{from, j.Start, tasks, event})
+			continue
+		}
+		if onArrival[j.ID] {
+			out = append(out, liveStart{j.Arrival, j.Start, tasks, startEvent{true, arrivals[j.ID]}})
 			continue
 		}
 		from := j.Arrival
-		if k := sort.SearchFloat64s(finishes, j.Start); k > 0 && finishes[k-1] > from {
-			from = finishes[k-1]
+		if f, ok := latestBy(finishes, j.Start); ok && f > from {
+			from = f
 		}
-		if k := sort.SearchFloat64s(stops, j.Start); k > 0 && stops[k-1] > from {
-			from = stops[k-1]
+		if st, ok := latestBy(live.stops, j.Start); ok && st > from {
+			from = st
 		}
-		out = append(out, liveStart{from, j.Start, startEvent{false, from}})
+		out = append(out, liveStart{from, j.Start, tasks, startEvent{false, from}})
 	}
 	return out
 }
 
 // measuredStartSpread is how much later, on the live cluster, each further
-// job that one event let start started, in trace seconds: the mean gap
-// between consecutive starts of the jobs one event let start. Nomad
-// places and starts the jobs one round releases one after another. A gap
-// longer than within (the start latency) is a later round's start, not
-// spread, and is left out. It also returns how many events it saw.
-func measuredStartSpread(live, ideal *sim.Result, stops []float64, within float64) (float64, int) {
+// task that one event let start started, in trace seconds: the mean gap
+// between consecutive task starts of the jobs one event let start, a
+// gang's tasks among them. Nomad places and the clients start the tasks
+// one round releases one after another. A gap longer than within (the
+// start latency) is a later round's start, not spread, and is left out.
+// It also returns how many events it saw.
+func measuredStartSpread(live liveRun, ideal *sim.Result, within float64) (float64, int) {
 	byEvent := map[startEvent][]float64{}
-	for _, s := range liveStarts(live, ideal, stops) {
-		byEvent[s.event] = append(byEvent[s.event], s.start)
+	for _, s := range liveStarts(live, ideal) {
+		byEvent[s.event] = append(byEvent[s.event], s.tasks...)
 	}
 	sum, gaps, events := 0.0, 0, 0
 	for _, starts := range byEvent {
@@ -393,25 +469,25 @@ func measuredStartSpread(live, ideal *sim.Result, stops []float64, within float6
 
 // measuredStartLatency is what a start costs on the live cluster, in trace
 // seconds: the median, over the live jobs, of the time from the event that
-// let the job start to its first task's start, less spread for each job
+// let the job start to its first task's start, less spread for each task
 // that the same event let start before it (see measuredStartSpread). It
 // also returns how many jobs it saw.
-func measuredStartLatency(live, ideal *sim.Result, stops []float64, spread float64) (float64, int) {
-	d := startDelays(live, ideal, stops, spread)
+func measuredStartLatency(live liveRun, ideal *sim.Result, spread float64) (float64, int) {
+	d := startDelays(live, ideal, spread)
 	return median(d), len(d)
 }
 
 // startDelays is, per live start, the time from the event that let it
-// start to its task's start, less spread for each job that the same event
-// let start before it.
-func startDelays(live, ideal *sim.Result, stops []float64, spread float64) []float64 {
-	starts := liveStarts(live, ideal, stops)
+// start to its first task's start, less spread for each task that the
+// same event let start before it.
+func startDelays(live liveRun, ideal *sim.Result, spread float64) []float64 {
+	starts := liveStarts(live, ideal)
 	sort.Slice(starts, func(a, b int) bool { return starts[a].start < starts[b].start })
 	before := map[startEvent]int{}
 	var d []float64
 	for _, s := range starts {
 		d = append(d, max(s.start-s.from-float64(before[s.event])*spread, 0))
-		before[s.event]++
+		before[s.event] += len(s.tasks)
 	}
 	return d
 }
@@ -512,20 +588,21 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// The simulator again, with what a start costs on this cluster: a
 	// planner round, Nomad's evaluation and placement, the task's start.
 	ideal := simRes
+	measured := liveRun{jobs: res.Sim, tasks: res.Tasks, stops: res.Stops, releases: res.Releases}
 	spread, events := f.startSpread, 0
 	if spread < 0 {
-		within, _ := measuredStartLatency(res.Sim, ideal, res.Stops, 0)
-		spread, events = measuredStartSpread(res.Sim, ideal, res.Stops, within)
+		within, _ := measuredStartLatency(measured, ideal, 0)
+		spread, events = measuredStartSpread(measured, ideal, within)
 	}
 	latency, starts := f.startLatency, 0
 	var delays []float64 // the live start delays, when measured
 	if latency < 0 {
-		delays = startDelays(res.Sim, ideal, res.Stops, spread)
+		delays = startDelays(measured, ideal, spread)
 		latency, starts = median(delays), len(delays)
 	}
 	overhead, runs := f.runOverhead, 0
 	if overhead < 0 {
-		overhead, runs = measuredRunOverhead(res.Sim, ideal)
+		overhead, runs = measuredRunOverhead(measured, ideal)
 	}
 	stop, stopped := f.stopLatency, 0
 	if stop < 0 {

@@ -3,6 +3,7 @@ package command
 import (
 	"bytes"
 	"fmt"
+	"github.com/caravan-gpu/caravan/planner/replay"
 	"github.com/caravan-gpu/caravan/planner/sim"
 	"os"
 	"path/filepath"
@@ -121,10 +122,10 @@ func TestMeasuredStartLatency(t *testing.T) {
 		// Queued behind a: starts 11 s after a completed, whatever its arrival.
 		{ID: "queued", Arrival: 30, Start: 161, Finish: 400},
 	}}
-	d, n := measuredStartLatency(live, ideal, nil, 0)
+	d, n := measuredStartLatency(liveRun{jobs: live}, ideal, 0)
 	must.Eq(t, 4, n)
 	must.Eq(t, 11.0, d, must.Sprint("median of 8, 12, 9 and 11"))
-	d, n = measuredStartLatency(&sim.Result{}, ideal, nil, 0)
+	d, n = measuredStartLatency(liveRun{jobs: &sim.Result{}}, ideal, 0)
 	must.Eq(t, 0, n)
 	must.Eq(t, 0.0, d)
 
@@ -138,9 +139,9 @@ func TestMeasuredStartLatency(t *testing.T) {
 		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, Arrival: 40, Start: stop + 10})
 		stops = append(stops, stop)
 	}
-	d, _ = measuredStartLatency(live, ideal, nil, 0)
+	d, _ = measuredStartLatency(liveRun{jobs: live}, ideal, 0)
 	must.Eq(t, 110.0, d, must.Sprint("median of 8, 12, 9, 11, 110, 210, 310, 410 and 510"))
-	d, n = measuredStartLatency(live, ideal, stops, 0)
+	d, n = measuredStartLatency(liveRun{jobs: live, stops: stops}, ideal, 0)
 	must.Eq(t, 9, n)
 	must.Eq(t, 10.0, d, must.Sprint("median of 8, 12, 9, 11 and five 10s"))
 }
@@ -167,15 +168,15 @@ func TestMeasuredStartSpread(t *testing.T) {
 		// a's completion lets both start, 2 s apart.
 		{ID: "q1", Arrival: 1, Start: 44, Finish: 100}, {ID: "q2", Arrival: 1, Start: 46, Finish: 100},
 	}}
-	spread, events := measuredStartSpread(live, ideal, nil, 5)
+	spread, events := measuredStartSpread(liveRun{jobs: live}, ideal, 5)
 	must.Eq(t, 2, events, must.Sprint("the burst at 0 and a's completion; d alone does not count"))
 	must.Eq(t, 4.0/3, spread, must.Sprint("gaps 1, 1 and 2; late's 26 s is a later round"))
-	latency, n := measuredStartLatency(live, ideal, nil, 1)
+	latency, n := measuredStartLatency(liveRun{jobs: live}, ideal, 1)
 	must.Eq(t, 7, n)
 	// a 2, b 2.9-1, c 3.8-2, late 29.7-3, d 2, q1 2, q2 4-1: sorted 1.8,
 	// 1.9, 2, 2, 2, 3, 26.7.
 	must.Eq(t, 2.0, latency)
-	spread, events = measuredStartSpread(&sim.Result{}, ideal, nil, 5)
+	spread, events = measuredStartSpread(liveRun{jobs: &sim.Result{}}, ideal, 5)
 	must.Eq(t, 0, events)
 	must.Eq(t, 0.0, spread)
 }
@@ -193,7 +194,55 @@ func TestMeasuredRunOverhead(t *testing.T) {
 		{ID: "c", Start: 2, Finish: 40, GPUModel: "V100"}, {ID: "pre", Start: 0, Finish: 900, GPUModel: "V100"},
 		{ID: "k80", Start: 0, Finish: 400, GPUModel: "K80"},
 	}}
-	d, n := measuredRunOverhead(live, ideal)
+	d, n := measuredRunOverhead(liveRun{jobs: live}, ideal)
 	must.Eq(t, 3, n, must.Sprint("preempted and moved jobs are left out"))
 	must.Eq(t, 5.0, d, must.Sprint("mean of 4, 3 and 8"))
+}
+
+// A gang's tasks start one after another: the spread counts each task, and
+// the job after the gang is measured less the spread of all its tasks.
+// Each task's run, not the gang's, is what the run overhead is measured on.
+func TestAGangsTasksAreSpreadAndRunEachTheirCourse(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "gang", GPUs: 3, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
+		{ID: "after", GPUs: 1, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "gang", GPUs: 3, Arrival: 0, Start: 2, Finish: 106, GPUModel: "V100"},
+		{ID: "after", GPUs: 1, Arrival: 0, Start: 5, Finish: 107, GPUModel: "V100"},
+	}}
+	measured := liveRun{jobs: live, tasks: [][]replay.TaskRun{
+		{{Start: 2, End: 104}, {Start: 3, End: 105}, {Start: 4, End: 106}},
+		{{Start: 5, End: 107}},
+	}}
+	spread, events := measuredStartSpread(measured, ideal, 5)
+	must.Eq(t, 1, events)
+	must.Eq(t, 1.0, spread, must.Sprint("four tasks a second apart"))
+	must.Eq(t, []float64{2, 2}, startDelays(measured, ideal, spread), must.Sprint("after is measured less three tasks' spread"))
+	overhead, n := measuredRunOverhead(measured, ideal)
+	must.Eq(t, 4, n)
+	must.Eq(t, 2.0, overhead, must.Sprint("every task ran 2 s longer; the gang as a whole ran 4 s longer"))
+}
+
+// Where Nomad kept the planner's release, a start is timed from the event
+// the release answered: a job that the simulator started on arrival but
+// the live cluster made wait is timed from the completion that let it
+// start, not from its arrival; and the wait for a preemption's stop after
+// the release is the stop latency, left out.
+func TestStartTimedFromTheEventItsReleaseAnswered(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "late", Arrival: 1, Start: 1}, {ID: "pre", Arrival: 100, Start: 100},
+		{ID: "old", Arrival: 1, Start: 1},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 2, Finish: 48},
+		{ID: "late", Arrival: 1, Start: 53, Finish: 90},
+		{ID: "pre", Arrival: 100, Start: 106, Finish: 200},
+		// No release kept: timed from its arrival, as the simulator
+		// started it then.
+		{ID: "old", Arrival: 1, Start: 60, Finish: 100},
+	}}
+	measured := liveRun{jobs: live, stops: []float64{104}, releases: [][]float64{{0.5}, {50}, {101}, nil}}
+	must.Eq(t, []float64{2, 5, 59, 3}, startDelays(measured, ideal, 0),
+		must.Sprint("in order of start: a 2 from its arrival; late 5 from a's completion at 48; old 59; pre 1 to its release and 2 after the stop at 104"))
 }

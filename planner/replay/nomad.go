@@ -102,6 +102,10 @@ type JobHistory struct {
 	// for a job that was running. Nomad keeps a job's last few versions
 	// only, so the oldest holds of a job written many times are missing.
 	Holds []time.Time
+	// Releases are when a version took the planner's hold off the job
+	// while the version before had it, oldest first: a start's decision.
+	// The oldest are missing in the same way.
+	Releases []time.Time
 }
 
 // historyOf reads a job's history from its versions, newest first as
@@ -113,8 +117,15 @@ func historyOf(versions []*api.Job) JobHistory {
 	}
 	h.Version = nomadx.Value(versions[0].Version)
 	for i := len(versions) - 2; i >= 0; i-- {
-		if cluster.Held(versions[i]) && !cluster.Held(versions[i+1]) && versions[i].SubmitTime != nil {
-			h.Holds = append(h.Holds, time.Unix(0, *versions[i].SubmitTime))
+		if versions[i].SubmitTime == nil {
+			continue
+		}
+		at := time.Unix(0, *versions[i].SubmitTime)
+		switch held, before := cluster.Held(versions[i]), cluster.Held(versions[i+1]); {
+		case held && !before:
+			h.Holds = append(h.Holds, at)
+		case !held && before:
+			h.Releases = append(h.Releases, at)
 		}
 	}
 	return h

@@ -232,7 +232,19 @@ type Result struct {
 	// decision is known took from the planner's hold to the job's stop:
 	// the time a preempted job keeps its GPUs.
 	StopDelays []float64
+	// Tasks are, for each job in Config.Jobs order, its tasks' runs in
+	// trace seconds, in order of start: one per allocation run, since
+	// each allocation runs one task on one GPU. A task still running
+	// ends at the run's end.
+	Tasks [][]TaskRun
+	// Releases are, for each job in Config.Jobs order, the trace times
+	// the planner took its hold off, oldest first, as far as Nomad kept
+	// the job's versions (JobHistory.Releases).
+	Releases [][]float64
 }
+
+// TaskRun is when one task ran, in trace seconds.
+type TaskRun struct{ Start, End float64 }
 
 // stopDelays pairs each of a job's preemption stops with the hold that
 // made it, the latest hold at or before the stop and after the stop
@@ -320,7 +332,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		p.purge(n)
 	}()
 
-	tr := &tracker{outcomes: make([]Outcome, total), writes: make([]uint64, total), holds: make([][]time.Time, total), recorded: make([]bool, total),
+	tr := &tracker{outcomes: make([]Outcome, total), writes: make([]uint64, total), holds: make([][]time.Time, total), releases: make([][]time.Time, total), recorded: make([]bool, total),
 		deadSince: map[int]time.Time{}, index: index}
 	warned, timedOut := false, false
 	tick := time.NewTicker(cfg.Poll)
@@ -374,17 +386,25 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 			tr.outcomes[i].Finished, tr.outcomes[i].Finish = false, time.Time{}
 		}
 		if h, err := n.History(rctx, p.IDs[i]); err == nil {
-			tr.writes[i], tr.holds[i] = h.Version, h.Holds
+			tr.writes[i], tr.holds[i], tr.releases[i] = h.Version, h.Holds, h.Releases
 		}
 		rcancel()
 	}
 	res := &Result{Writes: tr.writes, T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
+	res.Tasks = make([][]TaskRun, len(tr.outcomes))
+	res.Releases = make([][]float64, len(tr.outcomes))
 	for i, o := range tr.outcomes {
 		for _, t := range o.Stops {
 			res.Stops = append(res.Stops, clock.Trace(t))
 		}
 		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.holds[i], o.Stops)...)
+		for _, r := range o.Runs {
+			res.Tasks[i] = append(res.Tasks[i], TaskRun{clock.Trace(r.Start), clock.Trace(r.End)})
+		}
+		for _, t := range tr.releases[i] {
+			res.Releases[i] = append(res.Releases[i], clock.Trace(t))
+		}
 	}
 	sort.Float64s(res.Stops)
 	return res, nil
@@ -458,6 +478,7 @@ type tracker struct {
 	outcomes  []Outcome
 	writes    []uint64
 	holds     [][]time.Time
+	releases  [][]time.Time
 	recorded  []bool
 	deadSince map[int]time.Time
 	done      int
@@ -517,7 +538,7 @@ func (p *Plan) poll(ctx context.Context, n Nomad, tr *tracker, at []time.Time, c
 			p.log.Warn("job stopped without finishing", "job", stub.ID)
 		}
 		if h, err := n.History(ctx, stub.ID); err == nil {
-			tr.writes[i], tr.holds[i] = h.Version, h.Holds
+			tr.writes[i], tr.holds[i], tr.releases[i] = h.Version, h.Holds, h.Releases
 		}
 		p.log.Debug("finished", "job", stub.ID, "jct_s", clock.Trace(o.Finish)-clock.Trace(at[i]),
 			"preemptions", o.Preemptions, "writes", tr.writes[i])

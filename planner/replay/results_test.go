@@ -238,6 +238,7 @@ func TestHistoryOf(t *testing.T) {
 		version(2, true, 20), version(1, false, 10), version(0, true, 0)})
 	must.Eq(t, uint64(5), h.Version)
 	must.Eq(t, []time.Time{at(20), at(50)}, h.Holds, must.Sprint("version 0 has no version before it; 3 was held already"))
+	must.Eq(t, []time.Time{at(10), at(40)}, h.Releases)
 	must.Eq(t, JobHistory{}, historyOf(nil))
 }
 
