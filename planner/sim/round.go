@@ -219,14 +219,14 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		s.freeBeforeStops = max(0, s.freeBeforeStops-use)
 	}
 	if s.cfg.StartSpread > 0 {
-		if s.now != s.startsAt {
-			s.startsAt, s.startsThen = s.now, 0
-		}
-		// A gang's tasks start one after another too, and it runs
-		// once its last one has started.
-		tasks := max(js.GPUs, 1)
-		latency += float64(s.startsThen+tasks-1) * s.cfg.StartSpread
-		s.startsThen += tasks
+		// The cluster starts tasks one after another, a spread apart,
+		// those of earlier rounds first; a gang's tasks too, and it
+		// runs once its last one has started.
+		first := max(s.now, s.startsFree)
+		tasks := float64(max(js.GPUs, 1))
+		latency += first - s.now + (tasks-1)*s.cfg.StartSpread
+		s.startsFree = first + tasks*s.cfg.StartSpread
+		js.startSlots = [2]float64{first, s.startsFree}
 	}
 	js.idleEnd = js.work
 	if idle := latency + s.cfg.RunOverhead; idle > 0 {
@@ -273,10 +273,21 @@ func (s *simulator) preempt(i int) {
 	if js.laneShare > 0 {
 		s.releaseLane(i)
 	}
+	if js.latency > 0 {
+		// Taken back before its task ran: a real cluster has no task to
+		// stop, so its GPUs are free at once, and no run was preempted.
+		s.freeBeforeStops += s.gpuUse(js)
+		js.latency = 0
+		// Nor does it keep its place in the queue of starts.
+		if unused := js.startSlots[1] - max(s.now, js.startSlots[0]); unused > 0 {
+			s.startsFree = max(s.now, s.startsFree-unused)
+		}
+	} else {
+		js.preempts++
+	}
 	js.State = policy.Pending
 	js.pendingFrom = s.now
 	js.Wait = 0
-	js.preempts++
 	js.version++
 	js.Placement = nil
 	s.pending++

@@ -37,14 +37,15 @@ type Config struct {
 	// service meanwhile, as the live planner counts executed time from
 	// the task's start. 0 by default; caravan replay measures it.
 	StartLatency float64
-	// StartSpread is how much later each further task started at the
-	// same moment starts: a real cluster starts the allocations one
-	// round places one after another, one task per GPU, so jobs that a
-	// round starts together (and that would finish together) are spread
-	// out, and a gang runs only once its last task has started. A job of
-	// g GPUs whose first task is the k-th (from 0) of its moment holds
-	// its GPUs StartLatency + (k+g-1)·StartSpread. 0 by default; caravan
-	// replay measures it.
+	// StartSpread is how long the cluster takes to start each task, one
+	// per GPU, one after another: a real cluster places and starts the
+	// allocations its rounds release in turn, so jobs that a round starts
+	// together (and that would finish together) are spread out, a burst
+	// of starts queues behind the starts of earlier rounds, and a gang
+	// runs only once its last task has started. A job of g GPUs whose
+	// first task waits k spreads for the tasks before it holds its GPUs
+	// StartLatency + (k+g-1)·StartSpread. 0 by default; caravan replay
+	// measures it.
 	StartSpread float64
 	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
 	// after the round that preempts it: a real cluster's planner writes
@@ -90,9 +91,9 @@ type JobResult struct {
 	JCT         float64
 	Queueing    float64 // time pending, in total
 	Isolated    float64 // run time alone on its fastest GPUs
-	Preemptions int
-	Migrations  int    // moves to another GPU model while running
-	GPUModel    string // model it finished on
+	Preemptions int     // times its running task was stopped; a start taken back before its task ran is none
+	Migrations  int     // moves to another GPU model while running
+	GPUModel    string  // model it finished on
 	// Nodes is how many nodes the run it finished on (or last ran)
 	// spanned; 0 when the placer named no GPUs.
 	Nodes int
@@ -122,10 +123,11 @@ type jobState struct {
 	// next to each other and to the Job's own counters at the start of
 	// policy.Job.
 	lastUpdate float64
-	work       float64 // remaining, in the unit of rate
-	rate       float64 // current progress per second
-	laneShare  float64 // GPU share counted per second when on a lane
-	latency    float64 // StartLatency (and spread) left before the task runs
+	work       float64    // remaining, in the unit of rate
+	rate       float64    // current progress per second
+	laneShare  float64    // GPU share counted per second when on a lane
+	latency    float64    // StartLatency (and spread) left before the task runs
+	startSlots [2]float64 // when its start began and ended its turn in the queue of starts (StartSpread)
 	// idleEnd is the work left once the run's start latency and overhead,
 	// added to work when it started, are used up: a preemption while work
 	// is still above it drops the rest, since the next start pays its own.
@@ -245,10 +247,9 @@ type simulator struct {
 	laneOcc       map[gpuKey][]int
 	blocked       bool // the last round left a job waiting
 	head          int  // strict FIFO: the first job the last round left waiting
-	// startsAt and startsThen count the starts at one moment, for
+	// startsFree is when the cluster can start its next task, for
 	// StartSpread.
-	startsAt   float64
-	startsThen int
+	startsFree float64
 	// preempted says a preemption happened at preemptedAt; freeBeforeStops
 	// is what the starts of that moment may still take of the GPUs that
 	// were free before it. A start that needs more waits for the stop

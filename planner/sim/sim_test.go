@@ -300,6 +300,21 @@ func TestStartSpread(t *testing.T) {
 	must.Eq(t, []float64{12, 12.5, 13, 62}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish, res.Jobs[3].Finish})
 }
 
+// A start of a later moment queues behind the tasks earlier rounds are
+// still starting: E, decided at 0.2, gets the starter at 1.5, after A, B
+// and C's three tasks.
+func TestStartSpreadQueuesBehindEarlierStarts(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "B", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "C", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "E", Arrival: 0.2, GPUs: 1, Duration: 10},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 0.5}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 13.5, res.Jobs[3].Finish, must.Sprint("1.3 s in the queue of starts, 2 s of latency and 10 s of run from 0.2"))
+}
+
 // The spread counts tasks, one per GPU: a gang runs once its last task has
 // started, and the job after it starts after all of its tasks.
 func TestStartSpreadCountsAGangsTasks(t *testing.T) {
@@ -432,4 +447,17 @@ func TestPreemptedStartIsLostWhole(t *testing.T) {
 	must.Eq(t, 1, res.Jobs[0].Preemptions)
 	must.Eq(t, 2312.5, res.Jobs[1].Finish)
 	must.Eq(t, 5312.5, res.Jobs[0].Finish, must.Sprint("not 5,500: the 187.5 s of overhead left at the preemption is not carried over"))
+}
+
+// A start taken back before its task ran is no preemption: a real cluster
+// has no task to stop, so the start that takes its GPUs waits for no stop.
+// srtf starts A (2,000 s), then B (500 s) arrives while A is still in its
+// 300 s start latency and takes A's GPUs.
+func TestAStartTakenBackBeforeItsTaskRanIsNoPreemption(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 4, Duration: 500}}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "srtf", policy.Config{}), StartLatency: 300, StopLatency: 7}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 0, res.Jobs[0].Preemptions)
+	must.Eq(t, 900.0, res.Jobs[1].Finish, must.Sprint("B: 300 s of latency and 500 s of run from 100, no stop to wait for"))
+	must.Eq(t, 3200.0, res.Jobs[0].Finish, must.Sprint("A starts again, whole, when B ends"))
 }
