@@ -332,7 +332,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		p.purge(n)
 	}()
 
-	tr := &tracker{outcomes: make([]Outcome, total), writes: make([]uint64, total), holds: make([][]time.Time, total), releases: make([][]time.Time, total), recorded: make([]bool, total),
+	tr := &tracker{outcomes: make([]Outcome, total), history: make([]JobHistory, total), recorded: make([]bool, total),
 		deadSince: map[int]time.Time{}, index: index}
 	warned, timedOut := false, false
 	tick := time.NewTicker(cfg.Poll)
@@ -386,23 +386,24 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 			tr.outcomes[i].Finished, tr.outcomes[i].Finish = false, time.Time{}
 		}
 		if h, err := n.History(rctx, p.IDs[i]); err == nil {
-			tr.writes[i], tr.holds[i], tr.releases[i] = h.Version, h.Holds, h.Releases
+			tr.history[i] = h
 		}
 		rcancel()
 	}
-	res := &Result{Writes: tr.writes, T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
+	res := &Result{Writes: make([]uint64, total), T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
 	res.Tasks = make([][]TaskRun, len(tr.outcomes))
 	res.Releases = make([][]float64, len(tr.outcomes))
 	for i, o := range tr.outcomes {
+		res.Writes[i] = tr.history[i].Version
 		for _, t := range o.Stops {
 			res.Stops = append(res.Stops, clock.Trace(t))
 		}
-		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.holds[i], o.Stops)...)
+		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.history[i].Holds, o.Stops)...)
 		for _, r := range o.Runs {
 			res.Tasks[i] = append(res.Tasks[i], TaskRun{clock.Trace(r.Start), clock.Trace(r.End)})
 		}
-		for _, t := range tr.releases[i] {
+		for _, t := range tr.history[i].Releases {
 			res.Releases[i] = append(res.Releases[i], clock.Trace(t))
 		}
 	}
@@ -476,9 +477,7 @@ func (p *Plan) submitAll(ctx context.Context, n Nomad, opts JobOptions, clock Cl
 type tracker struct {
 	index     map[string]int
 	outcomes  []Outcome
-	writes    []uint64
-	holds     [][]time.Time
-	releases  [][]time.Time
+	history   []JobHistory // as far as read: at the job's end, or the run's
 	recorded  []bool
 	deadSince map[int]time.Time
 	done      int
@@ -538,10 +537,10 @@ func (p *Plan) poll(ctx context.Context, n Nomad, tr *tracker, at []time.Time, c
 			p.log.Warn("job stopped without finishing", "job", stub.ID)
 		}
 		if h, err := n.History(ctx, stub.ID); err == nil {
-			tr.writes[i], tr.holds[i], tr.releases[i] = h.Version, h.Holds, h.Releases
+			tr.history[i] = h
 		}
 		p.log.Debug("finished", "job", stub.ID, "jct_s", clock.Trace(o.Finish)-clock.Trace(at[i]),
-			"preemptions", o.Preemptions, "writes", tr.writes[i])
+			"preemptions", o.Preemptions, "writes", tr.history[i].Version)
 		tr.outcomes[i], tr.recorded[i] = o, true
 		tr.done++
 	}
