@@ -289,13 +289,7 @@ func (l liveRun) release(i int, start float64) (float64, bool) {
 	if i >= len(l.releases) {
 		return 0, false
 	}
-	at, ok := 0.0, false
-	for _, r := range l.releases[i] {
-		if r <= start {
-			at, ok = r, true
-		}
-	}
-	return at, ok
+	return latestBy(l.releases[i], start)
 }
 
 // latestBy is the latest of the sorted times at or before t.
@@ -305,6 +299,19 @@ func latestBy(sorted []float64, t float64) (float64, bool) {
 		return 0, false
 	}
 	return sorted[k-1], true
+}
+
+// lastEvent is the latest of arrival and the completions (finishes,
+// sorted) and stops at or before t.
+func (l liveRun) lastEvent(finishes []float64, arrival, t float64) float64 {
+	from := arrival
+	if f, ok := latestBy(finishes, t); ok {
+		from = max(from, f)
+	}
+	if st, ok := latestBy(l.stops, t); ok {
+		from = max(from, st)
+	}
+	return from
 }
 
 // firstTasks is the i-th job's tasks of its first start: its first runs,
@@ -342,14 +349,7 @@ func measuredRunOverhead(live liveRun, ideal *sim.Result) (float64, int) {
 			d = append(d, (t.End-t.Start)-(s.Finish-s.Start))
 		}
 	}
-	if len(d) == 0 {
-		return 0, 0
-	}
-	sum := 0.0
-	for _, x := range d {
-		sum += x
-	}
-	return max(sum/float64(len(d)), 0), len(d)
+	return max(mean(d), 0), len(d)
 }
 
 // liveStart is one live job's start and the event that let it start: its
@@ -405,12 +405,9 @@ func liveStarts(live liveRun, ideal *sim.Result) []liveStart {
 			tasks = append(tasks, t.Start)
 		}
 		if r, ok := live.release(i, j.Start); ok && r >= j.Arrival {
-			from, event := j.Arrival, startEvent{true, arrivals[j.ID]}
-			if f, ok := latestBy(finishes, r); ok && f > from {
-				from, event = f, startEvent{false, f}
-			}
-			if st, ok := latestBy(live.stops, r); ok && st > from {
-				from, event = st, startEvent{false, st}
+			from, event := live.lastEvent(finishes, j.Arrival, r), startEvent{true, arrivals[j.ID]}
+			if from > j.Arrival {
+				event = startEvent{false, from}
 			}
 			if st, ok := latestBy(live.stops, j.Start); ok && st > r {
 				from += st - r
@@ -422,13 +419,7 @@ func liveStarts(live liveRun, ideal *sim.Result) []liveStart {
 			out = append(out, liveStart{j.Arrival, j.Start, tasks, startEvent{true, arrivals[j.ID]}})
 			continue
 		}
-		from := j.Arrival
-		if f, ok := latestBy(finishes, j.Start); ok && f > from {
-			from = f
-		}
-		if st, ok := latestBy(live.stops, j.Start); ok && st > from {
-			from = st
-		}
+		from := live.lastEvent(finishes, j.Arrival, j.Start)
 		out = append(out, liveStart{from, j.Start, tasks, startEvent{false, from}})
 	}
 	return out
@@ -490,6 +481,18 @@ func startDelays(live liveRun, ideal *sim.Result, spread float64) []float64 {
 		before[s.event] += len(s.tasks)
 	}
 	return d
+}
+
+// mean is the mean of xs, 0 for none.
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 // median is the middle of xs (the upper one of an even count), 0 for none;
@@ -622,12 +625,8 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// The mean start delay, beside the median the simulator is charged:
 	// a queue pays every start's delay, so a few slow starts cost it as
 	// much as many fast ones; the report shows what the mean would give.
-	meanLatency, meanAvgJCT := 0.0, 0.0
+	meanLatency, meanAvgJCT := mean(delays), 0.0
 	if len(delays) > 0 {
-		for _, x := range delays {
-			meanLatency += x
-		}
-		meanLatency /= float64(len(delays))
 		mcfg := in.simConfig(pol)
 		mcfg.StartLatency, mcfg.StartSpread, mcfg.RunOverhead, mcfg.StopLatency = meanLatency, spread, overhead, stop
 		if m, err := sim.Run(mcfg, in.jobs); err == nil {
