@@ -111,7 +111,9 @@ Output:
                        JCT differs most from the simulated
   -out DIR             live/ and sim/ as caravan sim -out writes them,
                        replay.json, and jobs.csv: every job's live and
-                       simulated start, finish and preemptions side by side
+                       simulated start, finish and preemptions side by side;
+                       live/timeline.json holds every task's runs, the
+                       planner's releases and the preemptions' stops
   -progress            progress bar even when stderr is not a terminal
   -log-level L         trace, debug, info, warn, error (default info)`)
 }
@@ -652,6 +654,9 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 			return err
 		}
 		if err := writeGapsCSV(filepath.Join(f.out, "jobs.csv"), gaps); err != nil {
+			return err
+		}
+		if err := writeTimeline(filepath.Join(f.out, "live", "timeline.json"), res); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/caravan-gpu/caravan/planner/replay"
 	"github.com/caravan-gpu/caravan/planner/sim"
 )
 
@@ -180,4 +181,47 @@ func writeGapsCSV(path string, gaps []jobGap) error {
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())
+}
+
+// liveTimeline is what the live cluster did, in trace seconds, for a
+// reader who would measure its costs another way than the replay does:
+// every task's runs, the planner's releases and the preemptions' stops.
+type liveTimeline struct {
+	Jobs       []timelineJob `json:"jobs"`
+	Stops      []float64     `json:"stops"`
+	StopDelays []float64     `json:"stop_delays"`
+}
+
+type timelineJob struct {
+	ID       string       `json:"id"`
+	GPUs     int          `json:"gpus"`
+	Arrival  float64      `json:"arrival"`
+	Finish   *float64     `json:"finish"` // null: unfinished
+	Tasks    [][2]float64 `json:"tasks"`    // start, end of each task run, in order of start
+	Releases []float64    `json:"releases"` // the planner's releases, oldest first
+}
+
+// writeTimeline writes res's live timeline as JSON.
+func writeTimeline(path string, res *replay.Result) error {
+	tl := liveTimeline{Jobs: make([]timelineJob, 0, len(res.Sim.Jobs)), Stops: res.Stops, StopDelays: res.StopDelays}
+	for i, j := range res.Sim.Jobs {
+		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: [][2]float64{}, Releases: []float64{}}
+		if !math.IsNaN(j.Finish) {
+			tj.Finish = &j.Finish
+		}
+		if i < len(res.Tasks) {
+			for _, t := range res.Tasks[i] {
+				tj.Tasks = append(tj.Tasks, [2]float64{t.Start, t.End})
+			}
+		}
+		if i < len(res.Releases) {
+			tj.Releases = append(tj.Releases, res.Releases[i]...)
+		}
+		tl.Jobs = append(tl.Jobs, tj)
+	}
+	b, err := json.Marshal(tl)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/caravan-gpu/caravan/planner/replay"
 	"github.com/caravan-gpu/caravan/planner/sim"
 )
 
@@ -77,4 +78,32 @@ func TestSplitJobs(t *testing.T) {
 	must.Eq(t, 3, l)
 	must.Eq(t, 3, s)
 	must.Eq(t, 2, one, must.Sprint("b and c; e's simulated placer named no nodes"))
+}
+
+// The timeline keeps what the live run did, an unfinished job included,
+// so that its costs can be measured again another way.
+func TestWriteTimeline(t *testing.T) {
+	res := &replay.Result{
+		Sim: &sim.Result{Jobs: []sim.JobResult{
+			{ID: "a", GPUs: 2, Arrival: 0, Finish: 90},
+			{ID: "b", GPUs: 1, Arrival: 5, Finish: math.NaN()},
+		}},
+		Tasks:      [][]replay.TaskRun{{{Start: 10, End: 90}, {Start: 12, End: 88}}, nil},
+		Releases:   [][]float64{{3}, nil},
+		Stops:      []float64{40},
+		StopDelays: []float64{6},
+	}
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	must.NoError(t, writeTimeline(path, res))
+	data, err := os.ReadFile(path)
+	must.NoError(t, err)
+	var got liveTimeline
+	must.NoError(t, json.Unmarshal(data, &got))
+	must.Len(t, 2, got.Jobs)
+	must.Eq(t, [][2]float64{{10, 90}, {12, 88}}, got.Jobs[0].Tasks)
+	must.Eq(t, []float64{3}, got.Jobs[0].Releases)
+	must.Eq(t, 90, *got.Jobs[0].Finish)
+	must.Nil(t, got.Jobs[1].Finish)
+	must.Eq(t, [][2]float64{}, got.Jobs[1].Tasks)
+	must.Eq(t, []float64{40}, got.Stops)
 }
