@@ -32,8 +32,8 @@ func BenchmarkPlan10kJobs(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if got := Plan(inv, jobs, ds); len(got) != 2500 {
-			b.Fatalf("%d changes, want 2500", len(got))
+		if got := Plan(inv, jobs, ds); got.Len() != 2500 {
+			b.Fatalf("%d changes, want 2500", got.Len())
 		}
 	}
 }

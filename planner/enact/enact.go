@@ -30,7 +30,7 @@ import (
 	"slices"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
-	"github.com/caravan-gpu/caravan/planner/rewrite"
+	"github.com/caravan-gpu/caravan/planner/target"
 )
 
 // Action says what a change does to a job.
@@ -116,20 +116,37 @@ type Change struct {
 	Job    int // index into the jobs and decisions given to Plan
 	Key    string
 	Action Action
-	Target rewrite.Target
+	Target target.Target
 }
 
-// Plan returns the changes that carry out decisions, holds and preemptions
-// first: they free GPUs that the jobs started in the same round may need.
-// jobs and decisions are indexed alike.
-func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
+// Phases are a round's changes in the order Nomad must see them: every
+// change that stops allocations (a preemption, a hold, a migration)
+// written before any other, so that the GPUs the stops free are free when
+// Nomad evaluates the jobs started in their place. The order is decided
+// here only; the writer carries the phases out one after the other.
+type Phases struct {
+	Stops []Change
+	Rest  []Change
+}
+
+// All is every change, the stops first.
+func (p Phases) All() []Change {
+	return append(append(make([]Change, 0, len(p.Stops)+len(p.Rest)), p.Stops...), p.Rest...)
+}
+
+// Len is the number of changes.
+func (p Phases) Len() int { return len(p.Stops) + len(p.Rest) }
+
+// Plan returns the changes that carry out decisions, in phases. jobs and
+// decisions are indexed alike.
+func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) Phases {
 	var stops, rest []Change
 	for i, d := range decisions {
 		j := jobs[i]
 		if j.Finishing {
 			continue
 		}
-		want := rewrite.Target{Priority: policy.NomadPriority(d.Band), Hold: !d.Run}
+		want := target.Target{Priority: policy.NomadPriority(d.Band), Hold: !d.Run}
 		c := Change{Job: i, Key: j.Key, Target: want}
 		moving := d.Run && d.Migrate && j.Live && j.Model != "" && d.GPUModel != "" && j.Model != d.GPUModel
 		switch {
@@ -164,19 +181,19 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) []Change {
 			rest = append(rest, c)
 		}
 	}
-	return append(stops, rest...)
+	return Phases{Stops: stops, Rest: rest}
 }
 
 // Give returns the change that hands a job the planner no longer manages
 // back to its user.
 func Give(key string) Change {
-	return Change{Job: -1, Key: key, Action: Restore, Target: rewrite.Target{Restore: true}}
+	return Change{Job: -1, Key: key, Action: Restore, Target: target.Target{Restore: true}}
 }
 
 // placement is where and with what a started job runs. An empty one
 // removes the pins and sizes of an earlier start.
-func placement(inv Inventory, j Job, d policy.Decision) *rewrite.Placement {
-	pl := &rewrite.Placement{}
+func placement(inv Inventory, j Job, d policy.Decision) *target.Placement {
+	pl := &target.Placement{}
 	// With one model in the cluster a model constraint only churns.
 	if len(inv.Offers) > 1 && !j.UserModel {
 		pl.Model = d.GPUModel

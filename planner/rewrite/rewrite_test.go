@@ -514,3 +514,44 @@ func TestRewritePinsNodes(t *testing.T) {
 	must.Len(t, 0, Rewrite(user, Target{Placement: &Placement{Nodes: []string{"n-1"}}}, false))
 	must.SliceEmpty(t, user.TaskGroups[0].Constraints)
 }
+
+// A round's writes land phase by phase: every write of the stops before
+// any of the starts, however many writers run at once; each result is
+// handed back, and the caller's spec is left as it was.
+func TestApplyPhasesWritesEachPhaseBeforeTheNext(t *testing.T) {
+	fake := nomadxtest.New()
+	for _, id := range []string{"s1", "s2", "s3", "r1", "r2", "r3", "r4"} {
+		fake.Submit(gpuJob(id))
+	}
+	var mu sync.Mutex
+	var order []string
+	fake.BeforeRegister = func(j *api.Job) {
+		mu.Lock()
+		order = append(order, *j.ID)
+		mu.Unlock()
+	}
+	shared := fake.Get("default", "r1")
+	phases := [][]Write{
+		{{Key: "default/s1", Target: Target{Priority: 10, Hold: true}}, {Key: "default/s2", Target: Target{Priority: 10, Hold: true}},
+			{Key: "default/s3", Target: Target{Priority: 10, Hold: true}}},
+		{{Key: "default/r1", Spec: shared, Target: Target{Priority: 90}}, {Key: "default/r2", Target: Target{Priority: 90}},
+			{Key: "default/r3", Target: Target{Priority: 90}}, {Key: "default/r4", Target: Target{Priority: 90}}},
+	}
+	results := map[string]Result{}
+	w := &Writer{Nomad: fake}
+	w.ApplyPhases(context.Background(), phases, 4, func(c Write, r Result) {
+		mu.Lock()
+		results[c.Key] = r
+		mu.Unlock()
+	})
+	must.Len(t, 7, order)
+	for _, id := range order[:3] {
+		must.StrHasPrefix(t, "s", id, must.Sprintf("order %v", order))
+	}
+	must.MapLen(t, 7, results)
+	for k, r := range results {
+		must.Eq(t, Written, r.Outcome, must.Sprint(k))
+	}
+	must.Eq(t, 90, *fake.Get("default", "r1").Priority)
+	must.NotEq(t, 90, *shared.Priority, must.Sprint("the writer works on a copy of the spec it is handed"))
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -357,5 +358,55 @@ func (l *Limiter) Wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-time.After(wait):
 		}
+	}
+}
+
+// Write is one job's write in a round: the job's key (namespace/id), the
+// spec the round read of it (nil: read it afresh; the writer works on a
+// copy, so it may be shared) and its target.
+type Write struct {
+	Key    string
+	Spec   *api.Job
+	Target Target
+}
+
+// ApplyPhases writes the phases one after the other, each with up to
+// workers writes at a time, and calls done with each write's result as it
+// lands (done may be called from several goroutines at once). A phase
+// starts only once every write of the one before has landed: a round's
+// stops free the GPUs its starts need. The writer's limiter paces all of
+// them.
+func (w *Writer) ApplyPhases(ctx context.Context, phases [][]Write, workers int, done func(Write, Result)) {
+	for _, phase := range phases {
+		work := make(chan Write)
+		var wg sync.WaitGroup
+		for range min(max(workers, 1), len(phase)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c := range work {
+					var res Result
+					if spec := nomadx.CopyJob(c.Spec); spec != nil {
+						res = w.ApplyRead(ctx, spec, c.Target)
+					} else {
+						// A key is namespace/id; an ID may hold "/", a
+						// namespace may not.
+						ns, id, _ := strings.Cut(c.Key, "/")
+						res = w.Apply(ctx, ns, id, c.Target)
+					}
+					done(c, res)
+				}
+			}()
+		}
+	feed:
+		for _, c := range phase {
+			select {
+			case work <- c:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+		close(work)
+		wg.Wait()
 	}
 }

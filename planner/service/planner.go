@@ -359,15 +359,15 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	round.Planned = replanned
 	round.Bound = result.Bound
 
-	targets, changes := p.targets(state, index, result)
-	changes = append(changes, p.released(stubs)...)
+	targets, phases := p.targets(state, index, result)
+	phases.Rest = append(phases.Rest, p.released(stubs)...)
 	round.Jobs = len(index)
 	p.metrics.managed.WithLabelValues("running").Set(float64(countState(snap, policy.Running)))
 	p.metrics.managed.WithLabelValues("pending").Set(float64(countState(snap, policy.Pending)))
 
 	var results map[string]rewrite.Result
 	if wctx, leads := p.writeContext(ctx); leads && leader && !p.cfg.DryRun {
-		results = p.apply(wctx, changes, specs)
+		results = p.apply(wctx, phases, specs)
 		p.keepWritten(results)
 	}
 	p.remember(state, snap, index, result, targets, results, round, leader)
@@ -376,7 +376,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 		reasons[t.key] = reasonFor(t, p.cfg.Policy)
 	}
 	p.mu.Lock()
-	p.noteWrites(state.Time, changes, results, reasons)
+	p.noteWrites(state.Time, phases.All(), results, reasons)
 	p.mu.Unlock()
 	return nil
 }
@@ -647,7 +647,7 @@ func (t target) wantPriority() int {
 
 // targets runs the change layer on the policy's decisions, and lists each
 // job's decision in rank order with its change, if any.
-func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result) ([]target, []enact.Change) {
+func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result) ([]target, enact.Phases) {
 	inv := inventory(state)
 	jobs := make([]enact.Job, len(index))
 	for i, j := range index {
@@ -659,10 +659,12 @@ func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.
 			Live: j.Running(), Held: j.Held, Settled: settled, Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
 			Tasks: cluster.GPUTasks(j.Spec), Model: j.LiveModel()}
 	}
-	changes := enact.Plan(inv, jobs, r.Decisions)
-	byJob := make(map[int]*enact.Change, len(changes))
-	for k := range changes {
-		byJob[changes[k].Job] = &changes[k]
+	phases := enact.Plan(inv, jobs, r.Decisions)
+	byJob := make(map[int]*enact.Change, phases.Len())
+	for _, phase := range [][]enact.Change{phases.Stops, phases.Rest} {
+		for k := range phase {
+			byJob[phase[k].Job] = &phase[k]
+		}
 	}
 	out := make([]target, 0, len(r.Order))
 	for _, i := range r.Order {
@@ -670,7 +672,7 @@ func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.
 		out = append(out, target{key: j.Key(), namespace: j.Namespace, id: j.ID,
 			decision: r.Decisions[i], job: j, change: byJob[i]})
 	}
-	return out, changes
+	return out, phases
 }
 
 // released lists the jobs the planner changed but no longer manages, each
@@ -723,57 +725,33 @@ func inventory(state *cluster.State) enact.Inventory {
 	return inv
 }
 
-// apply writes the changes with a few writers in parallel under the shared
-// rate limit: first the holds and preemptions, then the rest, so that the
-// GPUs a preemption frees are free when the jobs started in its place are
-// evaluated.
-func (p *Planner) apply(ctx context.Context, changes []enact.Change, specs map[string]*api.Job) map[string]rewrite.Result {
-	results := make(map[string]rewrite.Result, len(changes))
-	split := 0
-	for split < len(changes) && (changes[split].Action == enact.Preempt || changes[split].Action == enact.Hold) {
-		split++
-	}
-	for _, phase := range [][]enact.Change{changes[:split], changes[split:]} {
-		var mu sync.Mutex
-		work := make(chan enact.Change)
-		var wg sync.WaitGroup
-		for w := 0; w < min(p.cfg.Writers, len(phase)); w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for c := range work {
-					// The spec this round read saves a read per job; a
-					// copy, since the writer changes it and the cache is
-					// shared.
-					var res rewrite.Result
-					if spec := nomadx.CopyJob(specs[c.Key]); spec != nil {
-						res = p.writer.ApplyRead(ctx, spec, c.Target)
-					} else {
-						// A key is namespace/id; an ID may hold "/", a
-						// namespace may not.
-						ns, id, _ := strings.Cut(c.Key, "/")
-						res = p.writer.Apply(ctx, ns, id, c.Target)
-					}
-					p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
-					p.metrics.conflicts.Add(float64(res.Conflicts))
-					if res.Outcome == rewrite.Written {
-						p.metrics.actions.WithLabelValues(string(c.Action)).Inc()
-					}
-					mu.Lock()
-					results[c.Key] = res
-					mu.Unlock()
-				}
-			}()
-		}
+// apply writes the changes, one phase after the other (enact.Phases
+// decides the order), with a few writers in parallel under the shared rate
+// limit.
+func (p *Planner) apply(ctx context.Context, phases enact.Phases, specs map[string]*api.Job) map[string]rewrite.Result {
+	results := make(map[string]rewrite.Result, phases.Len())
+	actions := make(map[string]enact.Action, phases.Len())
+	writes := make([][]rewrite.Write, 0, 2)
+	for _, phase := range [][]enact.Change{phases.Stops, phases.Rest} {
+		ws := make([]rewrite.Write, 0, len(phase))
 		for _, c := range phase {
-			select {
-			case work <- c:
-			case <-ctx.Done():
-			}
+			// The spec this round read saves a read per job.
+			ws = append(ws, rewrite.Write{Key: c.Key, Spec: specs[c.Key], Target: c.Target})
+			actions[c.Key] = c.Action
 		}
-		close(work)
-		wg.Wait()
+		writes = append(writes, ws)
 	}
+	var mu sync.Mutex
+	p.writer.ApplyPhases(ctx, writes, p.cfg.Writers, func(w rewrite.Write, res rewrite.Result) {
+		p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
+		p.metrics.conflicts.Add(float64(res.Conflicts))
+		if res.Outcome == rewrite.Written {
+			p.metrics.actions.WithLabelValues(string(actions[w.Key])).Inc()
+		}
+		mu.Lock()
+		results[w.Key] = res
+		mu.Unlock()
+	})
 	return results
 }
 
