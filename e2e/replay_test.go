@@ -106,9 +106,9 @@ func runReplay(t *testing.T, dir, trace string, args ...string) (stdout, stderr 
 	return string(got), errBuf.String()
 }
 
-// acrossNodesTrace is seven jobs for n2g4: 4-GPU jobs that fit one node
-// only if the placer keeps them whole, 2-GPU ones that can fragment the
-// nodes, and an 8-GPU gang that needs both.
+// acrossNodesTrace is seven jobs for n4g2: 4-GPU jobs that fit two nodes
+// only if the placer keeps them together, 2-GPU ones that can fragment the
+// nodes, and an 8-GPU gang that needs all four.
 const acrossNodesTrace = `job_id,num_gpu,submit_time,duration
 0,4,0,80
 1,2,5,60
@@ -119,15 +119,15 @@ const acrossNodesTrace = `job_id,num_gpu,submit_time,duration
 6,2,50,50
 `
 
-// go run ./e2e/replay -clients 2: the fleet as two Nomad clients, and a
+// go run ./e2e/replay -clients 4: the fleet as four Nomad clients, and a
 // placer that picks nodes. The planner pins each start to the nodes the
 // placer chose, so every job runs over as many nodes live as simulated,
 // and live holds to the simulation.
 func TestReplayAcrossNodes(t *testing.T) {
 	dir := t.TempDir()
-	stdout, stderr := runReplay(t, dir, acrossNodesTrace, "-cluster", "n2g4", "-clients", "2",
+	stdout, stderr := runReplay(t, dir, acrossNodesTrace, "-cluster", "n4g2", "-clients", "4",
 		"-policy", "las+consolidated", "-time-scale", "10", "-json")
-	must.StrContains(t, stderr, "2 clients")
+	must.StrContains(t, stderr, "4 clients")
 	var rep struct {
 		Live, Sim struct {
 			Policies []struct {
@@ -148,7 +148,7 @@ func TestReplayAcrossNodes(t *testing.T) {
 	live, simulated := rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
 	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); split over nodes: %d live, %d simulated, %d on one side only",
 		live, simulated, live/simulated, rep.Replay.Split, rep.Replay.SimSplit, rep.Replay.SplitOneSide)
-	must.Positive(t, rep.Replay.SimSplit, must.Sprint("the 8-GPU gang spans both nodes"))
+	must.Positive(t, rep.Replay.SimSplit, must.Sprint("the 4- and 8-GPU jobs span nodes"))
 	must.Eq(t, 0, rep.Replay.SplitOneSide, must.Sprint("every job spans as many nodes live as simulated"))
 	must.Between(t, 0.8, live/simulated, 1.25)
 }

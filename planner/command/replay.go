@@ -265,6 +265,9 @@ type replayInfo struct {
 	// charging it instead: how much a few slow starts weigh.
 	StartLatencyMean     float64 `json:"start_latency_mean_s,omitempty"`
 	SimMeanLatencyAvgJCT float64 `json:"sim_mean_start_latency_avg_jct,omitempty"`
+	// StartParts splits a first start's delay where the live run shows
+	// where it went (medians, trace seconds).
+	StartParts *startParts `json:"start_latency_parts,omitempty"`
 	// JobsSplit and SimJobsSplit count the jobs that finished on a run
 	// spread over several nodes, live and simulated; SplitOnOneSide counts
 	// the jobs split on one side but not the other, among those the
@@ -362,6 +365,11 @@ type liveStart struct {
 	from, start float64
 	tasks       []float64
 	event       startEvent
+	// released: the planner's release is known, at release, after the
+	// event at answered; placed is when Nomad placed the first task's
+	// allocation (0: not known).
+	released                  bool
+	answered, release, placed float64
 }
 
 // startEvent is an arrival at a trace time, or a completion at a live time.
@@ -403,26 +411,32 @@ func liveStarts(live liveRun, ideal *sim.Result) []liveStart {
 			continue
 		}
 		var tasks []float64
-		for _, t := range live.firstTasks(i) {
+		placed := 0.0
+		for k, t := range live.firstTasks(i) {
 			tasks = append(tasks, t.Start)
+			if k == 0 {
+				placed = t.Placed
+			}
 		}
 		if r, ok := live.release(i, j.Start); ok && r >= j.Arrival {
-			from, event := live.lastEvent(finishes, j.Arrival, r), startEvent{true, arrivals[j.ID]}
+			answered := live.lastEvent(finishes, j.Arrival, r)
+			from, event := answered, startEvent{true, arrivals[j.ID]}
 			if from > j.Arrival {
 				event = startEvent{false, from}
 			}
 			if st, ok := latestBy(live.stops, j.Start); ok && st > r {
 				from += st - r
 			}
-			out = append(out, liveStart{from, j.Start, tasks, event})
+			out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: event,
+				released: true, answered: answered, release: r, placed: placed})
 			continue
 		}
 		if onArrival[j.ID] {
-			out = append(out, liveStart{j.Arrival, j.Start, tasks, startEvent{true, arrivals[j.ID]}})
+			out = append(out, liveStart{from: j.Arrival, start: j.Start, tasks: tasks, event: startEvent{true, arrivals[j.ID]}})
 			continue
 		}
 		from := live.lastEvent(finishes, j.Arrival, j.Start)
-		out = append(out, liveStart{from, j.Start, tasks, startEvent{false, from}})
+		out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: startEvent{false, from}})
 	}
 	return out
 }
@@ -483,6 +497,92 @@ func startDelays(live liveRun, ideal *sim.Result, spread float64) []float64 {
 		before[s.event] += len(s.tasks)
 	}
 	return d
+}
+
+// startParts is where the time from the event that let a job start to
+// its first task's start went, as medians over the live starts that the
+// planner's release answered, in trace seconds: the planner (event to
+// release: its round's wait and work, and its write), Nomad (release to
+// the allocation's placement: the evaluation, and any wait for GPUs that
+// a preemption's stop frees) and the client (placement to the task's
+// start: fetching the allocation, its hooks, the driver).
+type startParts struct {
+	Planner    float64 `json:"planner_s"`
+	Nomad      float64 `json:"nomad_s"`
+	Client     float64 `json:"client_s"`
+	MeasuredOn int     `json:"measured_on"`
+	// ClientsBusy is the share of the run during which some task was
+	// placed and not yet started, and ClientsPerStart the trace seconds
+	// per task start meanwhile: whether the clients' starts were a queue,
+	// and how fast it drained.
+	ClientsBusy     float64 `json:"clients_busy"`
+	ClientsPerStart float64 `json:"clients_s_per_start"`
+}
+
+// measuredStartParts splits the live first starts' delays (see
+// startParts); nil when Nomad kept no release or placement time.
+func measuredStartParts(live liveRun, ideal *sim.Result) *startParts {
+	var planner, nomad, client []float64
+	for _, s := range liveStarts(live, ideal) {
+		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
+			continue
+		}
+		planner = append(planner, s.release-s.answered)
+		nomad = append(nomad, s.placed-s.release)
+		client = append(client, s.start-s.placed)
+	}
+	if len(planner) == 0 {
+		return nil
+	}
+	p := &startParts{Planner: median(planner), Nomad: median(nomad), Client: median(client), MeasuredOn: len(planner)}
+	p.ClientsBusy, p.ClientsPerStart = clientsBusy(live.tasks)
+	return p
+}
+
+// clientsBusy is the share of the span from the first placement to the
+// last start during which some task was placed and not yet started, and
+// the trace seconds per task start during that time (0 when none).
+func clientsBusy(tasks [][]replay.TaskRun) (busy, perStart float64) {
+	type edge struct {
+		at    float64
+		delta int
+	}
+	var edges []edge
+	for _, runs := range tasks {
+		for _, t := range runs {
+			if t.Placed > 0 && t.Start >= t.Placed {
+				edges = append(edges, edge{t.Placed, 1}, edge{t.Start, -1})
+			}
+		}
+	}
+	if len(edges) == 0 {
+		return 0, 0
+	}
+	// At one instant a start comes before a placement: a task placed
+	// and started at once never waited.
+	sort.Slice(edges, func(a, b int) bool {
+		if edges[a].at != edges[b].at {
+			return edges[a].at < edges[b].at
+		}
+		return edges[a].delta < edges[b].delta
+	})
+	waiting, busyTime, starts := 0, 0.0, 0
+	for k, e := range edges {
+		if k > 0 && waiting > 0 {
+			busyTime += e.at - edges[k-1].at
+		}
+		if e.delta < 0 && waiting > 0 {
+			starts++
+		}
+		waiting += e.delta
+	}
+	if span := edges[len(edges)-1].at - edges[0].at; span > 0 {
+		busy = busyTime / span
+	}
+	if starts > 0 {
+		perStart = busyTime / float64(starts)
+	}
+	return busy, perStart
 }
 
 // mean is the mean of xs, 0 for none.
@@ -645,7 +745,8 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
 		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
 		RunOverhead: overhead, RunOverheadMeasuredOn: runs, StopLatency: stop, StopLatencyMeasuredOn: stopped,
-		SimNoDelayAvgJCT: ideal.Summary.AvgJCT, StartLatencyMean: meanLatency, SimMeanLatencyAvgJCT: meanAvgJCT}}
+		SimNoDelayAvgJCT: ideal.Summary.AvgJCT, StartLatencyMean: meanLatency, SimMeanLatencyAvgJCT: meanAvgJCT,
+		StartParts: measuredStartParts(measured, ideal)}}
 	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
 	gaps := jobGaps(res.Sim, simRes)
 	rep.Gaps = gaps[:min(topGaps, len(gaps))]
@@ -792,6 +893,12 @@ func renderReplay(rep replayReport) string {
 			rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
+	if p := rep.Replay.StartParts; p != nil {
+		fmt.Fprintf(&b, "\na first start's delay, where it went (medians of %d starts, trace seconds): planner %.1f, Nomad %.1f, client %.1f\n",
+			p.MeasuredOn, p.Planner, p.Nomad, p.Client)
+		fmt.Fprintf(&b, "tasks waited on the clients to start %.0f%% of the run, which started one every %.1f trace seconds meanwhile\n",
+			100*p.ClientsBusy, p.ClientsPerStart)
+	}
 	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {
 		fmt.Fprintf(&b, "\njobs run over several nodes: %d live, %d simulated, %d on one side only\n", r.JobsSplit, r.SimJobsSplit, r.SplitOnOneSide)
 	}

@@ -192,26 +192,34 @@ type liveTimeline struct {
 	StopDelays []float64     `json:"stop_delays"`
 }
 
+type timelineTask struct {
+	Placed float64 `json:"placed"` // when Nomad placed its allocation
+	Start  float64 `json:"start"`
+	End    float64 `json:"end"`
+	Node   string  `json:"node"`
+}
+
 type timelineJob struct {
-	ID       string       `json:"id"`
-	GPUs     int          `json:"gpus"`
-	Arrival  float64      `json:"arrival"`
-	Finish   *float64     `json:"finish"` // null: unfinished
-	Tasks    [][2]float64 `json:"tasks"`    // start, end of each task run, in order of start
-	Releases []float64    `json:"releases"` // the planner's releases, oldest first
+	ID       string         `json:"id"`
+	GPUs     int            `json:"gpus"`
+	Arrival  float64        `json:"arrival"`
+	Finish   *float64       `json:"finish"`   // null: unfinished
+	Tasks    []timelineTask `json:"tasks"`    // in order of start
+	Releases []float64      `json:"releases"` // the planner's releases, oldest first
 }
 
 // writeTimeline writes res's live timeline as JSON.
 func writeTimeline(path string, res *replay.Result) error {
-	tl := liveTimeline{Jobs: make([]timelineJob, 0, len(res.Sim.Jobs)), Stops: res.Stops, StopDelays: res.StopDelays}
+	tl := liveTimeline{Jobs: make([]timelineJob, 0, len(res.Sim.Jobs)),
+		Stops: append([]float64{}, res.Stops...), StopDelays: append([]float64{}, res.StopDelays...)}
 	for i, j := range res.Sim.Jobs {
-		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: [][2]float64{}, Releases: []float64{}}
+		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: []timelineTask{}, Releases: []float64{}}
 		if !math.IsNaN(j.Finish) {
 			tj.Finish = &j.Finish
 		}
 		if i < len(res.Tasks) {
 			for _, t := range res.Tasks[i] {
-				tj.Tasks = append(tj.Tasks, [2]float64{t.Start, t.End})
+				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node})
 			}
 		}
 		if i < len(res.Releases) {

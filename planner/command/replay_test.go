@@ -246,3 +246,51 @@ func TestStartTimedFromTheEventItsReleaseAnswered(t *testing.T) {
 	must.Eq(t, []float64{2, 5, 59, 3}, startDelays(measured, ideal, 0),
 		must.Sprint("in order of start: a 2 from its arrival; late 5 from a's completion at 48; old 59; pre 1 to its release and 2 after the stop at 104"))
 }
+
+// A first start's delay splits where the live run shows it went: the
+// planner's answer to the event, Nomad's placement, the client's start.
+func TestStartPartsSplitAStartsDelay(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "late", Arrival: 1, Start: 1}, {ID: "old", Arrival: 1, Start: 1},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 12, Finish: 48},
+		{ID: "late", Arrival: 1, Start: 60, Finish: 90},
+		{ID: "old", Arrival: 1, Start: 60, Finish: 100},
+	}}
+	measured := liveRun{jobs: live,
+		tasks: [][]replay.TaskRun{
+			{{Placed: 4, Start: 12, End: 48}},
+			{{Placed: 51, Start: 60, End: 90}},
+			{{Placed: 30, Start: 60, End: 100}},
+		},
+		releases: [][]float64{{2}, {50}, nil}}
+	p := measuredStartParts(measured, ideal)
+	must.NotNil(t, p)
+	must.Eq(t, 2, p.MeasuredOn, must.Sprint("old has no release kept"))
+	// a: 2 to its release, 2 to its placement, 8 to its start; late: 2
+	// after a's completion at 48, 1, 9.
+	must.Eq(t, 2, p.Planner)
+	must.Eq(t, 2, p.Nomad)
+	must.Eq(t, 9, p.Client)
+	must.Eq(t, 2, p.MeasuredOn)
+
+	measured.tasks = nil
+	must.Nil(t, measuredStartParts(measured, ideal), must.Sprint("no placement times"))
+}
+
+// The clients' queue of starts: busy while some task is placed and not
+// started, draining one start per so many seconds meanwhile.
+func TestClientsBusy(t *testing.T) {
+	busy, perStart := clientsBusy([][]replay.TaskRun{
+		{{Placed: 0, Start: 10}, {Placed: 0, Start: 20}}, // waiting 0 to 20, two starts
+		{{Placed: 40, Start: 40}},                        // never waited
+		{{Placed: 50, Start: 60}},                        // waiting 50 to 60
+		{{Start: 70}},                                    // no placement known
+	})
+	must.Eq(t, 30.0/60, busy, must.Sprint("30 s of the 60 from the first placement to the last start"))
+	must.Eq(t, 10, perStart, must.Sprint("30 s for three starts"))
+	busy, perStart = clientsBusy(nil)
+	must.Eq(t, 0, busy)
+	must.Eq(t, 0, perStart)
+}

@@ -243,8 +243,12 @@ type Result struct {
 	Releases [][]float64
 }
 
-// TaskRun is when one task ran, in trace seconds.
-type TaskRun struct{ Start, End float64 }
+// TaskRun is when one task ran, in trace seconds, when Nomad placed its
+// allocation, and on which node.
+type TaskRun struct {
+	Start, End, Placed float64
+	Node               string
+}
 
 // stopDelays pairs each of a job's preemption stops with the hold that
 // made it, the latest hold at or before the stop and after the stop
@@ -401,7 +405,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		}
 		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.history[i].Holds, o.Stops)...)
 		for _, r := range o.Runs {
-			res.Tasks[i] = append(res.Tasks[i], TaskRun{clock.Trace(r.Start), clock.Trace(r.End)})
+			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed), Node: r.Node})
 		}
 		for _, t := range tr.history[i].Releases {
 			res.Releases[i] = append(res.Releases[i], clock.Trace(t))

@@ -17,6 +17,9 @@ import (
 type Run struct {
 	Start, End time.Time
 	Model      string
+	// Placed is when Nomad placed the allocation; Node is where.
+	Placed time.Time
+	Node   string
 }
 
 // Outcome is one job's course as Nomad recorded it, in real time.
@@ -72,7 +75,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 			if o.Start.IsZero() || start.Before(o.Start) {
 				o.Start = start
 			}
-			r := Run{Start: start, End: end, Model: model}
+			r := Run{Start: start, End: end, Model: model, Placed: time.Unix(0, a.CreateTime), Node: a.NodeID}
 			if r.End.IsZero() {
 				r.End = now
 			}

@@ -182,7 +182,10 @@ func TestUtilization(t *testing.T) {
 // an earlier run that was preempted.
 func TestReadOutcomeCountsTheNodesOfTheFinishingRun(t *testing.T) {
 	models := map[string]string{"GPU-v-0": "V100", "GPU-v-1": "V100"}
-	on := func(a *api.AllocationListStub, node string) *api.AllocationListStub { a.NodeID = node; return a }
+	on := func(a *api.AllocationListStub, node string) *api.AllocationListStub {
+		a.NodeID, a.CreateTime = node, at(0.5).UnixNano()
+		return a
+	}
 	o := ReadOutcome([]*api.AllocationListStub{
 		on(alloc("a1", 0, "stop", "complete", 1, 5, false, "GPU-v-0"), "n1"),
 		on(alloc("a2", 1, "stop", "complete", 1, 5, false, "GPU-v-1"), "n2"),
@@ -191,6 +194,9 @@ func TestReadOutcomeCountsTheNodesOfTheFinishingRun(t *testing.T) {
 	}, 2, models, at(100))
 	must.True(t, o.Finished)
 	must.Eq(t, 1, o.Nodes)
+	// Each run keeps where it ran and when Nomad placed it.
+	must.Eq(t, "n3", o.Runs[2].Node)
+	must.Eq(t, at(0.5), o.Runs[2].Placed)
 
 	o = ReadOutcome([]*api.AllocationListStub{
 		on(alloc("a1", 0, "run", "complete", 1, 5, false, "GPU-v-0"), "n1"),
