@@ -1,0 +1,344 @@
+package replay
+
+import (
+	"sort"
+
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// Live is what a live run's costs are measured on: the run in the
+// simulator's terms, each job's tasks (Result.Tasks, in the same order as
+// Jobs.Jobs; a job without any counts as one task from its start to its
+// finish), the preemptions' stops, in order, and the planner's releases
+// (Result.Releases).
+type Live struct {
+	Jobs     *sim.Result
+	Tasks    [][]TaskRun
+	Stops    []float64
+	Releases [][]float64
+}
+
+// Live is the run as its costs are measured on.
+func (r *Result) Live() Live {
+	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases}
+}
+
+// release is the planner's last release of the i-th job at or before
+// start, if Nomad kept it.
+func (l Live) release(i int, start float64) (float64, bool) {
+	if i >= len(l.Releases) {
+		return 0, false
+	}
+	return latestBy(l.Releases[i], start)
+}
+
+// latestBy is the latest of the sorted times at or before t.
+func latestBy(sorted []float64, t float64) (float64, bool) {
+	k := sort.Search(len(sorted), func(k int) bool { return sorted[k] > t })
+	if k == 0 {
+		return 0, false
+	}
+	return sorted[k-1], true
+}
+
+// lastEvent is the latest of arrival and the completions (finishes,
+// sorted) and stops at or before t.
+func (l Live) lastEvent(finishes []float64, arrival, t float64) float64 {
+	from := arrival
+	if f, ok := latestBy(finishes, t); ok {
+		from = max(from, f)
+	}
+	if st, ok := latestBy(l.Stops, t); ok {
+		from = max(from, st)
+	}
+	return from
+}
+
+// firstTasks is the i-th job's tasks of its first start: its first runs,
+// one per GPU it asked for.
+func (l Live) firstTasks(i int) []TaskRun {
+	j := l.Jobs.Jobs[i]
+	if i >= len(l.Tasks) || len(l.Tasks[i]) == 0 {
+		return []TaskRun{{Start: j.Start, End: j.Finish}}
+	}
+	return l.Tasks[i][:min(max(j.GPUs, 1), len(l.Tasks[i]))]
+}
+
+// RunOverhead is how much longer a task runs live than its job
+// simulated, in trace seconds, beyond the start: the task's process
+// starting and exiting, the workload's setup, a completion seen late. It
+// is the mean, over the tasks of the jobs that ran unpreempted on the same
+// GPU model in both runs, of the task's run time less the job's simulated
+// one, and never negative: per task, since a gang's tasks start one after
+// another (the start spread) and each then runs its own course; the mean,
+// not the median, since a few runs that take seconds longer add to the
+// average JCT as much as many that take a little longer. It also returns
+// how many tasks it saw.
+func (live Live) RunOverhead(ideal *sim.Result) (float64, int) {
+	simulated := make(map[string]sim.JobResult, len(ideal.Jobs))
+	for _, j := range ideal.Jobs {
+		simulated[j.ID] = j
+	}
+	var d []float64
+	for i, j := range live.Jobs.Jobs {
+		s, ok := simulated[j.ID]
+		if !ok || j.Preemptions > 0 || s.Preemptions > 0 || j.Start <= 0 || j.Finish <= j.Start || j.GPUModel != s.GPUModel {
+			continue
+		}
+		for _, t := range live.firstTasks(i) {
+			d = append(d, (t.End-t.Start)-(s.Finish-s.Start))
+		}
+	}
+	return max(Mean(d), 0), len(d)
+}
+
+// liveStart is one live job's start and the event that let it start: its
+// time on the live cluster, when each of its tasks started, and a key
+// shared by the jobs one event let start (a burst of arrivals at one trace
+// time is submitted over a moment, so each has its own live arrival).
+type liveStart struct {
+	from, start float64
+	tasks       []float64
+	event       startEvent
+	// released: the planner's release is known, at release, after the
+	// event at answered; placed is when Nomad placed the first task's
+	// allocation (0: not known).
+	released                  bool
+	answered, release, placed float64
+}
+
+// startEvent is an arrival at a trace time, or a completion at a live time.
+type startEvent struct {
+	arrival bool
+	at      float64
+}
+
+// liveStarts pairs each started live job with the event that let it
+// start. Where Nomad kept the planner's release of the job, that is the
+// latest arrival (its own), completion or preemption's stop at or before
+// the release: the event the planner answered. A preemption the same
+// round decided may still have had to free the job's GPUs after the
+// release; that wait is the stop latency, charged apart, and is left out.
+// Otherwise it is, for a job the simulator starts the moment it arrives,
+// its arrival; for one it queues, the latest completion or stop before its
+// live start (or its arrival, if later). Without the stops, a job that
+// started by preempting another would be timed from a completion long
+// before; without the release, a job that the cluster, running behind the
+// simulator, made wait would be timed from its arrival, its wait taken
+// for the cost of a start.
+func (live Live) liveStarts(ideal *sim.Result) []liveStart {
+	arrivals := map[string]float64{}
+	onArrival := map[string]bool{}
+	for _, j := range ideal.Jobs {
+		arrivals[j.ID] = j.Arrival
+		onArrival[j.ID] = j.Start-j.Arrival < 1e-9
+	}
+	finishes := make([]float64, 0, len(live.Jobs.Jobs))
+	for _, j := range live.Jobs.Jobs {
+		if j.Finish > 0 {
+			finishes = append(finishes, j.Finish)
+		}
+	}
+	sort.Float64s(finishes)
+	var out []liveStart
+	for i, j := range live.Jobs.Jobs {
+		if j.Start <= 0 || j.Start < j.Arrival {
+			continue
+		}
+		var tasks []float64
+		placed := 0.0
+		for k, t := range live.firstTasks(i) {
+			tasks = append(tasks, t.Start)
+			if k == 0 {
+				placed = t.Placed
+			}
+		}
+		if r, ok := live.release(i, j.Start); ok && r >= j.Arrival {
+			answered := live.lastEvent(finishes, j.Arrival, r)
+			from, event := answered, startEvent{true, arrivals[j.ID]}
+			if from > j.Arrival {
+				event = startEvent{false, from}
+			}
+			if st, ok := latestBy(live.Stops, j.Start); ok && st > r {
+				from += st - r
+			}
+			out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: event,
+				released: true, answered: answered, release: r, placed: placed})
+			continue
+		}
+		if onArrival[j.ID] {
+			out = append(out, liveStart{from: j.Arrival, start: j.Start, tasks: tasks, event: startEvent{true, arrivals[j.ID]}})
+			continue
+		}
+		from := live.lastEvent(finishes, j.Arrival, j.Start)
+		out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: startEvent{false, from}})
+	}
+	return out
+}
+
+// StartSpread is how much later, on the live cluster, each further
+// task that one event let start started, in trace seconds: the mean gap
+// between consecutive task starts of the jobs one event let start, a
+// gang's tasks among them. Nomad places and the clients start the tasks
+// one round releases one after another. A gap longer than within (the
+// start latency) is a later round's start, not spread, and is left out.
+// It also returns how many events it saw.
+func (live Live) StartSpread(ideal *sim.Result, within float64) (float64, int) {
+	byEvent := map[startEvent][]float64{}
+	for _, s := range live.liveStarts(ideal) {
+		byEvent[s.event] = append(byEvent[s.event], s.tasks...)
+	}
+	sum, gaps, events := 0.0, 0, 0
+	for _, starts := range byEvent {
+		sort.Float64s(starts)
+		counted := false
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i] - starts[i-1]; gap <= within {
+				sum += gap
+				gaps++
+				counted = true
+			}
+		}
+		if counted {
+			events++
+		}
+	}
+	if gaps == 0 {
+		return 0, 0
+	}
+	return sum / float64(gaps), events
+}
+
+// StartLatency is what a start costs on the live cluster, in trace
+// seconds: the median, over the live jobs, of the time from the event that
+// let the job start to its first task's start, less spread for each task
+// that the same event let start before it (see StartSpread). It
+// also returns how many jobs it saw.
+func (live Live) StartLatency(ideal *sim.Result, spread float64) (float64, int) {
+	d := live.StartDelays(ideal, spread)
+	return Median(d), len(d)
+}
+
+// StartDelays is, per live start, the time from the event that let it
+// start to its first task's start, less spread for each task that the
+// same event let start before it.
+func (live Live) StartDelays(ideal *sim.Result, spread float64) []float64 {
+	starts := live.liveStarts(ideal)
+	sort.Slice(starts, func(a, b int) bool { return starts[a].start < starts[b].start })
+	before := map[startEvent]int{}
+	var d []float64
+	for _, s := range starts {
+		d = append(d, max(s.start-s.from-float64(before[s.event])*spread, 0))
+		before[s.event] += len(s.tasks)
+	}
+	return d
+}
+
+// StartParts is where the time from the event that let a job start to
+// its first task's start went, as medians over the live starts that the
+// planner's release answered, in trace seconds: the planner (event to
+// release: its round's wait and work, and its write), Nomad (release to
+// the allocation's placement: the evaluation, and any wait for GPUs that
+// a preemption's stop frees) and the client (placement to the task's
+// start: fetching the allocation, its hooks, the driver).
+type StartParts struct {
+	Planner    float64 `json:"planner_s"`
+	Nomad      float64 `json:"nomad_s"`
+	Client     float64 `json:"client_s"`
+	MeasuredOn int     `json:"measured_on"`
+	// ClientsBusy is the share of the run during which some task was
+	// placed and not yet started, and ClientsPerStart the trace seconds
+	// per task start meanwhile: whether the clients' starts were a queue,
+	// and how fast it drained.
+	ClientsBusy     float64 `json:"clients_busy"`
+	ClientsPerStart float64 `json:"clients_s_per_start"`
+}
+
+// StartParts splits the live first starts' delays (see
+// startParts); nil when Nomad kept no release or placement time.
+func (live Live) StartParts(ideal *sim.Result) *StartParts {
+	var planner, nomad, client []float64
+	for _, s := range live.liveStarts(ideal) {
+		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
+			continue
+		}
+		planner = append(planner, s.release-s.answered)
+		nomad = append(nomad, s.placed-s.release)
+		client = append(client, s.start-s.placed)
+	}
+	if len(planner) == 0 {
+		return nil
+	}
+	p := &StartParts{Planner: Median(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner)}
+	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(live.Tasks)
+	return p
+}
+
+// ClientsBusy is the share of the span from the first placement to the
+// last start during which some task was placed and not yet started, and
+// the trace seconds per task start during that time (0 when none).
+func ClientsBusy(tasks [][]TaskRun) (busy, perStart float64) {
+	type edge struct {
+		at    float64
+		delta int
+	}
+	var edges []edge
+	for _, runs := range tasks {
+		for _, t := range runs {
+			if t.Placed > 0 && t.Start >= t.Placed {
+				edges = append(edges, edge{t.Placed, 1}, edge{t.Start, -1})
+			}
+		}
+	}
+	if len(edges) == 0 {
+		return 0, 0
+	}
+	// At one instant a start comes before a placement: a task placed
+	// and started at once never waited.
+	sort.Slice(edges, func(a, b int) bool {
+		if edges[a].at != edges[b].at {
+			return edges[a].at < edges[b].at
+		}
+		return edges[a].delta < edges[b].delta
+	})
+	waiting, busyTime, starts := 0, 0.0, 0
+	for k, e := range edges {
+		if k > 0 && waiting > 0 {
+			busyTime += e.at - edges[k-1].at
+		}
+		if e.delta < 0 && waiting > 0 {
+			starts++
+		}
+		waiting += e.delta
+	}
+	if span := edges[len(edges)-1].at - edges[0].at; span > 0 {
+		busy = busyTime / span
+	}
+	if starts > 0 {
+		perStart = busyTime / float64(starts)
+	}
+	return busy, perStart
+}
+
+// Mean is the mean of xs, 0 for none.
+func Mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+// Median is the middle of xs (the upper one of an even count), 0 for none;
+// it sorts a copy.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	d := append([]float64(nil), xs...)
+	sort.Float64s(d)
+	return d[len(d)/2]
+}

@@ -1,0 +1,197 @@
+package replay
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// What a start costs live is measured from the event that let each job
+// start: its arrival when the simulator started it on arrival, else the
+// latest completion before its live start.
+func TestMeasuredStartLatency(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 10, Start: 10}, {ID: "c", Arrival: 20, Start: 20},
+		{ID: "queued", Arrival: 30, Start: 90},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0.1, Start: 8.1, Finish: 150}, {ID: "b", Arrival: 10, Start: 22, Finish: 300},
+		{ID: "c", Arrival: 20, Start: 29, Finish: 100},
+		// Queued behind a: starts 11 s after a completed, whatever its arrival.
+		{ID: "queued", Arrival: 30, Start: 161, Finish: 400},
+	}}
+	d, n := Live{Jobs: live}.StartLatency(ideal, 0)
+	must.Eq(t, 4, n)
+	must.Eq(t, 11.0, d, must.Sprint("median of 8, 12, 9 and 11"))
+	d, n = Live{Jobs: &sim.Result{}}.StartLatency(ideal, 0)
+	must.Eq(t, 0, n)
+	must.Eq(t, 0.0, d)
+
+	// Five queued jobs that each started by preempting another, 10 s
+	// after the stop freed their GPUs: timed from the stops, not from the
+	// last completion (400) long before.
+	var stops []float64
+	for k := 1; k <= 5; k++ {
+		id, stop := fmt.Sprintf("p%d", k), 400+100*float64(k)
+		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, Arrival: 40, Start: stop})
+		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, Arrival: 40, Start: stop + 10})
+		stops = append(stops, stop)
+	}
+	d, _ = Live{Jobs: live}.StartLatency(ideal, 0)
+	must.Eq(t, 110.0, d, must.Sprint("median of 8, 12, 9, 11, 110, 210, 310, 410 and 510"))
+	d, n = Live{Jobs: live, Stops: stops}.StartLatency(ideal, 0)
+	must.Eq(t, 9, n)
+	must.Eq(t, 10.0, d, must.Sprint("median of 8, 12, 9, 11 and five 10s"))
+}
+
+// Jobs that one event let start, a burst of arrivals at one trace time or
+// a completion, start one after another live: the spread is the mean gap
+// between their consecutive starts, leaving out gaps longer than a start's
+// latency (a later round's start), and the latency is measured less the
+// spread of the jobs before.
+func TestMeasuredStartSpread(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 0, Start: 0}, {ID: "c", Arrival: 0, Start: 0},
+		{ID: "late", Arrival: 0, Start: 0},
+		{ID: "d", Arrival: 50, Start: 50},
+		{ID: "q1", Arrival: 1, Start: 40}, {ID: "q2", Arrival: 1, Start: 40},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		// Submitted 0.1 s apart, started 1 s apart.
+		{ID: "a", Arrival: 0, Start: 2, Finish: 42}, {ID: "b", Arrival: 0.1, Start: 3, Finish: 80},
+		{ID: "c", Arrival: 0.2, Start: 4, Finish: 90},
+		// Started on arrival in the simulator, but by a later round live.
+		{ID: "late", Arrival: 0.3, Start: 30, Finish: 95},
+		{ID: "d", Arrival: 50, Start: 52, Finish: 60},
+		// a's completion lets both start, 2 s apart.
+		{ID: "q1", Arrival: 1, Start: 44, Finish: 100}, {ID: "q2", Arrival: 1, Start: 46, Finish: 100},
+	}}
+	spread, events := Live{Jobs: live}.StartSpread(ideal, 5)
+	must.Eq(t, 2, events, must.Sprint("the burst at 0 and a's completion; d alone does not count"))
+	must.Eq(t, 4.0/3, spread, must.Sprint("gaps 1, 1 and 2; late's 26 s is a later round"))
+	latency, n := Live{Jobs: live}.StartLatency(ideal, 1)
+	must.Eq(t, 7, n)
+	// a 2, b 2.9-1, c 3.8-2, late 29.7-3, d 2, q1 2, q2 4-1: sorted 1.8,
+	// 1.9, 2, 2, 2, 3, 26.7.
+	must.Eq(t, 2.0, latency)
+	spread, events = Live{Jobs: &sim.Result{}}.StartSpread(ideal, 5)
+	must.Eq(t, 0, events)
+	must.Eq(t, 0.0, spread)
+}
+
+// A run's overhead is measured on jobs that ran unpreempted on the same
+// model in both runs: the mean of live run time less the simulated one.
+func TestMeasuredRunOverhead(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Start: 0, Finish: 100, GPUModel: "V100"}, {ID: "b", Start: 10, Finish: 60, GPUModel: "V100"},
+		{ID: "c", Start: 0, Finish: 30, GPUModel: "V100"}, {ID: "pre", Start: 0, Finish: 500, Preemptions: 1, GPUModel: "V100"},
+		{ID: "k80", Start: 0, Finish: 100, GPUModel: "V100"},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Start: 5, Finish: 109, GPUModel: "V100"}, {ID: "b", Start: 20, Finish: 73, GPUModel: "V100"},
+		{ID: "c", Start: 2, Finish: 40, GPUModel: "V100"}, {ID: "pre", Start: 0, Finish: 900, GPUModel: "V100"},
+		{ID: "k80", Start: 0, Finish: 400, GPUModel: "K80"},
+	}}
+	d, n := Live{Jobs: live}.RunOverhead(ideal)
+	must.Eq(t, 3, n, must.Sprint("preempted and moved jobs are left out"))
+	must.Eq(t, 5.0, d, must.Sprint("mean of 4, 3 and 8"))
+}
+
+// A gang's tasks start one after another: the spread counts each task, and
+// the job after the gang is measured less the spread of all its tasks.
+// Each task's run, not the gang's, is what the run overhead is measured on.
+func TestAGangsTasksAreSpreadAndRunEachTheirCourse(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "gang", GPUs: 3, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
+		{ID: "after", GPUs: 1, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "gang", GPUs: 3, Arrival: 0, Start: 2, Finish: 106, GPUModel: "V100"},
+		{ID: "after", GPUs: 1, Arrival: 0, Start: 5, Finish: 107, GPUModel: "V100"},
+	}}
+	measured := Live{Jobs: live, Tasks: [][]TaskRun{
+		{{Start: 2, End: 104}, {Start: 3, End: 105}, {Start: 4, End: 106}},
+		{{Start: 5, End: 107}},
+	}}
+	spread, events := measured.StartSpread(ideal, 5)
+	must.Eq(t, 1, events)
+	must.Eq(t, 1.0, spread, must.Sprint("four tasks a second apart"))
+	must.Eq(t, []float64{2, 2}, measured.StartDelays(ideal, spread), must.Sprint("after is measured less three tasks' spread"))
+	overhead, n := measured.RunOverhead(ideal)
+	must.Eq(t, 4, n)
+	must.Eq(t, 2.0, overhead, must.Sprint("every task ran 2 s longer; the gang as a whole ran 4 s longer"))
+}
+
+// Where Nomad kept the planner's release, a start is timed from the event
+// the release answered: a job that the simulator started on arrival but
+// the live cluster made wait is timed from the completion that let it
+// start, not from its arrival; and the wait for a preemption's stop after
+// the release is the stop latency, left out.
+func TestStartTimedFromTheEventItsReleaseAnswered(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "late", Arrival: 1, Start: 1}, {ID: "pre", Arrival: 100, Start: 100},
+		{ID: "old", Arrival: 1, Start: 1},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 2, Finish: 48},
+		{ID: "late", Arrival: 1, Start: 53, Finish: 90},
+		{ID: "pre", Arrival: 100, Start: 106, Finish: 200},
+		// No release kept: timed from its arrival, as the simulator
+		// started it then.
+		{ID: "old", Arrival: 1, Start: 60, Finish: 100},
+	}}
+	measured := Live{Jobs: live, Stops: []float64{104}, Releases: [][]float64{{0.5}, {50}, {101}, nil}}
+	must.Eq(t, []float64{2, 5, 59, 3}, measured.StartDelays(ideal, 0),
+		must.Sprint("in order of start: a 2 from its arrival; late 5 from a's completion at 48; old 59; pre 1 to its release and 2 after the stop at 104"))
+}
+
+// A first start's delay splits where the live run shows it went: the
+// planner's answer to the event, Nomad's placement, the client's start.
+func TestStartPartsSplitAStartsDelay(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 0}, {ID: "late", Arrival: 1, Start: 1}, {ID: "old", Arrival: 1, Start: 1},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", Arrival: 0, Start: 12, Finish: 48},
+		{ID: "late", Arrival: 1, Start: 60, Finish: 90},
+		{ID: "old", Arrival: 1, Start: 60, Finish: 100},
+	}}
+	measured := Live{Jobs: live,
+		Tasks: [][]TaskRun{
+			{{Placed: 4, Start: 12, End: 48}},
+			{{Placed: 51, Start: 60, End: 90}},
+			{{Placed: 30, Start: 60, End: 100}},
+		},
+		Releases: [][]float64{{2}, {50}, nil}}
+	p := measured.StartParts(ideal)
+	must.NotNil(t, p)
+	must.Eq(t, 2, p.MeasuredOn, must.Sprint("old has no release kept"))
+	// a: 2 to its release, 2 to its placement, 8 to its start; late: 2
+	// after a's completion at 48, 1, 9.
+	must.Eq(t, 2, p.Planner)
+	must.Eq(t, 2, p.Nomad)
+	must.Eq(t, 9, p.Client)
+	must.Eq(t, 2, p.MeasuredOn)
+
+	measured.Tasks = nil
+	must.Nil(t, measured.StartParts(ideal), must.Sprint("no placement times"))
+}
+
+// The clients' queue of starts: busy while some task is placed and not
+// started, draining one start per so many seconds meanwhile.
+func TestClientsBusy(t *testing.T) {
+	busy, perStart := ClientsBusy([][]TaskRun{
+		{{Placed: 0, Start: 10}, {Placed: 0, Start: 20}}, // waiting 0 to 20, two starts
+		{{Placed: 40, Start: 40}},                        // never waited
+		{{Placed: 50, Start: 60}},                        // waiting 50 to 60
+		{{Start: 70}},                                    // no placement known
+	})
+	must.Eq(t, 30.0/60, busy, must.Sprint("30 s of the 60 from the first placement to the last start"))
+	must.Eq(t, 10, perStart, must.Sprint("30 s for three starts"))
+	busy, perStart = ClientsBusy(nil)
+	must.Eq(t, 0, busy)
+	must.Eq(t, 0, perStart)
+}

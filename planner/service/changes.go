@@ -1,0 +1,142 @@
+package service
+
+// From a round's decisions to Nomad writes: enact's phases, carried out by
+// the writer.
+
+import (
+	"context"
+	"sync"
+
+	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/enact"
+	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
+	"github.com/hashicorp/nomad/api"
+)
+
+// target is one job's planned state: its decision, and the write that
+// carries it out when one is needed.
+type target struct {
+	key, namespace, id string
+	decision           policy.Decision
+	job                *cluster.Job
+	change             *enact.Change
+}
+
+// want is the priority the job should have after this round.
+func (t target) wantPriority() int {
+	if t.change != nil {
+		return t.change.Target.Priority
+	}
+	return t.job.Priority
+}
+
+// targets runs the change layer on the policy's decisions, and lists each
+// job's decision in rank order with its change, if any.
+func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result) ([]target, enact.Phases) {
+	inv := inventory(state)
+	jobs := make([]enact.Job, len(index))
+	for i, j := range index {
+		// A job submitted without the hold may be placed by Nomad any
+		// moment after it arrives, and a placement written then would
+		// replace its new allocation.
+		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
+		jobs[i] = enact.Job{Key: j.Key(), Namespace: j.Namespace, ID: j.ID, Priority: j.Priority,
+			Live: j.Running(), Held: j.Held, Settled: settled, Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
+			Tasks: cluster.GPUTasks(j.Spec), Model: j.LiveModel()}
+	}
+	phases := enact.Plan(inv, jobs, r.Decisions)
+	byJob := make(map[int]*enact.Change, phases.Len())
+	for _, phase := range [][]enact.Change{phases.Stops, phases.Rest} {
+		for k := range phase {
+			byJob[phase[k].Job] = &phase[k]
+		}
+	}
+	out := make([]target, 0, len(r.Order))
+	for _, i := range r.Order {
+		j := index[i]
+		out = append(out, target{key: j.Key(), namespace: j.Namespace, id: j.ID,
+			decision: r.Decisions[i], job: j, change: byJob[i]})
+	}
+	return out, phases
+}
+
+// released lists the jobs the planner changed but no longer manages, each
+// with the change that gives it back to its user.
+func (p *Planner) released(stubs []*api.JobListStub) []enact.Change {
+	var out []enact.Change
+	for _, s := range stubs {
+		if s.Stop || s.Status == "dead" || !cluster.PlannerMeta(s.Meta) {
+			continue
+		}
+		if _, ok := p.managed(orDefault(s.Namespace), s.Meta); ok && cluster.Manageable(s) {
+			continue
+		}
+		out = append(out, enact.Give(cluster.Key(orDefault(s.Namespace), s.ID)))
+	}
+	return out
+}
+
+// inventory is what the change layer needs to know of the cluster.
+func inventory(state *cluster.State) enact.Inventory {
+	inv := enact.Inventory{Offers: map[string]enact.Offer{}, Smallest: map[string]enact.Capacity{}}
+	smaller := func(key string, c enact.Capacity) {
+		old, ok := inv.Smallest[key]
+		if !ok || c.CPUs < old.CPUs {
+			old.CPUs = c.CPUs
+		}
+		if !ok || c.MemoryGB < old.MemoryGB {
+			old.MemoryGB = c.MemoryGB
+		}
+		inv.Smallest[key] = old
+	}
+	for _, n := range state.Nodes {
+		inv.NodeIDs = append(inv.NodeIDs, n.ID)
+		if len(n.GPUs) == 0 {
+			continue
+		}
+		c := enact.Capacity{CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024}
+		smaller("", c)
+		for _, g := range n.GPUs {
+			o := inv.Offers[g.Model]
+			o.Lanes, o.Whole = o.Lanes || g.Lanes(), o.Whole || !g.Lanes()
+			o.LanesTyped = o.LanesTyped || g.Type == cluster.LaneType
+			inv.Offers[g.Model] = o
+			smaller(g.Model, c)
+		}
+		if n.CPUCores > 0 && inv.MHzPerCore == 0 {
+			inv.MHzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
+		}
+	}
+	return inv
+}
+
+// apply writes the changes, one phase after the other (enact.Phases
+// decides the order), with a few writers in parallel under the shared rate
+// limit.
+func (p *Planner) apply(ctx context.Context, phases enact.Phases, specs map[string]*api.Job) map[string]rewrite.Result {
+	results := make(map[string]rewrite.Result, phases.Len())
+	actions := make(map[string]enact.Action, phases.Len())
+	writes := make([][]rewrite.Write, 0, 2)
+	for _, phase := range [][]enact.Change{phases.Stops, phases.Rest} {
+		ws := make([]rewrite.Write, 0, len(phase))
+		for _, c := range phase {
+			// The spec this round read saves a read per job.
+			ws = append(ws, rewrite.Write{Key: c.Key, Spec: specs[c.Key], Target: c.Target})
+			actions[c.Key] = c.Action
+		}
+		writes = append(writes, ws)
+	}
+	var mu sync.Mutex
+	p.writer.ApplyPhases(ctx, writes, p.cfg.Writers, func(w rewrite.Write, res rewrite.Result) {
+		p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
+		p.metrics.conflicts.Add(float64(res.Conflicts))
+		if res.Outcome == rewrite.Written {
+			p.metrics.actions.WithLabelValues(string(actions[w.Key])).Inc()
+		}
+		mu.Lock()
+		results[w.Key] = res
+		mu.Unlock()
+	})
+	return results
+}
