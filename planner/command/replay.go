@@ -78,11 +78,13 @@ Replay:
   -run ID              run ID in job IDs (default: random)
   -start-latency S     trace seconds from the event that lets a job start
                        to its task running, in the simulator's run (caravan
-                       sim -start-latency); default: the live run's median
-  -start-spread S      trace seconds each further task (one per GPU) that
-                       one event lets start waits, in the simulator's run
-                       (caravan sim -start-spread); default: measured on
-                       the live run
+                       sim -start-latency); default: measured on the live
+                       run, the planner's and Nomad's parts and the
+                       clients' delay fitted to their starts
+  -start-spread S      trace seconds the cluster takes to start each task
+                       (one per GPU), one after another, in the simulator's
+                       run (caravan sim -start-spread); default: the
+                       clients' pace fitted to their starts on the live run
   -run-overhead S      trace seconds a task runs longer live than its job
                        simulated, in the simulator's run (caravan sim
                        -run-overhead); default: the live run's mean
@@ -267,6 +269,10 @@ type replayInfo struct {
 	// StartParts splits a first start's delay where the live run shows
 	// where it went (medians, trace seconds).
 	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
+	// StartCostsFrom says how the start latency and spread were measured:
+	// from "the clients' queue" fitted to the placements and starts, or
+	// from the "gaps between starts" where Nomad kept no placement times.
+	StartCostsFrom string `json:"start_costs_from"`
 	// JobsSplit and SimJobsSplit count the jobs that finished on a run
 	// spread over several nodes, live and simulated; SplitOnOneSide counts
 	// the jobs split on one side but not the other, among those the
@@ -275,6 +281,10 @@ type replayInfo struct {
 	SimJobsSplit   int `json:"sim_jobs_split_over_nodes"`
 	SplitOnOneSide int `json:"jobs_split_on_one_side_only"`
 }
+
+// minFittedTasks is the fewest task starts the clients' queue is fitted
+// on; with fewer the gaps between starts give the start costs.
+const minFittedTasks = 10
 
 func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	stderr := c.stderr
@@ -362,16 +372,33 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// planner round, Nomad's evaluation and placement, the task's start.
 	ideal := simRes
 	measured := res.Live()
+	// Where the live run shows where its starts' time went (each
+	// allocation's placement), the clients' queue fitted to it gives the
+	// start latency and spread; otherwise the gaps between starts do.
+	parts := measured.StartParts(ideal)
+	fitted := parts != nil && parts.ClientTasks >= minFittedTasks
+	costsFrom := "gaps between starts"
+	if fitted {
+		costsFrom = "the clients' queue"
+	}
 	spread, events := f.startSpread, 0
 	if spread < 0 {
-		within, _ := measured.StartLatency(ideal, 0)
-		spread, events = measured.StartSpread(ideal, within)
+		if fitted {
+			spread, events = parts.ClientService, parts.ClientTasks
+		} else {
+			within, _ := measured.StartLatency(ideal, 0)
+			spread, events = measured.StartSpread(ideal, within)
+		}
 	}
 	latency, starts := f.startLatency, 0
-	var delays []float64 // the live start delays, when measured
+	var delays []float64 // the live start delays, when measured from the gaps
 	if latency < 0 {
-		delays = measured.StartDelays(ideal, spread)
-		latency, starts = replay.Median(delays), len(delays)
+		if fitted {
+			latency, starts = parts.StartLatency(), parts.MeasuredOn
+		} else {
+			delays = measured.StartDelays(ideal, spread)
+			latency, starts = replay.Median(delays), len(delays)
+		}
 	}
 	overhead, runs := f.runOverhead, 0
 	if overhead < 0 {
@@ -414,7 +441,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
 		RunOverhead: overhead, RunOverheadMeasuredOn: runs, StopLatency: stop, StopLatencyMeasuredOn: stopped,
 		SimNoDelayAvgJCT: ideal.Summary.AvgJCT, StartLatencyMean: meanLatency, SimMeanLatencyAvgJCT: meanAvgJCT,
-		StartParts: measured.StartParts(ideal)}}
+		StartParts: parts, StartCostsFrom: costsFrom}}
 	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
 	gaps := jobGaps(res.Sim, simRes)
 	rep.Gaps = gaps[:min(topGaps, len(gaps))]
@@ -566,7 +593,10 @@ func renderReplay(rep replayReport) string {
 			p.MeasuredOn, p.Planner, p.Nomad, p.Client)
 		fmt.Fprintf(&b, "tasks waited on the clients to start %.0f%% of the run, which started one every %.1f trace seconds meanwhile\n",
 			100*p.ClientsBusy, p.ClientsPerStart)
+		fmt.Fprintf(&b, "the clients' queue, fitted on %d tasks: each starts %.1f s after its placement, %.1f s after the task before it at the soonest\n",
+			p.ClientTasks, p.ClientDelay, p.ClientService)
 	}
+	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
 	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {
 		fmt.Fprintf(&b, "\njobs run over several nodes: %d live, %d simulated, %d on one side only\n", r.JobsSplit, r.SimJobsSplit, r.SplitOnOneSide)
 	}

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"math"
 	"sort"
 
 	"github.com/caravan-gpu/caravan/planner/sim"
@@ -102,8 +103,9 @@ type liveStart struct {
 	event       startEvent
 	// released: the planner's release is known, at release, after the
 	// event at answered; placed is when Nomad placed the first task's
-	// allocation (0: not known).
-	released                  bool
+	// allocation (0: not known); stopWait: a preemption's stop after the
+	// release freed the job's GPUs.
+	released, stopWait        bool
 	answered, release, placed float64
 }
 
@@ -159,11 +161,13 @@ func (live Live) liveStarts(ideal *sim.Result) []liveStart {
 			if from > j.Arrival {
 				event = startEvent{false, from}
 			}
-			if st, ok := latestBy(live.Stops, j.Start); ok && st > r {
+			st, ok := latestBy(live.Stops, j.Start)
+			stopWait := ok && st > r
+			if stopWait {
 				from += st - r
 			}
 			out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: event,
-				released: true, answered: answered, release: r, placed: placed})
+				released: true, stopWait: stopWait, answered: answered, release: r, placed: placed})
 			continue
 		}
 		if onArrival[j.ID] {
@@ -252,26 +256,113 @@ type StartParts struct {
 	// and how fast it drained.
 	ClientsBusy     float64 `json:"clients_busy"`
 	ClientsPerStart float64 `json:"clients_s_per_start"`
+	// NomadUnblocked is Nomad's part over the starts that waited for no
+	// preemption's stop (the stop latency charges that wait).
+	NomadUnblocked float64 `json:"nomad_unblocked_s"`
+	// ClientDelay and ClientService are the clients' queue of starts
+	// fitted to the live run (ClientQueue), over ClientTasks tasks.
+	ClientDelay   float64 `json:"client_delay_s"`
+	ClientService float64 `json:"client_service_s"`
+	ClientTasks   int     `json:"client_tasks"`
+}
+
+// StartLatency is the start latency the simulator is charged when the
+// live run shows where its starts' time went: the planner's part, Nomad's
+// where no stop held the GPUs, and the clients' fixed delay.
+func (p *StartParts) StartLatency() float64 {
+	return p.Planner + p.NomadUnblocked + p.ClientDelay
 }
 
 // StartParts splits the live first starts' delays (see
 // startParts); nil when Nomad kept no release or placement time.
 func (live Live) StartParts(ideal *sim.Result) *StartParts {
-	var planner, nomad, client []float64
+	var planner, nomad, unblocked, client []float64
 	for _, s := range live.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
 			continue
 		}
 		planner = append(planner, s.release-s.answered)
 		nomad = append(nomad, s.placed-s.release)
+		if !s.stopWait {
+			unblocked = append(unblocked, s.placed-s.release)
+		}
 		client = append(client, s.start-s.placed)
 	}
 	if len(planner) == 0 {
 		return nil
 	}
-	p := &StartParts{Planner: Median(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner)}
+	p := &StartParts{Planner: Median(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
+		NomadUnblocked: Median(unblocked)}
 	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(live.Tasks)
+	p.ClientDelay, p.ClientService, p.ClientTasks = ClientQueue(live.Tasks)
 	return p
+}
+
+// ClientQueue fits the simulator's model of starts (Config.StartLatency
+// and StartSpread) to the clients' own: each task starts a fixed delay
+// after Nomad placed its allocation, but no sooner than a service time
+// after the task started before it, since the clients start one task at
+// a time. It returns the delay and the service, in trace seconds, whose
+// starts lie nearest the live ones (least absolute error over the tasks
+// in order of placement, on a grid refined once), and how many tasks it
+// saw. Read from the gaps between starts instead, the service came out
+// twice what the clients' pace under a backlog shows, and where the queue
+// runs near saturation that decides the simulated JCT. A grid, not
+// gonum's optimisers: the error is piecewise linear with many kinks, where
+// a local method can stop at one, and two parameters over a thousand tasks
+// take milliseconds.
+func ClientQueue(tasks [][]TaskRun) (delay, service float64, n int) {
+	type placedStart struct{ placed, start float64 }
+	var ts []placedStart
+	var waits []float64
+	for _, runs := range tasks {
+		for _, t := range runs {
+			if t.Placed > 0 && t.Start >= t.Placed {
+				ts = append(ts, placedStart{t.Placed, t.Start})
+				waits = append(waits, t.Start-t.Placed)
+			}
+		}
+	}
+	if len(ts) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(ts, func(a, b int) bool {
+		if ts[a].placed != ts[b].placed {
+			return ts[a].placed < ts[b].placed
+		}
+		return ts[a].start < ts[b].start
+	})
+	cost := func(d, s float64) float64 {
+		prev, sum := math.Inf(-1), 0.0
+		for _, t := range ts {
+			at := max(t.placed+d, prev+s)
+			prev = at
+			sum += math.Abs(at - t.start)
+		}
+		return sum
+	}
+	// A task's delay is at most its wait; the service at most the
+	// median wait (a queue slower than that would have made most waits
+	// longer).
+	sort.Float64s(waits)
+	dHi, sHi := waits[len(waits)*19/20], waits[len(waits)/2]
+	const steps = 48
+	best := math.Inf(1)
+	search := func(dLo, dHi, sLo, sHi float64) {
+		for i := 0; i <= steps; i++ {
+			d := dLo + (dHi-dLo)*float64(i)/steps
+			for k := 0; k <= steps; k++ {
+				s := sLo + (sHi-sLo)*float64(k)/steps
+				if c := cost(d, s); c < best {
+					best, delay, service = c, d, s
+				}
+			}
+		}
+	}
+	search(0, dHi, 0, sHi)
+	dStep, sStep := dHi/steps, sHi/steps
+	search(max(delay-dStep, 0), delay+dStep, max(service-sStep, 0), service+sStep)
+	return delay, service, len(ts)
 }
 
 // ClientsBusy is the share of the span from the first placement to the

@@ -195,3 +195,58 @@ func TestClientsBusy(t *testing.T) {
 	must.Eq(t, 0, busy)
 	must.Eq(t, 0, perStart)
 }
+
+// The clients' queue is fitted to the starts it made: a delay after each
+// placement, and one start per service time at most.
+func TestClientQueueFitsTheClientsStarts(t *testing.T) {
+	place := func(at float64, starts ...float64) []TaskRun {
+		var runs []TaskRun
+		for _, s := range starts {
+			runs = append(runs, TaskRun{Placed: at, Start: s, End: s + 100})
+		}
+		return runs
+	}
+	tasks := [][]TaskRun{
+		place(10, 40, 50, 60, 70, 80), // a burst of five, one every 10 s
+		place(200, 230),               // alone: the delay only
+		place(300, 330, 340, 350),
+		{{Start: 500}}, // no placement known: left out
+	}
+	delay, service, n := ClientQueue(tasks)
+	must.Eq(t, 9, n)
+	must.Between(t, 29, delay, 31)
+	must.Between(t, 9, service, 11)
+
+	// Without a queue (every task its own delay after placement) the
+	// service comes out near nothing.
+	delay, service, _ = ClientQueue([][]TaskRun{place(1, 31), place(5, 35), place(11, 41), place(20, 50)})
+	must.Between(t, 29, delay, 31)
+	must.Less(t, 6, service)
+
+	_, _, n = ClientQueue(nil)
+	must.Eq(t, 0, n)
+}
+
+// The start latency the simulator is charged: the planner's part, Nomad's
+// where no stop held the GPUs (the stop latency charges that wait), and
+// the clients' fitted delay.
+func TestStartLatencyFromItsParts(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{{ID: "a", Arrival: 0, Start: 0}, {ID: "b", Arrival: 0, Start: 0}}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 40, Finish: 100},
+		{ID: "b", GPUs: 1, Arrival: 0, Start: 150, Finish: 300},
+	}}
+	measured := Live{Jobs: live, Stops: []float64{100},
+		Tasks: [][]TaskRun{
+			{{Placed: 10, Start: 40, End: 100}},
+			{{Placed: 120, Start: 150, End: 300}}, // placed once a's stop freed its GPU
+		},
+		Releases: [][]float64{{5}, {6}}}
+	p := measured.StartParts(ideal)
+	must.NotNil(t, p)
+	must.Eq(t, 114, p.Nomad, must.Sprint("the upper median of 5 and 114"))
+	must.Eq(t, 5, p.NomadUnblocked, must.Sprint("b waited for a's stop at 100: left out"))
+	must.Eq(t, 2, p.ClientTasks)
+	must.Between(t, 29, p.ClientDelay, 31)
+	must.Between(t, 6+5+29, p.StartLatency(), 6+5+31)
+}
