@@ -269,9 +269,9 @@ type replayInfo struct {
 	// StartParts splits a first start's delay where the live run shows
 	// where it went (medians, trace seconds).
 	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
-	// StartCostsFrom says how the start latency and spread were measured:
-	// from "the clients' queue" fitted to the placements and starts, or
-	// from the "gaps between starts" where Nomad kept no placement times.
+	// StartCostsFrom says where the start latency and spread came from:
+	// "the clients' queue" fitted to the placements and starts, the "gaps
+	// between starts" where Nomad kept no placement times, or "flags".
 	StartCostsFrom string `json:"start_costs_from"`
 	// JobsSplit and SimJobsSplit count the jobs that finished on a run
 	// spread over several nodes, live and simulated; SplitOnOneSide counts
@@ -378,7 +378,10 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	parts := measured.StartParts(ideal)
 	fitted := parts != nil && parts.ClientTasks >= minFittedTasks
 	costsFrom := "gaps between starts"
-	if fitted {
+	switch {
+	case f.startLatency >= 0 && f.startSpread >= 0:
+		costsFrom = "flags"
+	case fitted:
 		costsFrom = "the clients' queue"
 	}
 	spread, events := f.startSpread, 0
