@@ -75,18 +75,18 @@ func (l Live) firstTasks(i int) []TaskRun {
 // not the median, since a few runs that take seconds longer add to the
 // average JCT as much as many that take a little longer. It also returns
 // how many tasks it saw.
-func (live Live) RunOverhead(ideal *sim.Result) (float64, int) {
+func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 	simulated := make(map[string]sim.JobResult, len(ideal.Jobs))
 	for _, j := range ideal.Jobs {
 		simulated[j.ID] = j
 	}
 	var d []float64
-	for i, j := range live.Jobs.Jobs {
+	for i, j := range l.Jobs.Jobs {
 		s, ok := simulated[j.ID]
 		if !ok || j.Preemptions > 0 || s.Preemptions > 0 || j.Start <= 0 || j.Finish <= j.Start || j.GPUModel != s.GPUModel {
 			continue
 		}
-		for _, t := range live.firstTasks(i) {
+		for _, t := range l.firstTasks(i) {
 			d = append(d, (t.End-t.Start)-(s.Finish-s.Start))
 		}
 	}
@@ -128,40 +128,40 @@ type startEvent struct {
 // before; without the release, a job that the cluster, running behind the
 // simulator, made wait would be timed from its arrival, its wait taken
 // for the cost of a start.
-func (live Live) liveStarts(ideal *sim.Result) []liveStart {
+func (l Live) liveStarts(ideal *sim.Result) []liveStart {
 	arrivals := map[string]float64{}
 	onArrival := map[string]bool{}
 	for _, j := range ideal.Jobs {
 		arrivals[j.ID] = j.Arrival
 		onArrival[j.ID] = j.Start-j.Arrival < 1e-9
 	}
-	finishes := make([]float64, 0, len(live.Jobs.Jobs))
-	for _, j := range live.Jobs.Jobs {
+	finishes := make([]float64, 0, len(l.Jobs.Jobs))
+	for _, j := range l.Jobs.Jobs {
 		if j.Finish > 0 {
 			finishes = append(finishes, j.Finish)
 		}
 	}
 	sort.Float64s(finishes)
 	var out []liveStart
-	for i, j := range live.Jobs.Jobs {
+	for i, j := range l.Jobs.Jobs {
 		if j.Start <= 0 || j.Start < j.Arrival {
 			continue
 		}
 		var tasks []float64
 		placed := 0.0
-		for k, t := range live.firstTasks(i) {
+		for k, t := range l.firstTasks(i) {
 			tasks = append(tasks, t.Start)
 			if k == 0 {
 				placed = t.Placed
 			}
 		}
-		if r, ok := live.release(i, j.Start); ok && r >= j.Arrival {
-			answered := live.lastEvent(finishes, j.Arrival, r)
+		if r, ok := l.release(i, j.Start); ok && r >= j.Arrival {
+			answered := l.lastEvent(finishes, j.Arrival, r)
 			from, event := answered, startEvent{true, arrivals[j.ID]}
 			if from > j.Arrival {
 				event = startEvent{false, from}
 			}
-			st, ok := latestBy(live.Stops, j.Start)
+			st, ok := latestBy(l.Stops, j.Start)
 			stopWait := ok && st > r
 			if stopWait {
 				from += st - r
@@ -174,7 +174,7 @@ func (live Live) liveStarts(ideal *sim.Result) []liveStart {
 			out = append(out, liveStart{from: j.Arrival, start: j.Start, tasks: tasks, event: startEvent{true, arrivals[j.ID]}})
 			continue
 		}
-		from := live.lastEvent(finishes, j.Arrival, j.Start)
+		from := l.lastEvent(finishes, j.Arrival, j.Start)
 		out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: startEvent{false, from}})
 	}
 	return out
@@ -187,9 +187,9 @@ func (live Live) liveStarts(ideal *sim.Result) []liveStart {
 // one round releases one after another. A gap longer than within (the
 // start latency) is a later round's start, not spread, and is left out.
 // It also returns how many events it saw.
-func (live Live) StartSpread(ideal *sim.Result, within float64) (float64, int) {
+func (l Live) StartSpread(ideal *sim.Result, within float64) (float64, int) {
 	byEvent := map[startEvent][]float64{}
-	for _, s := range live.liveStarts(ideal) {
+	for _, s := range l.liveStarts(ideal) {
 		byEvent[s.event] = append(byEvent[s.event], s.tasks...)
 	}
 	sum, gaps, events := 0.0, 0, 0
@@ -218,16 +218,16 @@ func (live Live) StartSpread(ideal *sim.Result, within float64) (float64, int) {
 // let the job start to its first task's start, less spread for each task
 // that the same event let start before it (see StartSpread). It
 // also returns how many jobs it saw.
-func (live Live) StartLatency(ideal *sim.Result, spread float64) (float64, int) {
-	d := live.StartDelays(ideal, spread)
+func (l Live) StartLatency(ideal *sim.Result, spread float64) (float64, int) {
+	d := l.StartDelays(ideal, spread)
 	return Median(d), len(d)
 }
 
 // StartDelays is, per live start, the time from the event that let it
 // start to its first task's start, less spread for each task that the
 // same event let start before it.
-func (live Live) StartDelays(ideal *sim.Result, spread float64) []float64 {
-	starts := live.liveStarts(ideal)
+func (l Live) StartDelays(ideal *sim.Result, spread float64) []float64 {
+	starts := l.liveStarts(ideal)
 	sort.Slice(starts, func(a, b int) bool { return starts[a].start < starts[b].start })
 	before := map[startEvent]int{}
 	var d []float64
@@ -275,9 +275,9 @@ func (p *StartParts) StartLatency() float64 {
 
 // StartParts splits the live first starts' delays (see
 // startParts); nil when Nomad kept no release or placement time.
-func (live Live) StartParts(ideal *sim.Result) *StartParts {
+func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	var planner, nomad, unblocked, client []float64
-	for _, s := range live.liveStarts(ideal) {
+	for _, s := range l.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
 			continue
 		}
@@ -293,8 +293,8 @@ func (live Live) StartParts(ideal *sim.Result) *StartParts {
 	}
 	p := &StartParts{Planner: Median(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
 		NomadUnblocked: Median(unblocked)}
-	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(live.Tasks)
-	p.ClientDelay, p.ClientService, p.ClientTasks = ClientQueue(live.Tasks)
+	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(l.Tasks)
+	p.ClientDelay, p.ClientService, p.ClientTasks = ClientQueue(l.Tasks)
 	return p
 }
 
@@ -312,32 +312,26 @@ func (live Live) StartParts(ideal *sim.Result) *StartParts {
 // a local method can stop at one, and two parameters over a thousand tasks
 // take milliseconds.
 func ClientQueue(tasks [][]TaskRun) (delay, service float64, n int) {
-	type placedStart struct{ placed, start float64 }
-	var ts []placedStart
-	var waits []float64
-	for _, runs := range tasks {
-		for _, t := range runs {
-			if t.Placed > 0 && t.Start >= t.Placed {
-				ts = append(ts, placedStart{t.Placed, t.Start})
-				waits = append(waits, t.Start-t.Placed)
-			}
-		}
-	}
+	ts := placedTasks(tasks)
 	if len(ts) == 0 {
 		return 0, 0, 0
 	}
+	waits := make([]float64, len(ts))
+	for k, t := range ts {
+		waits[k] = t.Start - t.Placed
+	}
 	sort.Slice(ts, func(a, b int) bool {
-		if ts[a].placed != ts[b].placed {
-			return ts[a].placed < ts[b].placed
+		if ts[a].Placed != ts[b].Placed {
+			return ts[a].Placed < ts[b].Placed
 		}
-		return ts[a].start < ts[b].start
+		return ts[a].Start < ts[b].Start
 	})
 	cost := func(d, s float64) float64 {
 		prev, sum := math.Inf(-1), 0.0
 		for _, t := range ts {
-			at := max(t.placed+d, prev+s)
+			at := max(t.Placed+d, prev+s)
 			prev = at
-			sum += math.Abs(at - t.start)
+			sum += math.Abs(at - t.Start)
 		}
 		return sum
 	}
@@ -374,12 +368,8 @@ func ClientsBusy(tasks [][]TaskRun) (busy, perStart float64) {
 		delta int
 	}
 	var edges []edge
-	for _, runs := range tasks {
-		for _, t := range runs {
-			if t.Placed > 0 && t.Start >= t.Placed {
-				edges = append(edges, edge{t.Placed, 1}, edge{t.Start, -1})
-			}
-		}
+	for _, t := range placedTasks(tasks) {
+		edges = append(edges, edge{t.Placed, 1}, edge{t.Start, -1})
 	}
 	if len(edges) == 0 {
 		return 0, 0
@@ -409,6 +399,20 @@ func ClientsBusy(tasks [][]TaskRun) (busy, perStart float64) {
 		perStart = busyTime / float64(starts)
 	}
 	return busy, perStart
+}
+
+// placedTasks is every task run whose placement Nomad kept and which
+// started at or after it, in a slice of its own.
+func placedTasks(tasks [][]TaskRun) []TaskRun {
+	var out []TaskRun
+	for _, runs := range tasks {
+		for _, t := range runs {
+			if t.Placed > 0 && t.Start >= t.Placed {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 // Mean is the mean of xs, 0 for none.
