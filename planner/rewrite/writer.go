@@ -123,22 +123,17 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			if registered {
 				res.Restored++
 			}
-			if registered && err == nil {
-				if lost.job == nil {
-					res.landed(job, written, lost.ours)
-					return res
-				}
-				restore, restoreOver = lost.job, written
-				continue
-			}
-			if registered || !nomadx.IsConflict(err) {
-				res.Outcome, res.Err = Failed, err
+			next, done := res.settle(job, written, registered, lost, err)
+			if done {
 				return res
+			}
+			if next != nil {
+				restore, restoreOver = next, written
+				continue
 			}
 			// Someone wrote after ours; that write was made on top of
 			// ours or after it, so a fresh read carries the lost edit's
 			// successor. Fall through to a fresh read.
-			res.Conflicts++
 		}
 		job, err := read, error(nil)
 		read = nil
@@ -214,19 +209,14 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 				}
 			}
 		}
-		if registered && err == nil {
-			if lost.job == nil {
-				res.landed(job, written, lost.ours)
-				return res
-			}
-			restore, restoreOver = lost.job, written
-			continue
-		}
-		if registered || !nomadx.IsConflict(err) {
-			res.Outcome, res.Err = Failed, err
+		next, done := res.settle(job, written, registered, lost, err)
+		if done {
 			return res
 		}
-		res.Conflicts++
+		if next != nil {
+			restore, restoreOver = next, written
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			res.Outcome, res.Err = Failed, ctx.Err()
@@ -237,6 +227,25 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 	res.Outcome = Failed
 	res.Err = fmt.Errorf("job %s/%s changed %d times while being rewritten; left for the next round", namespace, id, res.Conflicts)
 	return res
+}
+
+// settle records what one conditional write of job left: done when it
+// landed whole or failed for good; otherwise next is a version the write
+// replaced, to write back over it, or nil after a conflict, counted, to
+// retry from a fresh read.
+func (r *Result) settle(job *api.Job, written uint64, registered bool, lost overwrite, err error) (next *api.Job, done bool) {
+	switch {
+	case registered && err == nil && lost.job == nil:
+		r.landed(job, written, lost.ours)
+		return nil, true
+	case registered && err == nil:
+		return lost.job, false
+	case registered || !nomadx.IsConflict(err):
+		r.Outcome, r.Err = Failed, err
+		return nil, true
+	}
+	r.Conflicts++
+	return nil, false
 }
 
 // stop stops the allocations and counts those it stopped.
