@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	"github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"

@@ -1,5 +1,5 @@
 // Command caravan-gpucheck measures on a real GPU what caravan's simulated
-// backend assumes (device/gpu/gpucheck), and writes gpu-check.json and
+// backend assumes (gpu/gpucheck), and writes gpu-check.json and
 // gpu-check.md. Where there is no GPU it says so and exits 0.
 package main
 
@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/gpucheck"
+	"github.com/caravan-gpu/caravan/gpu/gpucheck"
 )
 
 func main() {

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
-	"github.com/caravan-gpu/caravan/device/gpu"
-	nvmlbackend "github.com/caravan-gpu/caravan/device/gpu/nvml"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml/nvmltest"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu"
+	nvmlbackend "github.com/caravan-gpu/caravan/gpu/nvml"
+	"github.com/caravan-gpu/caravan/gpu/nvml/nvmltest"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	log "github.com/hashicorp/go-hclog"
 )
 

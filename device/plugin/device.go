@@ -13,11 +13,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/device/metrics"
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/backend"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	log "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
@@ -64,13 +63,12 @@ func New(logger log.Logger) *Device {
 	return &Device{logger: logger.Named(Name), openBackend: openBackend, metrics: metrics.New()}
 }
 
+// openBackend opens the backend the config names: the device plugin's
+// "nvml" fails where NVML does not load, so that a node meant to offer
+// GPUs says why it offers none.
 func openBackend(s *settings, logger log.Logger) (gpu.Backend, error) {
-	switch s.backend {
-	case "sim":
-		return sim.New(s.sim.FleetFile, s.sim.StateDir)
-	default:
-		return nvml.New(logger)
-	}
+	b, _, err := backend.Open(backend.Config{Kind: s.backend, FleetFile: s.sim.FleetFile, StateDir: s.sim.StateDir}, logger)
+	return b, err
 }
 
 // PluginInfo identifies the plugin.

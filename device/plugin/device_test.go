@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/shoenig/test/must"
 )

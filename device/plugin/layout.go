@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // instance is one device instance offered to Nomad: a whole GPU, a MIG

@@ -3,8 +3,8 @@ package plugin
 import (
 	"testing"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	"github.com/shoenig/test/must"
 )
 

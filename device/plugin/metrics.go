@@ -1,8 +1,8 @@
 package plugin
 
 import (
-	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/metrics"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // recordOffered sets the fingerprint's metrics: GPUs and lanes by model and

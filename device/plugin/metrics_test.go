@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shoenig/test/must"

@@ -13,8 +13,8 @@ import (
 
 	log "github.com/hashicorp/go-hclog"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/mpsctl"
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/shoenig/test/must"
 )

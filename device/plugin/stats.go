@@ -5,8 +5,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/device/metrics"
+	"github.com/caravan-gpu/caravan/gpu"
 	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"

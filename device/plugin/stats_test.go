@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/shoenig/test/must"
 )

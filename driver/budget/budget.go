@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // Policy is what the watchdog does on a breach.

@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/shoenig/test/must"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // EnvOptions shape the environment a task gets for its budget.

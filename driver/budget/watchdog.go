@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // Usage is what the task's processes hold on one GPU.

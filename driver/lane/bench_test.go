@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/switcher"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	"github.com/shoenig/test/must"
 )
 

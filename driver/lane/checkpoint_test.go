@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/switcher"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 )

@@ -14,10 +14,10 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers"
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml/nvmltest"
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/nvml"
+	"github.com/caravan-gpu/caravan/gpu/nvml/nvmltest"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // withNVML makes openNVML find a mocked H100 (present) or fail as on a node

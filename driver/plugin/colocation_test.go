@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 func laneGrant(slot int) reservation.Grant {

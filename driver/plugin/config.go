@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
+	"github.com/caravan-gpu/caravan/gpu/mpsctl"
 )
 
 // Config is the plugin block of the Nomad client config.

@@ -3,9 +3,9 @@ package plugin
 import (
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // processStart is when a process started, as the kernel tells; zero when it
@@ -64,22 +64,7 @@ func exitedUsage(backend gpu.Backend, b budget.Budget, gone map[int]task.SeenPro
 // since the last sample (gone): past a process's share of a granted GPU's
 // budget, or any memory on a GPU the task was not granted, is a breach.
 func judgeExited(h *task.Handle, backend gpu.Backend, gone map[int]task.SeenProc) *budget.Breach {
-	usages := exitedUsage(backend, h.Spec.Budget, gone, h.Logger)
-	var granted, other []budget.Usage
-	for _, u := range usages {
-		if _, ok := h.Spec.Budget.For(u.UUID); ok {
-			granted = append(granted, u)
-		} else {
-			other = append(other, u)
-		}
-	}
-	if breach := budget.CheckUngranted(h.Spec.Budget, other); breach != nil {
-		return breach
-	}
-	if !h.Spec.Budget.Enforced() {
-		return nil
-	}
-	return h.Peaks.Check(h.Spec.Budget, granted)
+	return h.Judge.Exited(h.Spec.Budget, exitedUsage(backend, h.Spec.Budget, gone, h.Logger))
 }
 
 // judgeAfterExit is the watchdog's last look at a task whose main process

@@ -3,8 +3,8 @@ package plugin
 import (
 	"testing"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/hashicorp/nomad/plugins/drivers"
 )
 

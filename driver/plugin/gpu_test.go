@@ -15,8 +15,8 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/caravan-gpu/caravan/internal/nomadcgroups"
 )
 

@@ -8,11 +8,11 @@ import (
 	"github.com/hashicorp/nomad/client/lib/cgroupslib"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/budget"
 	"github.com/caravan-gpu/caravan/driver/devices"
 	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 )
 
 // devicesCgroupParent is the cgroup v1 devices cgroup under which tasks'

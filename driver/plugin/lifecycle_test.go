@@ -10,8 +10,8 @@ import (
 	dtestutil "github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 func TestPluginInfoCapabilitiesAndFingerprint(t *testing.T) {

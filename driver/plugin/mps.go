@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/mpsctl"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 )
 
 // mpsServers is what sets the limits of this node's MPS servers: the

@@ -6,8 +6,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // recordingServers stands in for the MPS control daemon, at the GPU seam.

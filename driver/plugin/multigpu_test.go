@@ -8,9 +8,9 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/lane"
 	"github.com/caravan-gpu/caravan/driver/proctree"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // twoGPUConfig is simConfig on a fleet of two 16 GiB GPUs, GPU-a and GPU-b.

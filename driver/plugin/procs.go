@@ -11,10 +11,10 @@ import (
 	"github.com/hashicorp/nomad/drivers/shared/executor"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/cgroup"
 	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/caravan-gpu/caravan/driver/task"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // processControl names how the driver reaches the processes of tasks on

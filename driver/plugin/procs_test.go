@@ -17,11 +17,11 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/cgroup"
 	"github.com/caravan-gpu/caravan/driver/proctree"
 	"github.com/caravan-gpu/caravan/driver/task"
 	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // escapeTask is a task whose main process starts the workload w in a new

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/helper/users/dynamic"
 	"github.com/hashicorp/nomad/plugins/drivers"
 
+	"github.com/caravan-gpu/caravan/driver/runas"
 	"github.com/caravan-gpu/caravan/driver/task"
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
@@ -292,4 +294,82 @@ func describeMode(m fs.FileMode) string {
 		return "directory"
 	}
 	return m.Type().String()
+}
+
+// resolveUser picks the user a task runs as and refuses root unless the
+// plugin config allows it. A Nomad dynamic workload user ("nomad-<id>",
+// in no user database) is taken only with dynamic_users.
+func resolveUser(s *settings, requested string) (string, error) {
+	name := requested
+	if name == "" {
+		name = s.DefaultUser
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			ugid, perr := dynamic.Parse(name)
+			switch {
+			case perr != nil:
+				return "", fmt.Errorf("user: %q is not a user on this node: %v", name, err)
+			case !s.DynamicUsers:
+				return "", fmt.Errorf("user: %q is a Nomad dynamic workload user, which the caravan-driver plugin config does not take (dynamic_users = false)", name)
+			case ugid == 0:
+				return "", fmt.Errorf("user: %q would be root", name)
+			}
+			return name, nil
+		}
+	}
+	if u.Uid == "0" && !s.AllowRoot {
+		return "", fmt.Errorf("user: tasks may not run as root (%q) unless the caravan-driver plugin config sets allow_root = true", name)
+	}
+	return name, nil
+}
+
+// dynamicUser returns the UID and GID of a Nomad dynamic workload user, which
+// the executor cannot look up; ok is false for a user of the user database.
+func dynamicUser(name string) (uid, gid int, ok bool) {
+	if _, err := user.Lookup(name); err == nil {
+		return 0, 0, false
+	}
+	ugid, err := dynamic.Parse(name)
+	if err != nil || ugid == 0 {
+		return 0, 0, false
+	}
+	return int(ugid), int(ugid), true
+}
+
+// runAsCommand wraps argv so that the executor, which runs it as root,
+// drops to a dynamic workload user before argv runs (driver/runas).
+func runAsCommand(cred runas.Credential, taskDir, devicesCgroup string, argv []string) ([]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the driver's binary: %w", err)
+	}
+	return runas.CommandAs(self, cred, taskDir, devicesCgroup, argv), nil
+}
+
+// taskCredential is who a task of user runs as, numerically, and whether
+// caravan-run-as can start it (any user but root: a dynamic workload user,
+// or a user of the user database with its supplementary groups).
+func taskCredential(name string) (runas.Credential, bool) {
+	if uid, gid, ok := dynamicUser(name); ok {
+		return runas.Credential{UID: uid, GID: gid}, true
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return runas.Credential{}, false
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil || uid <= 0 || gid <= 0 {
+		return runas.Credential{}, false
+	}
+	cred := runas.Credential{UID: uid, GID: gid}
+	ids, _ := u.GroupIds()
+	for _, id := range ids {
+		if g, err := strconv.Atoi(id); err == nil && g > 0 {
+			cred.Groups = append(cred.Groups, g)
+		}
+	}
+	return cred, true
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/workload"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 )
 
 // simConfigFor is simConfig on a fleet of one 16 GiB GPU, GPU-test, whose

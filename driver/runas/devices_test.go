@@ -15,9 +15,9 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
 	"github.com/caravan-gpu/caravan/driver/devices"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 )
 
 // helperEnv makes TestHelperOpenGPUs the command these tests run.

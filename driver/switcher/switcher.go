@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/driver/proctree"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // Freezer stops and continues all of a task's processes at once.

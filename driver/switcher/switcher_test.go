@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
 	"github.com/caravan-gpu/caravan/driver/proctree"
+	"github.com/caravan-gpu/caravan/gpu"
 	"github.com/shoenig/test/must"
 )
 

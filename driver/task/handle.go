@@ -50,8 +50,8 @@ type Handle struct {
 
 	// Done is closed when the process has exited and ExitResult is final.
 	Done chan struct{}
-	// Peaks holds the memory peaks the watchdog has judged already.
-	Peaks budget.Peaks
+	// Judge holds what the watchdog has judged of the task already.
+	Judge budget.Judge
 
 	mu          sync.RWMutex
 	state       drivers.TaskState
@@ -63,16 +63,12 @@ type Handle struct {
 	killReason string
 	attrs      map[string]string
 	gpuUsage   []budget.Usage
-	breached   bool
 	// unknownMemory holds the PIDs already reported as holding memory the
 	// GPU does not tell.
 	unknownMemory map[int]bool
 	// seen are the task's processes the watchdog has seen and not yet seen
 	// go, with their starts.
 	seen map[int]SeenProc
-	// ungranted holds the GPUs where memory the task was not granted was
-	// reported already.
-	ungranted map[string]bool
 }
 
 // SeenProc is a process of the task that the watchdog saw, and when it
@@ -117,21 +113,6 @@ func (h *Handle) NoteProcs(now map[int]string, startOf func(pid int) time.Time) 
 	return gone
 }
 
-// NoteUngranted records that the task held memory on uuid, a GPU it was not
-// granted, and reports whether that is news.
-func (h *Handle) NoteUngranted(uuid string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ungranted[uuid] {
-		return false
-	}
-	if h.ungranted == nil {
-		h.ungranted = map[string]bool{}
-	}
-	h.ungranted[uuid] = true
-	return true
-}
-
 // SetGPUUsage records the watchdog's latest sample.
 func (h *Handle) SetGPUUsage(u []budget.Usage) {
 	h.mu.Lock()
@@ -144,17 +125,6 @@ func (h *Handle) GPUUsage() []budget.Usage {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.gpuUsage
-}
-
-// NoteBreach records whether the task is over budget now and reports whether
-// that is news, so that a warning is given once per breach rather than on
-// every sample.
-func (h *Handle) NoteBreach(over bool) (changed bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	changed = over != h.breached
-	h.breached = over
-	return changed
 }
 
 // NoteUnknownMemory records processes whose GPU memory the backend does not

@@ -9,8 +9,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 )
 
 // The run opens its GPU before its first allocation, as CUDA does: where

@@ -36,9 +36,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu/sim"
-	"github.com/caravan-gpu/caravan/device/reservation"
 	"github.com/caravan-gpu/caravan/driver/budget"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
+	"github.com/caravan-gpu/caravan/gpu/sim"
 )
 
 // Mode is how the workload behaves.

@@ -22,9 +22,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/mpsctl"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/mpsctl"
+	"github.com/caravan-gpu/caravan/gpu/nvml"
 )
 
 // ErrNoGPU is what Run returns where there is no GPU to measure.

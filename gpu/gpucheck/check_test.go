@@ -12,7 +12,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/gpu/nvml"
+	"github.com/caravan-gpu/caravan/gpu/nvml"
 	"github.com/caravan-gpu/caravan/internal/cctest"
 )
 

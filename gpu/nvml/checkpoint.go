@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 var _ gpu.Checkpointer = (*Backend)(nil)

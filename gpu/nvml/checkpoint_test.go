@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/caravan-gpu/caravan/device/gpu"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml"
-	"github.com/caravan-gpu/caravan/device/gpu/nvml/nvmltest"
+	"github.com/caravan-gpu/caravan/gpu"
+	"github.com/caravan-gpu/caravan/gpu/nvml"
+	"github.com/caravan-gpu/caravan/gpu/nvml/nvmltest"
 	"github.com/shoenig/test/must"
 )
 

@@ -58,7 +58,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // cudaAPI checkpoints through the CUDA driver API, with no attach per call.

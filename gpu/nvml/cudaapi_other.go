@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 type cudaAPI struct{}

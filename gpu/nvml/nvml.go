@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 	log "github.com/hashicorp/go-hclog"
 )
 

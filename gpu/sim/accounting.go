@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // The simulated GPUs keep each process's statistics after it exits, as

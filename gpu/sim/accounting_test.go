@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 	"github.com/shoenig/test/must"
 )
 

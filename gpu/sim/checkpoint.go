@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 func simBackend(t *testing.T, memMiB string) *Backend {

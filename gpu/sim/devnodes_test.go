@@ -8,7 +8,7 @@ import (
 	"github.com/shoenig/test/must"
 	"golang.org/x/sys/unix"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 func TestDeviceMinorsNumberPhysicalGPUsInFleetOrder(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // Fleet is the file that describes a simulated GPU fleet.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 )
 
 // A client's limit is its server's; its own environment can lower it but

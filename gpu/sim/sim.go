@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caravan-gpu/caravan/device/gpu"
+	"github.com/caravan-gpu/caravan/gpu"
 	"github.com/caravan-gpu/caravan/internal/safefile"
 )
 

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/hashicorp/nomad/api"
 )
 

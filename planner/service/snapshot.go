@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/caravan-gpu/caravan/device/reservation"
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/profile"
