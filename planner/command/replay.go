@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hashicorp/cli"
@@ -220,72 +218,6 @@ func (c *replayCommand) Run(args []string) int {
 	return exitOK
 }
 
-// replayReport is the -json output: each side as caravan sim -json prints
-// a run, and how the replay went.
-type replayReport struct {
-	Live   simReport  `json:"live"`
-	Sim    simReport  `json:"sim"`
-	Replay replayInfo `json:"replay"`
-	// Gaps are the jobs whose live JCT differs most from the simulated,
-	// with their starts, finishes and preemptions side by side.
-	Gaps []jobGap `json:"jobs_that_differ_most"`
-}
-
-type replayInfo struct {
-	Run           string  `json:"run"`
-	TimeScale     float64 `json:"time_scale"`
-	Held          bool    `json:"held"`
-	PlannerPolicy string  `json:"planner_policy,omitempty"`
-	// WritesPerJob is the mean of each job's last Nomad job version: the
-	// writes that changed the job after its submission.
-	WritesPerJob float64 `json:"planner_writes_per_job"`
-	WallSeconds  float64 `json:"wall_s"`
-	MaxLag       float64 `json:"max_submit_lag_s"`
-	TimedOut     bool    `json:"timed_out,omitempty"`
-	// StartLatency, StartSpread and RunOverhead are the trace seconds the
-	// simulator's run charged every start, each further task started at
-	// one moment, and every run (caravan sim -start-latency, -start-spread,
-	// -run-overhead), measured on that many starts, events and tasks of
-	// the live run unless a flag gave them; SimNoDelayAvgJCT is the
-	// simulator's average JCT without either.
-	StartLatency           float64 `json:"start_latency_s"`
-	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
-	StartSpread            float64 `json:"start_spread_s"`
-	StartSpreadMeasuredOn  int     `json:"start_spread_measured_on,omitempty"`
-	RunOverhead            float64 `json:"run_overhead_s"`
-	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
-	// StopLatency is the trace seconds from the planner's hold to a
-	// preempted job's stop that the simulator's run charged every start
-	// of a round that preempted (caravan sim -stop-latency), measured on
-	// that many preemptions of the live run unless a flag gave it.
-	StopLatency           float64 `json:"stop_latency_s"`
-	StopLatencyMeasuredOn int     `json:"stop_latency_measured_on,omitempty"`
-	SimNoDelayAvgJCT      float64 `json:"sim_no_delay_avg_jct"`
-	// StartLatencyMean is the mean of the start delays whose median is
-	// StartLatency, and SimMeanLatencyAvgJCT the simulator's average JCT
-	// charging it instead: how much a few slow starts weigh.
-	StartLatencyMean     float64 `json:"start_latency_mean_s,omitempty"`
-	SimMeanLatencyAvgJCT float64 `json:"sim_mean_start_latency_avg_jct,omitempty"`
-	// StartParts splits a first start's delay where the live run shows
-	// where it went (medians, trace seconds).
-	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
-	// StartCostsFrom says where the start latency and spread came from:
-	// "the clients' queue" fitted to the placements and starts, the "gaps
-	// between starts" where Nomad kept no placement times, or "flags".
-	StartCostsFrom string `json:"start_costs_from"`
-	// JobsSplit and SimJobsSplit count the jobs that finished on a run
-	// spread over several nodes, live and simulated; SplitOnOneSide counts
-	// the jobs split on one side but not the other, among those the
-	// simulator placed on named nodes.
-	JobsSplit      int `json:"jobs_split_over_nodes"`
-	SimJobsSplit   int `json:"sim_jobs_split_over_nodes"`
-	SplitOnOneSide int `json:"jobs_split_on_one_side_only"`
-}
-
-// minFittedTasks is the fewest task starts the clients' queue is fitted
-// on; with fewer the gaps between starts give the start costs.
-const minFittedTasks = 10
-
 func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	stderr := c.stderr
 	if stderr == nil {
@@ -371,107 +303,46 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// The simulator again, with what a start costs on this cluster: a
 	// planner round, Nomad's evaluation and placement, the task's start.
 	ideal := simRes
-	measured := res.Live()
-	// Where the live run shows where its starts' time went (each
-	// allocation's placement), the clients' queue fitted to it gives the
-	// start latency and spread; otherwise the gaps between starts do.
-	parts := measured.StartParts(ideal)
-	fitted := parts != nil && parts.ClientTasks >= minFittedTasks
-	costsFrom := "gaps between starts"
-	switch {
-	case f.startLatency >= 0 && f.startSpread >= 0:
-		costsFrom = "flags"
-	case fitted:
-		costsFrom = "the clients' queue"
-	}
-	spread, events := f.startSpread, 0
-	if spread < 0 {
-		if fitted {
-			spread, events = parts.ClientService, parts.ClientTasks
-		} else {
-			within, _ := measured.StartLatency(ideal, 0)
-			spread, events = measured.StartSpread(ideal, within)
-		}
-	}
-	latency, starts := f.startLatency, 0
-	var delays []float64 // the live start delays, when measured from the gaps
-	if latency < 0 {
-		if fitted {
-			latency, starts = parts.StartLatency(), parts.MeasuredOn
-		} else {
-			delays = measured.StartDelays(ideal, spread)
-			latency, starts = replay.Median(delays), len(delays)
-		}
-	}
-	overhead, runs := f.runOverhead, 0
-	if overhead < 0 {
-		overhead, runs = measured.RunOverhead(ideal)
-	}
-	stop, stopped := f.stopLatency, 0
-	if stop < 0 {
-		stop, stopped = replay.Median(res.StopDelays), len(res.StopDelays)
-	}
-	log.Info("start costs", "start_latency_s", latency, "measured_on_starts", starts, "start_spread_s", spread,
-		"measured_on_events", events, "run_overhead_s", overhead, "measured_on_runs", runs,
-		"stop_latency_s", stop, "measured_on_preemptions", stopped)
-	if latency > 0 || spread > 0 || overhead > 0 || stop > 0 {
+	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
+		RunOverhead: f.runOverhead, StopLatency: f.stopLatency})
+	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
+		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events, "run_overhead_s", costs.RunOverhead,
+		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops)
+	if costs.Any() {
 		scfg = in.simConfig(pol)
-		scfg.KeepUtil, scfg.StartLatency, scfg.StartSpread, scfg.RunOverhead = true, latency, spread, overhead
-		scfg.StopLatency = stop
+		scfg.KeepUtil = true
+		costs.Charge(&scfg)
 		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
 			return fmt.Errorf("simulator: %w", err)
 		}
 	}
-	// The mean start delay, beside the median the simulator is charged:
-	// a queue pays every start's delay, so a few slow starts cost it as
-	// much as many fast ones; the report shows what the mean would give.
-	meanLatency, meanAvgJCT := replay.Mean(delays), 0.0
-	if len(delays) > 0 {
-		mcfg := in.simConfig(pol)
-		mcfg.StartLatency, mcfg.StartSpread, mcfg.RunOverhead, mcfg.StopLatency = meanLatency, spread, overhead, stop
-		if m, err := sim.Run(mcfg, in.jobs); err == nil {
-			meanAvgJCT = m.Summary.AvgJCT
-		}
-	}
-
-	live := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
-	live.add(res.Sim)
-	simulated := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
-	simulated.add(simRes)
-	rep := replayReport{Live: live, Sim: simulated, Replay: replayInfo{Run: run, TimeScale: f.timeScale, Held: f.held,
-		PlannerPolicy: plannerPolicy, WritesPerJob: res.AvgWrites(), WallSeconds: res.Wall.Seconds(),
-		MaxLag: res.MaxLag.Seconds(), TimedOut: res.TimedOut,
-		StartLatency: latency, StartLatencyMeasuredOn: starts, StartSpread: spread, StartSpreadMeasuredOn: events,
-		RunOverhead: overhead, RunOverheadMeasuredOn: runs, StopLatency: stop, StopLatencyMeasuredOn: stopped,
-		SimNoDelayAvgJCT: ideal.Summary.AvgJCT, StartLatencyMean: meanLatency, SimMeanLatencyAvgJCT: meanAvgJCT,
-		StartParts: parts, StartCostsFrom: costsFrom}}
-	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
-	gaps := jobGaps(res.Sim, simRes)
-	rep.Gaps = gaps[:min(topGaps, len(gaps))]
-	if f.out != "" {
-		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
-			return err
-		}
-		if err := writeGapsCSV(filepath.Join(f.out, "jobs.csv"), gaps); err != nil {
-			return err
-		}
-		if err := writeTimeline(filepath.Join(f.out, "live", "timeline.json"), res); err != nil {
-			return err
-		}
-	}
-	if f.json {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		c.ui.Output(string(b))
-	} else {
-		c.ui.Output(renderReplay(rep))
+	meanLatency, meanAvgJCT := meanLatencyRun(in, pol, costs)
+	rep := replayReport{Replay: replayInfo{Run: run, PlannerPolicy: plannerPolicy, StartLatencyMean: meanLatency,
+		SimMeanLatencyAvgJCT: meanAvgJCT, SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
+	if err := c.report(f, in, rep, costs, res, simRes); err != nil {
+		return err
 	}
 	if res.TimedOut {
 		return fmt.Errorf("%d of %d jobs did not finish within -timeout %s", res.Sim.Summary.Unfinished, len(in.jobs), timeout)
 	}
 	return nil
+}
+
+// meanLatencyRun is the mean start delay, beside the median the simulator
+// is charged, and the simulator's average JCT charging it instead: a queue
+// pays every start's delay, so a few slow starts cost it as much as many
+// fast ones. Both are 0 where the delays were not measured from the gaps.
+func meanLatencyRun(in *traceInputs, pol *policy.Policy, costs replay.Costs) (latency, avgJCT float64) {
+	if len(costs.Delays) == 0 {
+		return 0, 0
+	}
+	cfg, mean := in.simConfig(pol), costs
+	mean.StartLatency = replay.Mean(costs.Delays)
+	mean.Charge(&cfg)
+	if m, err := sim.Run(cfg, in.jobs); err == nil {
+		avgJCT = m.Summary.AvgJCT
+	}
+	return mean.StartLatency, avgJCT
 }
 
 // writeKV writes the jobs' throughput profiles and, with -seed-history,
@@ -572,60 +443,4 @@ func randomRunID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func renderReplay(rep replayReport) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
-		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\trun overhead\tstop latency\tsim without them\t")
-	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
-		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
-		ratio := math.NaN()
-		if s.AvgJCT > 0 {
-			ratio = l.AvgJCT / s.AvgJCT
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
-			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.RunOverhead,
-			rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
-	}
-	tw.Flush()
-	if p := rep.Replay.StartParts; p != nil {
-		fmt.Fprintf(&b, "\na first start's delay, where it went (medians of %d starts, trace seconds): planner %.1f, Nomad %.1f, client %.1f\n",
-			p.MeasuredOn, p.Planner, p.Nomad, p.Client)
-		fmt.Fprintf(&b, "tasks waited on the clients to start %.0f%% of the run, which started one every %.1f trace seconds meanwhile\n",
-			100*p.ClientsBusy, p.ClientsPerStart)
-		fmt.Fprintf(&b, "the clients' queue, fitted on %d tasks: each starts %.1f s after its placement, %.1f s after the task before it at the soonest\n",
-			p.ClientTasks, p.ClientDelay, p.ClientService)
-	}
-	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
-	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {
-		fmt.Fprintf(&b, "\njobs run over several nodes: %d live, %d simulated, %d on one side only\n", r.JobsSplit, r.SimJobsSplit, r.SplitOnOneSide)
-	}
-	if len(rep.Gaps) > 0 {
-		b.WriteString("\n")
-		b.WriteString(renderGaps(rep.Gaps))
-	}
-	b.WriteString("\nlive:\n")
-	b.WriteString(renderTable(rep.Live))
-	b.WriteString("\n\nsimulated:\n")
-	b.WriteString(renderTable(rep.Sim))
-	return b.String()
-}
-
-// writeReplayOutputs writes live/ and sim/ as caravan sim -out does, and
-// replay.json.
-func writeReplayOutputs(dir string, rep replayReport, live, simulated *sim.Result) error {
-	if err := writeOutputs(filepath.Join(dir, "live"), rep.Live, []*sim.Result{live}); err != nil {
-		return err
-	}
-	if err := writeOutputs(filepath.Join(dir, "sim"), rep.Sim, []*sim.Result{simulated}); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "replay.json"), append(b, '\n'), 0o644)
 }

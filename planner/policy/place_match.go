@@ -146,28 +146,7 @@ func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map
 	}
 	assign := assignToGroups(cost, capacity)
 
-	// A job goes where most of its pieces went (the cheaper group on a
-	// tie); a one-GPU job, where its one piece went.
-	group := make([]int, len(win))
-	votes := make([]int, len(groups))
-	for x := 0; x < len(pieceOf); {
-		a := pieceOf[x]
-		group[a] = -1
-		for y := x; y < x+pieces[a]; y++ {
-			if b := assign[y]; b >= 0 {
-				votes[b]++
-				if g := group[a]; g < 0 || votes[b] > votes[g] || (votes[b] == votes[g] && jobCost[a][b] < jobCost[a][g]) {
-					group[a] = b
-				}
-			}
-		}
-		for y := x; y < x+pieces[a]; y++ {
-			if b := assign[y]; b >= 0 {
-				votes[b] = 0
-			}
-		}
-		x += pieces[a]
-	}
+	group := jobGroups(pieceOf, pieces, assign, jobCost, len(groups))
 	// Lay each group's jobs on its model's GPUs, the longest waiting first;
 	// a GPU's queue head is its job in the highest position, so the jobs of
 	// a position that fit on GPUs with no job above them are heads. Heads
@@ -225,6 +204,33 @@ func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map
 		}
 	}
 	return matched
+}
+
+// jobGroups puts each job where most of its pieces went (the cheaper
+// group on a tie); a one-GPU job, where its one piece went; -1 where none
+// of its pieces was matched.
+func jobGroups(pieceOf, pieces, assign []int, jobCost [][]float64, nGroups int) []int {
+	group := make([]int, len(pieces))
+	votes := make([]int, nGroups)
+	for x := 0; x < len(pieceOf); {
+		a := pieceOf[x]
+		group[a] = -1
+		for y := x; y < x+pieces[a]; y++ {
+			if b := assign[y]; b >= 0 {
+				votes[b]++
+				if g := group[a]; g < 0 || votes[b] > votes[g] || (votes[b] == votes[g] && jobCost[a][b] < jobCost[a][g]) {
+					group[a] = b
+				}
+			}
+		}
+		for y := x; y < x+pieces[a]; y++ {
+			if b := assign[y]; b >= 0 {
+				votes[b] = 0
+			}
+		}
+		x += pieces[a]
+	}
+	return group
 }
 
 // matchWindow is the pending jobs the matching considers, longest since

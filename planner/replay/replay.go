@@ -8,7 +8,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -377,6 +376,13 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		}
 	}
 	cancel()
+	return p.result(n, tr, clock, subs, begin, timedOut), nil
+}
+
+// result reads back the course of the jobs left unfinished, and puts the
+// run in the simulator's terms, in trace seconds.
+func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begin time.Time, timedOut bool) *Result {
+	cfg := p.cfg
 	now := time.Now()
 	at := subs.times()
 	for i := range tr.outcomes {
@@ -394,7 +400,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		}
 		rcancel()
 	}
-	res := &Result{Writes: make([]uint64, total), T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
+	res := &Result{Writes: make([]uint64, len(tr.outcomes)), T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
 	res.Tasks = make([][]TaskRun, len(tr.outcomes))
 	res.Releases = make([][]float64, len(tr.outcomes))
@@ -412,69 +418,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		}
 	}
 	sort.Float64s(res.Stops)
-	return res, nil
-}
-
-// submissions records when each job was submitted, from the submitting
-// goroutine to the watching one.
-type submissions struct {
-	mu     sync.Mutex
-	at     []time.Time
-	maxLag time.Duration
-	cut    bool // a register was cut short by the end of the run
-}
-
-func (s *submissions) record(i int, at time.Time, lag time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.at[i] = at
-	s.maxLag = max(s.maxLag, lag)
-}
-
-func (s *submissions) times() []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Time(nil), s.at...)
-}
-
-func (s *submissions) lag() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.maxLag
-}
-
-func (s *submissions) wasCut() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cut
-}
-
-// submitAll registers each job at its scaled arrival, in trace order.
-func (p *Plan) submitAll(ctx context.Context, n Nomad, opts JobOptions, clock Clock, subs *submissions) error {
-	for i, j := range p.cfg.Jobs {
-		at := clock.At(j.Arrival)
-		if d := time.Until(at); d > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(d):
-			}
-		}
-		now := time.Now()
-		if err := n.Register(ctx, JobSpec(opts, p.IDs[i], j, p.Works[i])); err != nil {
-			if ctx.Err() != nil {
-				subs.mu.Lock()
-				subs.cut = true
-				subs.mu.Unlock()
-				return nil
-			}
-			return fmt.Errorf("submit trace job %s as %s to Nomad at %s: %w", j.ID, p.IDs[i], n.Address(), err)
-		}
-		p.log.Debug("submitted", "job", p.IDs[i], "trace_s", j.Arrival, "gpus", max(j.GPUs, 1),
-			"iterations", p.Works[i].Iterations, "iteration_time", p.Works[i].IterationTime)
-		subs.record(i, now, now.Sub(at))
-	}
-	return nil
+	return res
 }
 
 // tracker is what the watching loop knows of the jobs.
@@ -601,98 +545,4 @@ func groupSummary(stub *api.JobListStub) api.TaskGroupSummary {
 		return api.TaskGroupSummary{}
 	}
 	return stub.JobSummary.Summary[GroupName]
-}
-
-// failure turns a failed allocation of a job into an error naming the job,
-// the allocation and what its task reported; nil when no failed task is
-// found.
-func (p *Plan) failure(ctx context.Context, n Nomad, jobID, workloadPath string) error {
-	allocs, err := n.Allocations(ctx, jobID)
-	if err != nil {
-		return nil
-	}
-	for _, a := range allocs {
-		for task, ts := range a.TaskStates {
-			if ts == nil || !ts.Failed {
-				continue
-			}
-			msg := ""
-			driverFailed := false
-			for _, ev := range ts.Events {
-				if ev == nil {
-					continue
-				}
-				if ev.Type == api.TaskDriverFailure || ev.Type == api.TaskSetupFailure {
-					driverFailed = true
-				}
-				if ev.DisplayMessage != "" && ev.Type != api.TaskNotRestarting {
-					msg = ev.Type + ": " + ev.DisplayMessage
-				}
-			}
-			if driverFailed {
-				return fmt.Errorf("job %s: the caravan driver could not start task %s of allocation %s (%s): is -workload %s on every client node and executable there?",
-					jobID, task, shortID(a.ID), msg, workloadPath)
-			}
-			return fmt.Errorf("job %s: task %s of allocation %s failed (%s); see `nomad alloc logs -stderr %s`",
-				jobID, task, shortID(a.ID), msg, a.ID)
-		}
-	}
-	return nil
-}
-
-func shortID(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
-}
-
-// purge removes every job of the replay, however the run ends.
-func (p *Plan) purge(n Nomad) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	stubs, err := n.Jobs(ctx, p.cfg.Job.Prefix)
-	if err != nil {
-		p.log.Error("cannot list the replay's jobs to purge them; purge them by hand", "prefix", p.cfg.Job.Prefix, "error", err)
-		return
-	}
-	purged := 0
-	for _, s := range stubs {
-		if !strings.HasPrefix(s.ID, p.cfg.Job.Prefix) {
-			continue
-		}
-		if err := n.Purge(ctx, s.ID); err != nil {
-			p.log.Error("cannot purge a replay job", "job", s.ID, "error", err)
-			continue
-		}
-		purged++
-	}
-	p.log.Info("purged the replay's jobs", "prefix", p.cfg.Job.Prefix, "jobs", purged)
-}
-
-// openCheckpointDir makes dir when it is missing or the replay's own, and
-// then lets tasks running as any user write their checkpoints in it. It is
-// not sticky: a job resumed in a new allocation, on this node or another,
-// runs as another UID and must replace the checkpoint its earlier run
-// wrote. A directory the user named and that exists is left as it is.
-func openCheckpointDir(dir string, own bool) error {
-	st, err := os.Stat(dir)
-	switch {
-	case os.IsNotExist(err):
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("checkpoint directory: %w", err)
-		}
-		own = true
-	case err != nil:
-		return fmt.Errorf("checkpoint directory: %w", err)
-	case !st.IsDir():
-		return fmt.Errorf("checkpoint directory %s is not a directory", dir)
-	}
-	if !own {
-		return nil
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return fmt.Errorf("checkpoint directory %s: tasks run as another user and must write there: %w", dir, err)
-	}
-	return nil
 }

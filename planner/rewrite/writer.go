@@ -135,12 +135,9 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			// ours or after it, so a fresh read carries the lost edit's
 			// successor. Fall through to a fresh read.
 		}
-		job, err := read, error(nil)
+		job, running, skip, err := w.read(ctx, namespace, id, t, read)
 		read = nil
-		if job == nil {
-			job, err = w.Nomad.Job(ctx, namespace, id)
-		}
-		if errors.Is(err, nomadx.ErrNotFound) {
+		if skip {
 			res.Outcome = Skipped
 			return res
 		}
@@ -148,29 +145,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			res.Outcome, res.Err = Failed, err
 			return res
 		}
-		if job.Stop != nil && *job.Stop || job.Status != nil && *job.Status == "dead" {
-			res.Outcome = Skipped
-			return res
-		}
-		live = false
-		var running []string
-		if t.Placement != nil || t.Restore || t.Hold {
-			// Placement may only change while nothing of the job is placed,
-			// and a hold preempts what is; ask Nomad (or, for a hold, the
-			// event stream's mirror) now rather than trust the round's
-			// snapshot.
-			allocs, err := w.allocations(ctx, namespace, id, t)
-			if err != nil {
-				res.Outcome, res.Err = Failed, err
-				return res
-			}
-			for _, a := range allocs {
-				if (a.ClientStatus == "running" || a.ClientStatus == "pending") && a.DesiredStatus == "run" {
-					live = true
-					running = append(running, a.ID)
-				}
-			}
-		}
+		live = len(running) > 0
 		res.Live = live
 		change := Rewrite(job, t, live)
 		if len(change) == 0 && t.Hold && live {
@@ -227,6 +202,41 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 	res.Outcome = Failed
 	res.Err = fmt.Errorf("job %s/%s changed %d times while being rewritten; left for the next round", namespace, id, res.Conflicts)
 	return res
+}
+
+// read reads the job fresh, or takes read, a copy the caller read
+// recently, and, where t may place, restore or hold it, lists what of it
+// runs now. Placement may only change while nothing of the job is placed,
+// and a hold preempts what is: ask Nomad (or, for a hold, the event
+// stream's mirror) now rather than trust the round's snapshot. skip says
+// the job stopped or is gone.
+func (w *Writer) read(ctx context.Context, namespace, id string, t Target, read *api.Job) (job *api.Job, running []string, skip bool, err error) {
+	job = read
+	if job == nil {
+		job, err = w.Nomad.Job(ctx, namespace, id)
+	}
+	if errors.Is(err, nomadx.ErrNotFound) {
+		return nil, nil, true, nil
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if job.Stop != nil && *job.Stop || job.Status != nil && *job.Status == "dead" {
+		return nil, nil, true, nil
+	}
+	if t.Placement == nil && !t.Restore && !t.Hold {
+		return job, nil, false, nil
+	}
+	allocs, err := w.allocations(ctx, namespace, id, t)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	for _, a := range allocs {
+		if (a.ClientStatus == "running" || a.ClientStatus == "pending") && a.DesiredStatus == "run" {
+			running = append(running, a.ID)
+		}
+	}
+	return job, running, false, nil
 }
 
 // settle records what one conditional write of job left: done when it

@@ -154,9 +154,9 @@ func ParseConfig(filename string, src []byte) (*Settings, error) {
 
 // Settings validates c and fills in defaults.
 func (c *Config) Settings(filename string) (*Settings, error) {
-	bad := func(field, format string, args ...any) error {
+	bad := badField(func(field, format string, args ...any) error {
 		return fmt.Errorf("planner config %s: %s: %s", filename, field, fmt.Sprintf(format, args...))
-	}
+	})
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: policy.Default, Interval: 10 * time.Second, MinInterval: time.Second,
 		MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
@@ -215,81 +215,9 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		}
 	}
 	if p := c.Planning; p != nil {
-		if p.Policy != "" {
-			s.Policy = p.Policy
+		if err := p.apply(s, bad); err != nil {
+			return nil, err
 		}
-		s.Namespaces = p.Namespaces
-		for i, ns := range p.Namespaces {
-			if strings.TrimSpace(ns) == "" {
-				return nil, bad(fmt.Sprintf("planning.namespaces[%d]", i), "must not be empty")
-			}
-		}
-		var err error
-		if s.Interval, err = duration(p.Interval, s.Interval); err != nil || s.Interval <= 0 {
-			return nil, bad("planning.interval", "must be a positive duration like \"10s\", got %q", p.Interval)
-		}
-		if s.MinInterval, err = duration(p.MinInterval, s.MinInterval); err != nil || s.MinInterval < 0 {
-			return nil, bad("planning.min_interval", "must be a duration like \"1s\", got %q", p.MinInterval)
-		}
-		if s.MinInterval > s.Interval {
-			return nil, bad("planning.min_interval", "%s is longer than planning.interval %s", s.MinInterval, s.Interval)
-		}
-		if s.Settle, err = duration(p.Settle, s.Settle); err != nil || s.Settle < 0 {
-			return nil, bad("planning.settle", "must be a duration like \"100ms\", got %q", p.Settle)
-		}
-		if s.Settle > s.Interval {
-			return nil, bad("planning.settle", "%s is longer than planning.interval %s", s.Settle, s.Interval)
-		}
-		if s.MigrationCost, err = duration(p.MigrationCost, s.MigrationCost); err != nil || s.MigrationCost <= 0 {
-			return nil, bad("planning.migration_cost", "must be a positive duration like \"30s\", got %q", p.MigrationCost)
-		}
-		for i, cut := range p.QueueCuts {
-			if cut <= 0 || i > 0 && cut <= p.QueueCuts[i-1] {
-				return nil, bad("planning.queue_cuts", "must be positive GPU-seconds in increasing order, got %v", p.QueueCuts)
-			}
-		}
-		s.QueueCuts = p.QueueCuts
-		if p.PromoteKnob < 0 {
-			return nil, bad("planning.promote_knob", "must be >= 0, got %g", p.PromoteKnob)
-		}
-		s.PromoteKnob = p.PromoteKnob
-		if p.JobSizesScale < 0 || math.IsNaN(p.JobSizesScale) || math.IsInf(p.JobSizesScale, 0) {
-			return nil, bad("planning.job_sizes_scale", "must be a positive factor, got %g", p.JobSizesScale)
-		}
-		if p.JobSizes != "" {
-			sizes, err := trace.LoadJobSizeSample(p.JobSizes)
-			if err != nil {
-				return nil, bad("planning.job_sizes", "%v", err)
-			}
-			if p.JobSizesScale > 0 {
-				for i := range sizes {
-					sizes[i] *= p.JobSizesScale
-				}
-			}
-			s.JobSizes = policy.NewSizeDistribution(sizes)
-		} else if p.JobSizesScale != 0 {
-			return nil, bad("planning.job_sizes_scale", "needs planning.job_sizes")
-		}
-		// A pointer, so that an explicit 0 (unlimited) differs from unset.
-		if p.MaxWrites != nil {
-			if *p.MaxWrites < 0 {
-				return nil, bad("planning.max_writes_per_second", "must be >= 0 (0: unlimited), got %g", *p.MaxWrites)
-			}
-			s.MaxWrites = *p.MaxWrites
-		}
-		if p.WriteBurst < 0 {
-			return nil, bad("planning.write_burst", "must be >= 0, got %d", p.WriteBurst)
-		}
-		if p.WriteBurst > 0 {
-			s.WriteBurst = p.WriteBurst
-		}
-		if p.Writers < 0 || p.Writers > 64 {
-			return nil, bad("planning.write_workers", "must be between 1 and 64, got %d", p.Writers)
-		}
-		if p.Writers > 0 {
-			s.Writers = p.Writers
-		}
-		s.DryRun = p.DryRun
 	}
 	if u := c.UI; u != nil && u.ResultsDir != "" {
 		st, err := os.Stat(u.ResultsDir)
@@ -310,6 +238,89 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		s.ID = "caravan-planner-" + host + "-" + port
 	}
 	return s, nil
+}
+
+// badField is an error that names a config field.
+type badField func(field, format string, args ...any) error
+
+// apply validates the planning block and sets what it gives on s.
+func (p *PlanningBlock) apply(s *Settings, bad badField) error {
+	if p.Policy != "" {
+		s.Policy = p.Policy
+	}
+	s.Namespaces = p.Namespaces
+	for i, ns := range p.Namespaces {
+		if strings.TrimSpace(ns) == "" {
+			return bad(fmt.Sprintf("planning.namespaces[%d]", i), "must not be empty")
+		}
+	}
+	var err error
+	if s.Interval, err = duration(p.Interval, s.Interval); err != nil || s.Interval <= 0 {
+		return bad("planning.interval", "must be a positive duration like \"10s\", got %q", p.Interval)
+	}
+	if s.MinInterval, err = duration(p.MinInterval, s.MinInterval); err != nil || s.MinInterval < 0 {
+		return bad("planning.min_interval", "must be a duration like \"1s\", got %q", p.MinInterval)
+	}
+	if s.MinInterval > s.Interval {
+		return bad("planning.min_interval", "%s is longer than planning.interval %s", s.MinInterval, s.Interval)
+	}
+	if s.Settle, err = duration(p.Settle, s.Settle); err != nil || s.Settle < 0 {
+		return bad("planning.settle", "must be a duration like \"100ms\", got %q", p.Settle)
+	}
+	if s.Settle > s.Interval {
+		return bad("planning.settle", "%s is longer than planning.interval %s", s.Settle, s.Interval)
+	}
+	if s.MigrationCost, err = duration(p.MigrationCost, s.MigrationCost); err != nil || s.MigrationCost <= 0 {
+		return bad("planning.migration_cost", "must be a positive duration like \"30s\", got %q", p.MigrationCost)
+	}
+	for i, cut := range p.QueueCuts {
+		if cut <= 0 || i > 0 && cut <= p.QueueCuts[i-1] {
+			return bad("planning.queue_cuts", "must be positive GPU-seconds in increasing order, got %v", p.QueueCuts)
+		}
+	}
+	s.QueueCuts = p.QueueCuts
+	if p.PromoteKnob < 0 {
+		return bad("planning.promote_knob", "must be >= 0, got %g", p.PromoteKnob)
+	}
+	s.PromoteKnob = p.PromoteKnob
+	if p.JobSizesScale < 0 || math.IsNaN(p.JobSizesScale) || math.IsInf(p.JobSizesScale, 0) {
+		return bad("planning.job_sizes_scale", "must be a positive factor, got %g", p.JobSizesScale)
+	}
+	if p.JobSizes != "" {
+		sizes, err := trace.LoadJobSizeSample(p.JobSizes)
+		if err != nil {
+			return bad("planning.job_sizes", "%v", err)
+		}
+		if p.JobSizesScale > 0 {
+			for i := range sizes {
+				sizes[i] *= p.JobSizesScale
+			}
+		}
+		s.JobSizes = policy.NewSizeDistribution(sizes)
+	} else if p.JobSizesScale != 0 {
+		return bad("planning.job_sizes_scale", "needs planning.job_sizes")
+	}
+	// A pointer, so that an explicit 0 (unlimited) differs from unset.
+	if p.MaxWrites != nil {
+		if *p.MaxWrites < 0 {
+			return bad("planning.max_writes_per_second", "must be >= 0 (0: unlimited), got %g", *p.MaxWrites)
+		}
+		s.MaxWrites = *p.MaxWrites
+	}
+	if p.WriteBurst < 0 {
+		return bad("planning.write_burst", "must be >= 0, got %d", p.WriteBurst)
+	}
+	if p.WriteBurst > 0 {
+		s.WriteBurst = p.WriteBurst
+	}
+	if p.Writers < 0 || p.Writers > 64 {
+		return bad("planning.write_workers", "must be between 1 and 64, got %d", p.Writers)
+	}
+	if p.Writers > 0 {
+		s.Writers = p.Writers
+	}
+	s.DryRun = p.DryRun
+	return nil
 }
 
 // validToken refuses a token that cannot travel in an HTTP header as it

@@ -1,0 +1,178 @@
+package command
+
+// This file writes a replay's report: as text or JSON, and with -out as files.
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caravan-gpu/caravan/planner/replay"
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// replayReport is the -json output: each side as caravan sim -json prints
+// a run, and how the replay went.
+type replayReport struct {
+	Live   simReport  `json:"live"`
+	Sim    simReport  `json:"sim"`
+	Replay replayInfo `json:"replay"`
+	// Gaps are the jobs whose live JCT differs most from the simulated,
+	// with their starts, finishes and preemptions side by side.
+	Gaps []jobGap `json:"jobs_that_differ_most"`
+}
+
+type replayInfo struct {
+	Run           string  `json:"run"`
+	TimeScale     float64 `json:"time_scale"`
+	Held          bool    `json:"held"`
+	PlannerPolicy string  `json:"planner_policy,omitempty"`
+	// WritesPerJob is the mean of each job's last Nomad job version: the
+	// writes that changed the job after its submission.
+	WritesPerJob float64 `json:"planner_writes_per_job"`
+	WallSeconds  float64 `json:"wall_s"`
+	MaxLag       float64 `json:"max_submit_lag_s"`
+	TimedOut     bool    `json:"timed_out,omitempty"`
+	// StartLatency, StartSpread and RunOverhead are the trace seconds the
+	// simulator's run charged every start, each further task started at
+	// one moment, and every run (caravan sim -start-latency, -start-spread,
+	// -run-overhead), measured on that many starts, events and tasks of
+	// the live run unless a flag gave them; SimNoDelayAvgJCT is the
+	// simulator's average JCT without either.
+	StartLatency           float64 `json:"start_latency_s"`
+	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
+	StartSpread            float64 `json:"start_spread_s"`
+	StartSpreadMeasuredOn  int     `json:"start_spread_measured_on,omitempty"`
+	RunOverhead            float64 `json:"run_overhead_s"`
+	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
+	// StopLatency is the trace seconds from the planner's hold to a
+	// preempted job's stop that the simulator's run charged every start
+	// of a round that preempted (caravan sim -stop-latency), measured on
+	// that many preemptions of the live run unless a flag gave it.
+	StopLatency           float64 `json:"stop_latency_s"`
+	StopLatencyMeasuredOn int     `json:"stop_latency_measured_on,omitempty"`
+	SimNoDelayAvgJCT      float64 `json:"sim_no_delay_avg_jct"`
+	// StartLatencyMean is the mean of the start delays whose median is
+	// StartLatency, and SimMeanLatencyAvgJCT the simulator's average JCT
+	// charging it instead: how much a few slow starts weigh.
+	StartLatencyMean     float64 `json:"start_latency_mean_s,omitempty"`
+	SimMeanLatencyAvgJCT float64 `json:"sim_mean_start_latency_avg_jct,omitempty"`
+	// StartParts splits a first start's delay where the live run shows
+	// where it went (medians, trace seconds).
+	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
+	// StartCostsFrom says where the start latency and spread came from:
+	// "the clients' queue" fitted to the placements and starts, the "gaps
+	// between starts" where Nomad kept no placement times, or "flags".
+	StartCostsFrom string `json:"start_costs_from"`
+	// JobsSplit and SimJobsSplit count the jobs that finished on a run
+	// spread over several nodes, live and simulated; SplitOnOneSide counts
+	// the jobs split on one side but not the other, among those the
+	// simulator placed on named nodes.
+	JobsSplit      int `json:"jobs_split_over_nodes"`
+	SimJobsSplit   int `json:"sim_jobs_split_over_nodes"`
+	SplitOnOneSide int `json:"jobs_split_on_one_side_only"`
+}
+
+// report completes rep, which holds what run knew of the replay, with the
+// live and simulated results side by side, and writes it: to stdout, and
+// with -out to files.
+func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport, costs replay.Costs, res *replay.Result, simRes *sim.Result) error {
+	live := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
+	live.add(res.Sim)
+	simulated := simReport{Trace: in.traceName, Cluster: in.cluster.Name, GPUs: in.cluster.GPUs()}
+	simulated.add(simRes)
+	rep.Live, rep.Sim = live, simulated
+	info := &rep.Replay
+	info.TimeScale, info.Held, info.WritesPerJob, info.WallSeconds = f.timeScale, f.held, res.AvgWrites(), res.Wall.Seconds()
+	info.MaxLag, info.TimedOut = res.MaxLag.Seconds(), res.TimedOut
+	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
+	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events
+	info.RunOverhead, info.RunOverheadMeasuredOn = costs.RunOverhead, costs.Runs
+	info.StopLatency, info.StopLatencyMeasuredOn = costs.StopLatency, costs.Stops
+	info.StartParts, info.StartCostsFrom = costs.Parts, costs.From
+	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
+	gaps := jobGaps(res.Sim, simRes)
+	rep.Gaps = gaps[:min(topGaps, len(gaps))]
+	if f.out != "" {
+		if err := writeReplayOutputs(f.out, rep, res.Sim, simRes); err != nil {
+			return err
+		}
+		if err := writeGapsCSV(filepath.Join(f.out, "jobs.csv"), gaps); err != nil {
+			return err
+		}
+		if err := writeTimeline(filepath.Join(f.out, "live", "timeline.json"), res); err != nil {
+			return err
+		}
+	}
+	if f.json {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		c.ui.Output(string(b))
+	} else {
+		c.ui.Output(renderReplay(rep))
+	}
+	return nil
+}
+
+func renderReplay(rep replayReport) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
+		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\trun overhead\tstop latency\tsim without them\t")
+	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
+		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
+		ratio := math.NaN()
+		if s.AvgJCT > 0 {
+			ratio = l.AvgJCT / s.AvgJCT
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.RunOverhead,
+			rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
+	}
+	tw.Flush()
+	if p := rep.Replay.StartParts; p != nil {
+		fmt.Fprintf(&b, "\na first start's delay, where it went (medians of %d starts, trace seconds): planner %.1f, Nomad %.1f, client %.1f\n",
+			p.MeasuredOn, p.Planner, p.Nomad, p.Client)
+		fmt.Fprintf(&b, "tasks waited on the clients to start %.0f%% of the run, which started one every %.1f trace seconds meanwhile\n",
+			100*p.ClientsBusy, p.ClientsPerStart)
+		fmt.Fprintf(&b, "the clients' queue, fitted on %d tasks: each starts %.1f s after its placement, %.1f s after the task before it at the soonest\n",
+			p.ClientTasks, p.ClientDelay, p.ClientService)
+	}
+	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
+	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {
+		fmt.Fprintf(&b, "\njobs run over several nodes: %d live, %d simulated, %d on one side only\n", r.JobsSplit, r.SimJobsSplit, r.SplitOnOneSide)
+	}
+	if len(rep.Gaps) > 0 {
+		b.WriteString("\n")
+		b.WriteString(renderGaps(rep.Gaps))
+	}
+	b.WriteString("\nlive:\n")
+	b.WriteString(renderTable(rep.Live))
+	b.WriteString("\n\nsimulated:\n")
+	b.WriteString(renderTable(rep.Sim))
+	return b.String()
+}
+
+// writeReplayOutputs writes live/ and sim/ as caravan sim -out does, and
+// replay.json.
+func writeReplayOutputs(dir string, rep replayReport, live, simulated *sim.Result) error {
+	if err := writeOutputs(filepath.Join(dir, "live"), rep.Live, []*sim.Result{live}); err != nil {
+		return err
+	}
+	if err := writeOutputs(filepath.Join(dir, "sim"), rep.Sim, []*sim.Result{simulated}); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "replay.json"), append(b, '\n'), 0o644)
+}

@@ -1,0 +1,78 @@
+package replay
+
+import "github.com/caravan-gpu/caravan/planner/sim"
+
+// Costs are what a start, a run and a stop cost on the live cluster, in
+// trace seconds, as the simulator is charged them (sim.Config's
+// StartLatency, StartSpread, RunOverhead and StopLatency), and how many of
+// each they were measured on.
+type Costs struct {
+	StartLatency, StartSpread, RunOverhead, StopLatency float64
+	Starts, Events, Runs, Stops                         int
+	// From says where the start latency and spread came from: "the
+	// clients' queue" fitted to the placements and starts, the "gaps
+	// between starts" where Nomad kept too few placement times, or "flags".
+	From string
+	// Parts splits a first start's delay where the live run shows where
+	// it went; nil where it does not.
+	Parts *StartParts
+	// Delays are the live start delays whose median is StartLatency, when
+	// it was measured from the gaps between starts.
+	Delays []float64
+}
+
+// MinFittedTasks is the fewest task starts the clients' queue is fitted
+// on; with fewer the gaps between starts give the start costs.
+const MinFittedTasks = 10
+
+// MeasureCosts measures on the live run each cost that given leaves
+// negative, against ideal, the simulator's run without costs. Where the
+// run shows where its starts' time went (each allocation's placement),
+// the clients' queue fitted to it gives the start latency and spread;
+// otherwise the gaps between starts do.
+func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
+	live := r.Live()
+	c := given
+	c.Parts = live.StartParts(ideal)
+	fitted := c.Parts != nil && c.Parts.ClientTasks >= MinFittedTasks
+	c.From = "gaps between starts"
+	switch {
+	case given.StartLatency >= 0 && given.StartSpread >= 0:
+		c.From = "flags"
+	case fitted:
+		c.From = "the clients' queue"
+	}
+	if c.StartSpread < 0 {
+		if fitted {
+			c.StartSpread, c.Events = c.Parts.ClientService, c.Parts.ClientTasks
+		} else {
+			within, _ := live.StartLatency(ideal, 0)
+			c.StartSpread, c.Events = live.StartSpread(ideal, within)
+		}
+	}
+	if c.StartLatency < 0 {
+		if fitted {
+			c.StartLatency, c.Starts = c.Parts.StartLatency(), c.Parts.MeasuredOn
+		} else {
+			c.Delays = live.StartDelays(ideal, c.StartSpread)
+			c.StartLatency, c.Starts = Median(c.Delays), len(c.Delays)
+		}
+	}
+	if c.RunOverhead < 0 {
+		c.RunOverhead, c.Runs = live.RunOverhead(ideal)
+	}
+	if c.StopLatency < 0 {
+		c.StopLatency, c.Stops = Median(r.StopDelays), len(r.StopDelays)
+	}
+	return c
+}
+
+// Any says whether any cost is charged.
+func (c Costs) Any() bool {
+	return c.StartLatency > 0 || c.StartSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0
+}
+
+// Charge sets the costs on cfg.
+func (c Costs) Charge(cfg *sim.Config) {
+	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
+}
