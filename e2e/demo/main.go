@@ -61,31 +61,8 @@ func run(once bool) error {
 	}
 	showGPUs(node)
 
-	say("\n== turning on Nomad's preemption, a fallback for jobs the planner has not held (it preempts by holding jobs itself)")
-	out, err := caravan(c, "setup")
-	say("$ caravan setup\n%s", strings.TrimSpace(out))
-	if err != nil {
-		return fmt.Errorf("caravan setup: %w", err)
-	}
-
-	profiles := filepath.Join(c.Dir, "profiles.json")
-	if err := os.WriteFile(profiles, []byte(demoProfiles), 0o644); err != nil {
+	if err := prepare(c); err != nil {
 		return err
-	}
-	out, err = caravan(c, "profile", "import", profiles)
-	say("\n== importing a throughput profile: resnet runs 6x faster on an H100 than on a T4\n$ caravan profile import profiles.json\n%s", strings.TrimSpace(out))
-	if err != nil {
-		return fmt.Errorf("caravan profile import: %w", err)
-	}
-
-	// Before any job, so that it takes no time from the planner's rounds.
-	if err := os.MkdirAll(resultsDir(c), 0o755); err != nil {
-		return err
-	}
-	out, err = caravan(c, "sim", "-cluster", "n1g8", "-policy", "fifo,las", "-jobs", "200", "-load", "30",
-		"-out", filepath.Join(resultsDir(c), "sim-fifo-las"))
-	if err != nil {
-		return fmt.Errorf("caravan sim for the dashboard's Results view: %w: %s", err, out)
 	}
 
 	say("\n== starting the planner (policy las+match; a job that passes 5 GPU-s drops a priority band)")
@@ -144,17 +121,35 @@ func run(once bool) error {
 		return err
 	}
 
+	if err := watchQueue(ctx, c, planner.addr, start, once, submit); err != nil {
+		if ctx.Err() != nil {
+			return nil // Ctrl-C
+		}
+		return err
+	}
+	if err := showOutcome(c, planner.addr); err != nil {
+		return err
+	}
+	say("\n`make demo` without -once keeps the cluster and the planner running until Ctrl-C.")
+	return nil
+}
+
+// watchQueue prints the planner's queue on a schedule (every 5 s once it
+// is through, until ctx ends, unless once), and submits the short job that
+// preempts a demoted one 10 s in. It returns ctx's error when ctx ends.
+func watchQueue(ctx context.Context, c *harness.Cluster, addr string, start time.Time, once bool,
+	submit func(name string, iterations int, profile, model, why string) error) error {
 	shortAt := 10 * time.Second
 	shortSent := false
 	show := func() error {
 		say("\n$ caravan queue   (%.0f s in)", time.Since(start).Seconds())
-		out, err := caravan(c, "queue", "-address", planner.addr)
+		out, err := caravan(c, "queue", "-address", addr)
 		fmt.Print(out)
 		return err
 	}
 	if !once {
 		say("\nThe queue is printed every 5 s, with the planner's decisions as they happen; Ctrl-C stops the demo.\nTo watch it live, open http://%s/ui/ or from another shell:\n  export NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n  %s queue -watch -address %s",
-			planner.addr, c.NomadAddr, c.ConsulAddr, filepath.Join(c.BinDir, "caravan"), planner.addr)
+			addr, c.NomadAddr, c.ConsulAddr, filepath.Join(c.BinDir, "caravan"), addr)
 	}
 	schedule := []time.Duration{6 * time.Second, 12 * time.Second, 20 * time.Second, 28 * time.Second, 36 * time.Second}
 	for k := 0; ; k++ {
@@ -179,7 +174,7 @@ func run(once bool) error {
 			}
 			select {
 			case <-ctx.Done():
-				return nil
+				return ctx.Err()
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
@@ -187,7 +182,44 @@ func run(once bool) error {
 			return fmt.Errorf("caravan queue: %w", err)
 		}
 	}
+	return nil
+}
 
+// prepare turns on Nomad's preemption, imports a throughput profile and
+// simulates two policies for the dashboard's Results view.
+func prepare(c *harness.Cluster) error {
+	say("\n== turning on Nomad's preemption, a fallback for jobs the planner has not held (it preempts by holding jobs itself)")
+	out, err := caravan(c, "setup")
+	say("$ caravan setup\n%s", strings.TrimSpace(out))
+	if err != nil {
+		return fmt.Errorf("caravan setup: %w", err)
+	}
+
+	profiles := filepath.Join(c.Dir, "profiles.json")
+	if err := os.WriteFile(profiles, []byte(demoProfiles), 0o644); err != nil {
+		return err
+	}
+	out, err = caravan(c, "profile", "import", profiles)
+	say("\n== importing a throughput profile: resnet runs 6x faster on an H100 than on a T4\n$ caravan profile import profiles.json\n%s", strings.TrimSpace(out))
+	if err != nil {
+		return fmt.Errorf("caravan profile import: %w", err)
+	}
+
+	// Before any job, so that it takes no time from the planner's rounds.
+	if err := os.MkdirAll(resultsDir(c), 0o755); err != nil {
+		return err
+	}
+	out, err = caravan(c, "sim", "-cluster", "n1g8", "-policy", "fifo,las", "-jobs", "200", "-load", "30",
+		"-out", filepath.Join(resultsDir(c), "sim-fifo-las"))
+	if err != nil {
+		return fmt.Errorf("caravan sim for the dashboard's Results view: %w: %s", err, out)
+	}
+	return nil
+}
+
+// showOutcome shows where the jobs ran, the pin the planner gave resnet,
+// the lanes, and the planner's explanations of a preempted job and resnet.
+func showOutcome(c *harness.Cluster, addr string) error {
 	if err := showAllocations(c.Nomad); err != nil {
 		return err
 	}
@@ -197,7 +229,7 @@ func run(once bool) error {
 	if on := runsOn(c.Nomad, "resnet"); on != "" {
 		say("\nresnet arrived with every GPU busy, so the matching had no free GPU to queue it on: the planner held it\nwhile it waited, then released it with the constraint above on the model the matching chose among the\nGPUs that were free (2D-LAS ranks it above the demoted jobs it may preempt), and it runs on %s.", on)
 	}
-	out, _ = caravan(c, "lanes")
+	out, _ := caravan(c, "lanes")
 	say("\n$ caravan lanes   (the small jobs share H100s, a quarter each)\n%s", strings.TrimRight(out, "\n"))
 	explainJobs := []string{"resnet"}
 	if victim := preemptedJob(c.Nomad, "long-1", "long-2", "long-3", "long-4"); victim != "" {
@@ -205,10 +237,9 @@ func run(once bool) error {
 		say("\n%s was preempted by short: the planner held it and stopped its allocation, short ran and completed,\nand the planner released %s again with its attained service kept.", victim, victim)
 	}
 	for _, job := range explainJobs {
-		out, _ = caravan(c, "explain", "-address", planner.addr, job)
+		out, _ = caravan(c, "explain", "-address", addr, job)
 		say("\n$ caravan explain %s\n%s", job, strings.TrimRight(out, "\n"))
 	}
-	say("\n`make demo` without -once keeps the cluster and the planner running until Ctrl-C.")
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,40 +244,9 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		fleets = []string{fleet}
 	}
-	// The first client keeps the paths a one-client cluster always had.
-	c.clients = nil
-	for i := range fleets {
-		cl := &clientAgent{name: "caravan-client", dir: c.Dir}
-		if i > 0 {
-			cl.name = fmt.Sprintf("caravan-client-%d", i+1)
-			cl.dir = filepath.Join(c.Dir, cl.name)
-		}
-		cl.stateDir, cl.fleetPath = filepath.Join(cl.dir, "gpu-state"), filepath.Join(cl.dir, "fleet.json")
-		c.clients = append(c.clients, cl)
-	}
-	c.StateDir, c.FleetPath = c.clients[0].stateDir, c.clients[0].fleetPath
 	pluginDir := filepath.Join(c.Dir, "plugins")
-	for _, d := range []string{pluginDir, filepath.Join(c.Dir, "nomad-server"), filepath.Join(c.Dir, "consul-data")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	for i, cl := range c.clients {
-		for _, d := range []string{cl.stateDir, filepath.Join(cl.dir, "nomad-client")} {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				return err
-			}
-		}
-		if err := os.WriteFile(cl.fleetPath, []byte(fleets[i]), 0o644); err != nil {
-			return err
-		}
-	}
-	// Copies, not links: Nomad runs the plugin_dir's files, and a rebuild of
-	// bin/ during a run must not change them underneath the agent.
-	for _, name := range []string{"caravan-device", "caravan-driver"} {
-		if err := copyFile(filepath.Join(c.BinDir, name), filepath.Join(pluginDir, name)); err != nil {
-			return err
-		}
+	if err := c.layout(fleets, pluginDir); err != nil {
+		return err
 	}
 
 	pick := c.opts.PickPorts
@@ -296,35 +264,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		c.TLS = &f
 	}
-	c.ConsulAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	consulHCL := fmt.Sprintf(`
-data_dir   = %q
-bind_addr  = "127.0.0.1"
-client_addr = "127.0.0.1"
-log_level  = "INFO"
-ports {
-  %s
-  grpc     = %d
-  grpc_tls = -1
-  dns      = -1
-  serf_lan = %d
-  serf_wan = %d
-  server   = %d
-}
-%s
-%s
-`, filepath.Join(c.Dir, "consul-data"), c.consulHTTPPorts(ports[0]), ports[1], ports[2], ports[3], ports[4], c.consulACL(), c.consulTLS())
-	consulConfig := filepath.Join(c.Dir, "consul.hcl")
-	if err := os.WriteFile(consulConfig, []byte(consulHCL), 0o644); err != nil {
-		return err
-	}
-	c.opts.Logf("starting consul on %s", c.ConsulAddr)
-	if c.consul, err = c.spawn("consul", c.ConsulBin, "agent", "-dev", "-config-file", consulConfig); err != nil {
-		return err
-	}
-	if err := c.waitHTTP(ctx, "consul", c.scheme()+c.ConsulAddr+"/v1/status/leader", func(body string) bool {
-		return strings.Trim(strings.TrimSpace(body), `"`) != ""
-	}); err != nil {
+	if err := c.startConsul(ctx, ports[:5]); err != nil {
 		return err
 	}
 
@@ -332,52 +272,13 @@ ports {
 		c.NomadToken = newUUID()
 	}
 	c.NomadAddr = fmt.Sprintf("%s127.0.0.1:%d", c.scheme(), ports[5])
-	// Server and client are separate agents: the client registers only once
-	// the server's keyring exists (a combined agent waits a 15 s retry for
-	// that), and a client restart leaves the server's state alone.
-	c.serverConfig = filepath.Join(c.Dir, "nomad-server.hcl")
-	serverHCL := fmt.Sprintf(`
-data_dir   = %q
-bind_addr  = "127.0.0.1"
-log_level  = "DEBUG"
-datacenter = "dc1"
-name       = "caravan-server"
-
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-
-server {
-  enabled          = true
-  bootstrap_expect = 1
-}
-
-consul {
-  address = %q
-  token   = %q
-%s
-}
-
-acl {
-  enabled = %t
-}
-%s
-`, filepath.Join(c.Dir, "nomad-server"), ports[5], ports[6], ports[7], c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS())
+	if err := c.writeServerConfig(ports[5:8]); err != nil {
+		return err
+	}
 	for i, cl := range c.clients {
 		if err := c.writeClientConfig(i, cl, pluginDir, ports[8+3*i:11+3*i], ports[6]); err != nil {
 			return err
 		}
-	}
-	if err := os.WriteFile(c.serverConfig, []byte(serverHCL), 0o644); err != nil {
-		return err
 	}
 	cfg := api.DefaultConfig()
 	cfg.Address = c.NomadAddr
@@ -404,90 +305,44 @@ acl {
 	return c.startClients(ctx)
 }
 
-// writeClientConfig writes client i's agent config: its own data dir,
-// ports (http, rpc, serf), sim GPUs and, with several clients, its own
-// part of the driver's UID range.
-func (c *Cluster) writeClientConfig(i int, cl *clientAgent, pluginDir string, ports []int, serverRPC int) error {
-	cl.config = filepath.Join(cl.dir, "nomad-client.hcl")
-	cl.addr = fmt.Sprintf("%s127.0.0.1:%d", c.scheme(), ports[0])
-	driverConfig := c.opts.DriverConfig
-	if len(c.clients) > 1 && !strings.Contains(driverConfig, "uid_range") {
-		driverConfig = fmt.Sprintf("    uid_range = %q\n%s", clientUIDRange(i, len(c.clients)), driverConfig)
+// layout makes the cluster's directories, each client's fleet file, and
+// the plugin directory with copies of the plugins.
+func (c *Cluster) layout(fleets []string, pluginDir string) error {
+	// The first client keeps the paths a one-client cluster always had.
+	c.clients = nil
+	for i := range fleets {
+		cl := &clientAgent{name: "caravan-client", dir: c.Dir}
+		if i > 0 {
+			cl.name = fmt.Sprintf("caravan-client-%d", i+1)
+			cl.dir = filepath.Join(c.Dir, cl.name)
+		}
+		cl.stateDir, cl.fleetPath = filepath.Join(cl.dir, "gpu-state"), filepath.Join(cl.dir, "fleet.json")
+		c.clients = append(c.clients, cl)
 	}
-	clientHCL := fmt.Sprintf(`
-data_dir   = %q
-plugin_dir = %q
-bind_addr  = "127.0.0.1"
-log_level  = "DEBUG"
-datacenter = "dc1"
-name       = %q
-
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-
-client {
-  enabled = true
-  servers = ["127.0.0.1:%d"]
-  options {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-    "driver.allowlist"     = "caravan,raw_exec"
-  }
-%s
-}
-
-consul {
-  address = %q
-  token   = %q
-%s
-}
-
-acl {
-  enabled = %t
-}
-%s
-
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-
-plugin "caravan-device" {
-  config {
-    backend            = "sim"
-    fingerprint_period = "1s"
-    sim {
-      fleet_file = %q
-      state_dir  = %q
-    }
-%s
-  }
-}
-
-plugin "caravan-driver" {
-  config {
-    allow_root  = true
-    state_dir   = %q
-    gpu_backend = "sim"
-    sim {
-      fleet_file = %q
-      state_dir  = %q
-    }
-%s
-  }
-}
-`, filepath.Join(cl.dir, "nomad-client"), pluginDir, cl.name, ports[0], ports[1], ports[2], serverRPC, c.opts.ClientConfig,
-		c.ConsulAddr, c.ConsulToken, c.nomadConsulTLS(), c.opts.ACLs, c.nomadTLS(), cl.fleetPath, cl.stateDir, c.opts.DeviceConfig, filepath.Join(cl.dir, "driver-state"), cl.fleetPath, cl.stateDir, driverConfig)
-	return os.WriteFile(cl.config, []byte(clientHCL), 0o644)
+	c.StateDir, c.FleetPath = c.clients[0].stateDir, c.clients[0].fleetPath
+	for _, d := range []string{pluginDir, filepath.Join(c.Dir, "nomad-server"), filepath.Join(c.Dir, "consul-data")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for i, cl := range c.clients {
+		for _, d := range []string{cl.stateDir, filepath.Join(cl.dir, "nomad-client")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(cl.fleetPath, []byte(fleets[i]), 0o644); err != nil {
+			return err
+		}
+	}
+	// Copies, not links: Nomad runs the plugin_dir's files, and a rebuild of
+	// bin/ during a run must not change them underneath the agent.
+	for _, name := range []string{"caravan-device", "caravan-driver"} {
+		if err := copyFile(filepath.Join(c.BinDir, name), filepath.Join(pluginDir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startClients starts every client agent together and waits for each.
@@ -688,345 +543,6 @@ func (c *Cluster) waitServerKeyring(ctx context.Context) error {
 	return c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/operator/keyring/keys", func(body string) bool {
 		return strings.Contains(body, "KeyID")
 	})
-}
-
-// Stop purges every job, stops both agents and kills anything they left
-// behind, so that no process outlives the cluster.
-func (c *Cluster) Stop() {
-	start := time.Now()
-	defer func() { c.opts.Logf("cluster stopped in %s", time.Since(start).Round(time.Millisecond)) }()
-	if c.Nomad != nil && c.nomadRunning() {
-		if jobs, _, err := c.Nomad.Jobs().List(nil); err == nil {
-			for _, j := range jobs {
-				_, _, _ = c.Nomad.Jobs().Deregister(j.ID, true, nil)
-			}
-			c.waitAllocsTerminal(20 * time.Second)
-		}
-	}
-	c.mu.Lock()
-	var clients []*exec.Cmd
-	for _, cl := range c.clients {
-		if cl.cmd != nil {
-			clients = append(clients, cl.cmd)
-		}
-	}
-	server, consul := c.nomadServer, c.consul
-	c.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, cmd := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.stopProcess(cmd, syscall.SIGINT, 20*time.Second, true)
-		}()
-	}
-	wg.Wait()
-	if server != nil {
-		c.stopProcess(server, syscall.SIGINT, 20*time.Second, true)
-	}
-	if consul != nil {
-		c.stopProcess(consul, syscall.SIGINT, 10*time.Second, true)
-	}
-	if c.Dir != "" {
-		killLeftovers(c.Dir)
-		unmountUnder(c.Dir)
-	}
-	if c.ownDir && os.Getenv("CARAVAN_E2E_KEEP") == "" {
-		_ = os.RemoveAll(c.Dir)
-	}
-}
-
-func (c *Cluster) nomadRunning() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.nomadServer == nil {
-		return false
-	}
-	select {
-	case <-c.exited[c.nomadServer]:
-		return false
-	default:
-		return true
-	}
-}
-
-func (c *Cluster) waitAllocsTerminal(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		allocs, _, err := c.Nomad.Allocations().List(nil)
-		if err != nil {
-			return
-		}
-		running := 0
-		for _, a := range allocs {
-			if a.ClientStatus == "running" || a.ClientStatus == "pending" {
-				running++
-			}
-		}
-		if running == 0 {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// logTails returns the last lines of each agent log.
-func (c *Cluster) logTails(lines int) string {
-	var b strings.Builder
-	for _, path := range c.LogPaths() {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(all) > lines {
-			all = all[len(all)-lines:]
-		}
-		fmt.Fprintf(&b, "==== last lines of %s ====\n%s\n", path, strings.Join(all, "\n"))
-	}
-	return b.String()
-}
-
-// LogPaths returns the agents' log files.
-func (c *Cluster) LogPaths() []string {
-	paths := []string{filepath.Join(c.Dir, "consul.log"), filepath.Join(c.Dir, "nomad-server.log")}
-	for _, cl := range c.clients {
-		paths = append(paths, filepath.Join(c.Dir, logName(cl)+".log"))
-	}
-	return paths
-}
-
-func (c *Cluster) spawn(name, bin string, args ...string) (*exec.Cmd, error) {
-	logFile, err := os.OpenFile(filepath.Join(c.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = c.Dir
-	// Its own process group, so that teardown reaches the plugins it starts.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = agentEnv()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	done := make(chan struct{})
-	c.mu.Lock()
-	c.exited[cmd] = done
-	c.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(done)
-	}()
-	return cmd, nil
-}
-
-// agentEnv keeps the agents away from any real cluster the caller's
-// environment points at.
-func agentEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		// The caller's planner address and API token are not this
-		// cluster's either.
-		if strings.HasPrefix(kv, "NOMAD_") || strings.HasPrefix(kv, "CONSUL_") || strings.HasPrefix(kv, "CARAVAN_PLANNER_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// isClient reports whether cmd is a current client agent; c.mu is held.
-func (c *Cluster) isClient(cmd *exec.Cmd) bool {
-	for _, cl := range c.clients {
-		if cl.cmd == cmd {
-			return true
-		}
-	}
-	return false
-}
-
-func (c *Cluster) agentExited() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for cmd, done := range c.exited {
-		if cmd != c.nomadServer && cmd != c.consul && !c.isClient(cmd) {
-			continue
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("%s exited early: %v; see %s", filepath.Base(cmd.Path), cmd.ProcessState, c.Dir)
-		default:
-		}
-	}
-	return nil
-}
-
-// stopProcess signals cmd and waits for it to exit, killing it after grace.
-// With killGroup it then kills what is left of its process group; a client
-// restart must not, because logmon and the task executors live in that group
-// and survive a restart, as they do under systemd's KillMode=process.
-func (c *Cluster) stopProcess(cmd *exec.Cmd, sig syscall.Signal, grace time.Duration, killGroup bool) {
-	c.mu.Lock()
-	done := c.exited[cmd]
-	c.mu.Unlock()
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-	if killGroup {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-}
-
-func (c *Cluster) waitHTTP(ctx context.Context, name, url string, ok func(string) bool) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	if c.TLS != nil {
-		var err error
-		if client, err = c.TLS.httpClient(2 * time.Second); err != nil {
-			return err
-		}
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		if err := c.agentExited(); err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if c.NomadToken != "" { // Consul ignores Nomad's header
-			req.Header.Set("X-Nomad-Token", c.NomadToken)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			var buf bytes.Buffer
-			_, _ = buf.ReadFrom(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && (ok == nil || ok(buf.String())) {
-				return nil
-			}
-			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(buf.String()))
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s not healthy after 60s: %s", name, last)
-}
-
-func (c *Cluster) scheme() string {
-	if c.opts.TLS {
-		return "https://"
-	}
-	return "http://"
-}
-
-// consulHTTPPorts serves Consul's API on port, over TLS only when TLS is on.
-func (c *Cluster) consulHTTPPorts(port int) string {
-	if c.TLS != nil {
-		return fmt.Sprintf("http = -1\n  https = %d", port)
-	}
-	return fmt.Sprintf("http = %d\n  https = -1", port)
-}
-
-func (c *Cluster) consulTLS() string {
-	if c.TLS == nil {
-		return ""
-	}
-	return fmt.Sprintf(`
-tls {
-  defaults {
-    ca_file         = %q
-    cert_file       = %q
-    key_file        = %q
-    verify_incoming = false
-    verify_outgoing = true
-  }
-}
-`, c.TLS.CA, c.TLS.Cert, c.TLS.Key)
-}
-
-// nomadConsulTLS is what a Nomad agent needs inside its consul block to
-// reach Consul over TLS.
-func (c *Cluster) nomadConsulTLS() string {
-	if c.TLS == nil {
-		return ""
-	}
-	return fmt.Sprintf("  ssl = true\n  ca_file = %q\n  cert_file = %q\n  key_file = %q", c.TLS.CA, c.TLS.Cert, c.TLS.Key)
-}
-
-func (c *Cluster) nomadTLS() string {
-	if c.TLS == nil {
-		return ""
-	}
-	return fmt.Sprintf(`
-tls {
-  http                   = true
-  rpc                    = true
-  ca_file                = %q
-  cert_file              = %q
-  key_file               = %q
-  verify_server_hostname = true
-  verify_https_client    = false
-}
-`, c.TLS.CA, c.TLS.Cert, c.TLS.Key)
-}
-
-// consulACL is Consul's acl block: default deny, with the management token
-// also the agent's own.
-func (c *Cluster) consulACL() string {
-	if !c.opts.ACLs {
-		return ""
-	}
-	c.ConsulToken = newUUID()
-	return fmt.Sprintf(`
-acl {
-  enabled        = true
-  default_policy = "deny"
-  tokens {
-    initial_management = %q
-    agent              = %q
-  }
-}
-`, c.ConsulToken, c.ConsulToken)
-}
-
-// bootstrapACLs makes c.NomadToken Nomad's management token once the
-// server has a leader.
-func (c *Cluster) bootstrapACLs(ctx context.Context) error {
-	if !c.opts.ACLs {
-		return nil
-	}
-	if err := c.waitHTTP(ctx, "nomad server", c.NomadAddr+"/v1/status/leader", func(body string) bool {
-		return strings.Trim(strings.TrimSpace(body), `"`) != ""
-	}); err != nil {
-		return err
-	}
-	var last error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if _, _, last = c.Nomad.ACLTokens().BootstrapOpts(c.NomadToken, nil); last == nil {
-			c.opts.Logf("nomad ACLs bootstrapped")
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("bootstrap nomad ACLs: %w", last)
 }
 
 func newUUID() string {

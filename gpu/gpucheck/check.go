@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/gpu"
-	"github.com/caravan-gpu/caravan/gpu/mpsctl"
 	"github.com/caravan-gpu/caravan/gpu/nvml"
 )
 
@@ -180,82 +179,6 @@ func CheckNames() []string {
 	return out
 }
 
-// checkpointRefusals measures what the simulated backend assumes a
-// checkpoint refuses: a stopped process (which is why the driver
-// checkpoints before it freezes), a second checkpoint, and a process with
-// a CUDA context but no allocation.
-func (r *run) checkpointRefusals() {
-	ck := r.preferredCheckpointer()
-	if ck == nil {
-		r.add("checkpoint refusals", "unavailable", "no way to checkpoint here")
-		return
-	}
-	idle, err := r.start(nil, "-mib", "0", "-hold", "2m")
-	if err != nil {
-		r.add("checkpoint of a process with no allocation", "error", err.Error())
-	} else {
-		err = r.checkpoint(ck, idle.pid())
-		result := "refused"
-		if err == nil {
-			result = "done"
-			err = r.restore(ck, idle.pid())
-		}
-		r.add("checkpoint of a process with no allocation", result, fmt.Sprintf("a CUDA context and no cuMemAlloc: %v", err))
-		idle.stop()
-	}
-
-	if c, err := r.start(nil, "-mib", "1024", "-hold", "2m"); err != nil {
-		r.add("second checkpoint", "error", err.Error())
-	} else if err := r.checkpoint(ck, c.pid()); err != nil {
-		r.add("second checkpoint", "error", "first checkpoint: "+err.Error())
-		c.stop()
-	} else {
-		err := r.checkpoint(ck, c.pid())
-		result := "refused"
-		if err == nil {
-			result = "accepted"
-		}
-		r.add("second checkpoint", result, fmt.Sprintf("%v; restore after: %v", err, r.restore(ck, c.pid())))
-		c.stop()
-	}
-
-	// Last: a lock that never returns may leave libcuda's checkpoint API
-	// busy in this process.
-	c, err := r.start(nil, "-mib", "1024", "-hold", "2m")
-	if err != nil {
-		r.add("checkpoint of a stopped process", "error", err.Error())
-		return
-	}
-	defer c.stop()
-	_ = syscall.Kill(c.pid(), syscall.SIGSTOP)
-	waitState(c.pid(), true)
-	const lockTimeout = 10 * time.Second
-	start := time.Now()
-	_, err = boundedFor(r, lockTimeout, 10*time.Second, "checkpoint", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, ck.Checkpoint(ctx, c.pid())
-	})
-	took := time.Since(start)
-	_ = syscall.Kill(c.pid(), syscall.SIGCONT)
-	waitState(c.pid(), false)
-	if err != nil {
-		r.add("checkpoint of a stopped process", "refused", fmt.Sprintf("lock timeout %s, answered after %s: %v", lockTimeout, took.Round(time.Millisecond), err))
-	} else {
-		r.add("checkpoint of a stopped process", "done", fmt.Sprintf("in %s; restore once running: %v", took.Round(time.Millisecond), r.restore(ck, c.pid())))
-	}
-}
-
-// preferredCheckpointer is the driver API where libcuda has it, else the
-// utility.
-func (r *run) preferredCheckpointer() gpu.Checkpointer {
-	ckpts := r.checkpointers()
-	for _, name := range []string{"driver API", "cuda-checkpoint"} {
-		if c, ok := ckpts[name]; ok {
-			return c
-		}
-	}
-	return nil
-}
-
 func (r *run) add(check, result, detail string) {
 	r.opts.Logf("%s: %s %s", check, result, detail)
 	r.report.Rows = append(r.report.Rows, Row{Check: check, Result: result, Detail: detail})
@@ -291,20 +214,6 @@ func boundedFor[T any](r *run, d, grace time.Duration, what string, op func(cont
 		var zero T
 		return zero, fmt.Errorf("%s: no answer within %s", what, d+grace)
 	}
-}
-
-func (r *run) checkpoint(ck gpu.Checkpointer, pid int) error {
-	_, err := bounded(r, "checkpoint", func(ctx context.Context) (struct{}, error) { return struct{}{}, ck.Checkpoint(ctx, pid) })
-	return err
-}
-
-func (r *run) restore(ck gpu.Checkpointer, pid int) error {
-	_, err := bounded(r, "restore", func(ctx context.Context) (struct{}, error) { return struct{}{}, ck.Restore(ctx, pid) })
-	return err
-}
-
-func (r *run) checkpointState(ck gpu.Checkpointer, pid int) (gpu.CheckpointState, error) {
-	return bounded(r, "checkpoint state", func(ctx context.Context) (gpu.CheckpointState, error) { return ck.CheckpointState(ctx, pid) })
 }
 
 // child is one "alloc" process.
@@ -459,74 +368,12 @@ func (r *run) freezeThaw() {
 		"SIGSTOP until /proc says stopped, SIGCONT until it does not, a process holding 1024 MiB")
 }
 
-// checkpointers are the ways this host checkpoints: the driver API where
-// libcuda has it, and the cuda-checkpoint utility where it is installed.
-func (r *run) checkpointers() map[string]gpu.Checkpointer {
-	out := map[string]gpu.Checkpointer{}
-	r.backend.EnableCheckpoint(r.opts.CheckpointCLI)
-	if r.backend.CheckpointMechanism() == "cuda-driver-api" {
-		out["driver API"] = r.backend
-	}
-	path := r.opts.CheckpointCLI
-	if path == "" {
-		path, _ = exec.LookPath("cuda-checkpoint")
-	}
-	if path != "" {
-		out["cuda-checkpoint"] = nvml.DetectCLI(path)
-	}
-	return out
-}
-
 func (r *run) freeMiB() uint64 {
 	st, err := r.backend.Stats(r.gpu.UUID)
 	if err != nil || st.UsedMemoryMiB > st.TotalMemoryMiB {
 		return 0
 	}
 	return st.TotalMemoryMiB - st.UsedMemoryMiB
-}
-
-func (r *run) checkpoints() {
-	ckpts := r.checkpointers()
-	if len(ckpts) == 0 {
-		r.add("checkpoint and restore", "unavailable", "neither libcuda's checkpoint API nor cuda-checkpoint: "+r.backend.CheckpointUnavailable())
-		return
-	}
-	for _, name := range []string{"driver API", "cuda-checkpoint"} {
-		ck, ok := ckpts[name]
-		if !ok {
-			continue
-		}
-		for _, gib := range r.opts.SizesGiB {
-			check := fmt.Sprintf("checkpoint / restore %d GiB (%s)", gib, name)
-			if gib*1024 > r.freeMiB()*8/10 {
-				r.add(check, "skipped", fmt.Sprintf("%d MiB free", r.freeMiB()))
-				continue
-			}
-			c, err := r.start(nil, "-mib", strconv.FormatUint(gib*1024, 10), "-hold", "5m")
-			if err != nil {
-				r.add(check, "error", err.Error())
-				continue
-			}
-			start := time.Now()
-			err = r.checkpoint(ck, c.pid())
-			ckpt := time.Since(start)
-			if err != nil {
-				r.add(check, "error", "checkpoint: "+err.Error())
-				c.stop()
-				continue
-			}
-			_, stillListed := r.listedNow(c.pid())
-			start = time.Now()
-			err = r.restore(ck, c.pid())
-			restore := time.Since(start)
-			detail := fmt.Sprintf("listed by NVML while checkpointed: %v", stillListed)
-			if err != nil {
-				detail += "; restore: " + err.Error()
-			}
-			r.add(check, fmt.Sprintf("%s / %s", ckpt.Round(time.Millisecond), restore.Round(time.Millisecond)), detail)
-			c.stop()
-		}
-	}
 }
 
 // processList says which processes NVML lists on the GPU, marking client.
@@ -562,192 +409,4 @@ func (r *run) listedNow(pid int) (gpu.Process, bool) {
 		}
 	}
 	return gpu.Process{}, false
-}
-
-func (r *run) restoreWithoutRoom() {
-	const check = "restore when its memory does not fit"
-	ck := r.preferredCheckpointer()
-	if ck == nil {
-		r.add(check, "unavailable", "no way to checkpoint here")
-		return
-	}
-	quarter := r.gpu.MemoryMiB / 4
-	a, err := r.start(nil, "-mib", strconv.FormatUint(quarter, 10), "-hold", "5m")
-	if err != nil {
-		r.add(check, "error", err.Error())
-		return
-	}
-	defer a.stop()
-	if err := r.checkpoint(ck, a.pid()); err != nil {
-		r.add(check, "error", "checkpoint: "+err.Error())
-		return
-	}
-	// Leave less free than the checkpointed process needs.
-	fill := r.freeMiB() - quarter/2
-	b, err := r.start(nil, "-mib", strconv.FormatUint(fill, 10), "-hold", "5m")
-	if err != nil {
-		r.add(check, "error", "fill: "+err.Error())
-		return
-	}
-	restoreErr := r.restore(ck, a.pid())
-	state, stateErr := r.checkpointState(ck, a.pid())
-	b.stop()
-	again := r.restore(ck, a.pid())
-	detail := fmt.Sprintf("%d MiB checkpointed, %d MiB free: restore error %v; state after %v (%v); restore once the memory is free: %v",
-		quarter, quarter/2, restoreErr, state, stateErr, again)
-	result := "fails, recoverable"
-	switch {
-	case restoreErr == nil:
-		result = "succeeded"
-	case again != nil:
-		result = "fails, stuck"
-	}
-	r.add(check, result, detail)
-}
-
-func (r *run) mps() {
-	const check = "MPS"
-	control := r.opts.MPSControl
-	if control == "" {
-		control = mpsctl.DefaultControlBin
-	}
-	if _, err := exec.LookPath(control); err != nil {
-		r.add(check, "unavailable", err.Error())
-		return
-	}
-	dir, err := os.MkdirTemp("", "caravan-gpucheck-mps-")
-	if err != nil {
-		r.add(check, "error", err.Error())
-		return
-	}
-	defer os.RemoveAll(dir)
-	d := mpsctl.Daemon{Bin: control, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log")}
-	for _, sub := range []string{d.PipeDir, d.LogDir} {
-		_ = os.MkdirAll(sub, 0o755)
-	}
-	if err := d.Start(r.ctx); err != nil {
-		r.add(check, "error", err.Error())
-		return
-	}
-	defer func() { _, _ = d.Command("quit") }()
-	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + d.LogDir}
-
-	// What the driver does: the server of the client's UID gets the limit,
-	// and a client that asks for more in its own environment is held to it.
-	const limitMiB = 2048
-	if err := d.LimitServer(uint32(os.Getuid()), map[string]uint64{r.gpu.UUID: limitMiB}); err != nil {
-		r.add("MPS server limit", "error", err.Error())
-		return
-	}
-	held := func(extra ...string) (*child, uint64, error) {
-		c, err := r.start(append(env, extra...), "-probe-step", "64", "-hold", "30s")
-		if err != nil {
-			return nil, 0, err
-		}
-		n, err := strconv.ParseUint(c.said, 10, 64)
-		if err != nil {
-			c.stop()
-			return nil, 0, fmt.Errorf("probe said %q", c.said)
-		}
-		return c, n, nil
-	}
-	raised, got, err := held("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M")
-	if err != nil {
-		r.add("MPS server limit", "error", err.Error())
-	} else {
-		raised.stop()
-		result := fmt.Sprintf("held: %d MiB", got)
-		if got > limitMiB {
-			result = fmt.Sprintf("raised: %d MiB", got)
-		}
-		r.add("MPS server limit", result, fmt.Sprintf("server limit %d MiB; the client's own environment asks for 8192 MiB and allocates 64 MiB at a time until refused", limitMiB))
-	}
-	c, got, err := held()
-	if err != nil {
-		r.add("NVML lists an MPS client", "error", err.Error())
-		return
-	}
-	defer c.stop()
-	r.add("what an MPS client holds under its limit", fmt.Sprintf("%d MiB of %d", got, limitMiB), "allocating 64 MiB at a time until refused: the rest of the limit goes to the client's context")
-	if p, ok := r.listed(c.pid()); ok {
-		r.add("NVML lists an MPS client", fmt.Sprintf("%d MiB", p.UsedMemoryMiB), fmt.Sprintf("a client holding %d MiB; NVML lists %s", got, r.processList(c.pid())))
-	} else {
-		r.add("NVML lists an MPS client", "not listed", fmt.Sprintf("a client holding %d MiB was not listed within 5 s; NVML lists %s", got, r.processList(c.pid())))
-	}
-	// A lane that both runs its tasks under MPS and switches them with
-	// checkpoints needs an MPS client to checkpoint.
-	if ck := r.preferredCheckpointer(); ck != nil {
-		err := r.checkpoint(ck, c.pid())
-		result := "refused"
-		detail := fmt.Sprintf("a client holding %d MiB: %v", got, err)
-		if err == nil {
-			result = "done"
-			_, listed := r.listedNow(c.pid())
-			detail += fmt.Sprintf("; listed by NVML while checkpointed: %v; restore: %v", listed, r.restore(ck, c.pid()))
-		}
-		r.add("checkpoint of an MPS client", result, detail)
-	}
-	// What the driver meets for a task of a UID of its own while another
-	// UID's client runs: does the daemon start a second user's server?
-	const otherUID = 70001
-	second := d
-	second.Timeout = 5 * time.Second
-	start := time.Now()
-	err = second.LimitServer(otherUID, map[string]uint64{r.gpu.UUID: 1024})
-	result := fmt.Sprintf("started in %s", time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		result = "did not start within 5 s"
-	}
-	r.add("MPS server for a second UID", result, fmt.Sprintf("start_server -uid %d while a client of uid %d runs: %v", otherUID, os.Getuid(), err))
-}
-
-// Probe is the child that finds how much it may hold: it allocates stepMiB
-// at a time until an allocation fails, says "ready <MiB held>", and holds
-// that for hold.
-func Probe(libcuda string, stepMiB uint64, hold time.Duration, out io.Writer) error {
-	c, err := OpenCUDA(libcuda)
-	if err != nil {
-		return err
-	}
-	if stepMiB == 0 {
-		return errors.New("probe step is 0 MiB")
-	}
-	var held uint64
-	for {
-		if _, err := c.Alloc(stepMiB); err != nil {
-			break
-		}
-		held += stepMiB
-	}
-	fmt.Fprintf(out, "ready %d\n", held)
-	time.Sleep(hold)
-	return nil
-}
-
-// Alloc is the child: it allocates mib MiB through libcuda (none, only a
-// context, for 0), says "ready",
-// holds a spike of spikeMiB more for spike, and holds mib for hold.
-func Alloc(libcuda string, mib, spikeMiB uint64, spike, hold time.Duration, out io.Writer) error {
-	c, err := OpenCUDA(libcuda)
-	if err != nil {
-		return err
-	}
-	if mib > 0 {
-		if _, err := c.Alloc(mib); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintln(out, "ready")
-	if spikeMiB > 0 {
-		ptr, err := c.Alloc(spikeMiB)
-		if err != nil {
-			return err
-		}
-		time.Sleep(spike)
-		if err := c.Free(ptr); err != nil {
-			return err
-		}
-	}
-	time.Sleep(hold)
-	return nil
 }
