@@ -1,6 +1,10 @@
 package policy
 
-import "math"
+import (
+	"math"
+
+	"github.com/caravan-gpu/caravan/internal/minheap"
+)
 
 // assignToGroups solves the assignment problem whose columns come in
 // groups of alike slots: row r costs cost[r][g] in any of group g's
@@ -121,46 +125,15 @@ type nodeDist struct {
 	tie  int // lower first among equal dist
 }
 
-func (a nodeDist) before(b nodeDist) bool {
-	return a.dist < b.dist || (a.dist == b.dist && a.tie < b.tie)
-}
-
-// nodeHeap is a binary min-heap on dist, then tie.
-type nodeHeap []nodeDist
+// nodeHeap is a min-heap on dist, then tie.
+type nodeHeap []minheap.Entry[int] // Key: dist, Tie: tie, Value: node
 
 func (h *nodeHeap) push(x nodeDist) {
-	*h = append(*h, x)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !q[i].before(q[p]) {
-			break
-		}
-		q[p], q[i] = q[i], q[p]
-		i = p
-	}
+	*h = minheap.Push(*h, minheap.Entry[int]{Key: x.dist, Tie: x.tie, Value: x.node})
 }
 
 func (h *nodeHeap) pop() nodeDist {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q = q[:last]
-	for i := 0; ; {
-		l, s := 2*i+1, i
-		if l < len(q) && q[l].before(q[s]) {
-			s = l
-		}
-		if r := l + 1; r < len(q) && q[r].before(q[s]) {
-			s = r
-		}
-		if s == i {
-			break
-		}
-		q[s], q[i] = q[i], q[s]
-		i = s
-	}
+	x, q := minheap.Pop(*h)
 	*h = q
-	return top
+	return nodeDist{node: x.Value, dist: x.Key, tie: x.Tie}
 }

@@ -126,21 +126,6 @@ func (d *SizeDistribution) searchAbove(v float64, lo, hi int) int {
 	return lo
 }
 
-// IndexHint remembers where one job's last Gittins index lookups ended,
-// and the terms of its index there. A running job's next lookup, at a
-// little more attained service, mostly ends at the same samples, or a few
-// further on.
-type IndexHint struct {
-	lo, hi int32
-	// The index's terms, which hold for distribution of and quantum delta
-	// while the attained service a stays in [loFrom, loTo) and a+delta in
-	// [hiFrom, hiTo): between the same samples.
-	of                           *SizeDistribution
-	delta                        float64
-	loFrom, loTo, hiFrom, hiTo   float64
-	between, beyondQuantum, done float64
-}
-
 // firstAboveFrom is firstAbove(v), searched ahead from at when at is at
 // or below it (a running job's attained service only grows).
 func (d *SizeDistribution) firstAboveFrom(v float64, at *int32) int {
@@ -194,42 +179,6 @@ func (d *SizeDistribution) GittinsFrom(a, delta float64, h *IndexHint) float64 {
 	h.beyondQuantum = delta * float64(n-hi)
 	h.done = float64(hi - lo)
 	return gittinsOf(a, h.between, h.beyondQuantum, h.done)
-}
-
-// RisesUntil is the attained service below which the index last worked
-// out with h, for the sizes d, does not fall: until then a job's index
-// comes from the same terms, and the division's divisor only shrinks as
-// its attained service grows. It is -Inf when h's terms are not of d,
-// or when rounding could make the divisor reach zero first.
-func (h *IndexHint) RisesUntil(d *SizeDistribution) float64 {
-	if d == nil || h.of != d {
-		return math.Inf(-1)
-	}
-	until := min(h.loTo, h.hiTo-h.delta)
-	if h.done > 0 && gittinsOf(until, h.between, h.beyondQuantum, h.done) <= 0 {
-		return math.Inf(-1)
-	}
-	return until
-}
-
-// PositiveUntil is the attained service below which the index of a job
-// whose lookups ended at h, for the sizes d, stays above zero: the
-// largest sample of its last quantum's window stays in the window, and a
-// sample stays beyond it, so the divisor keeps at least a quantum that
-// rounding cannot cancel. It is -Inf when that does not hold now.
-func (h *IndexHint) PositiveUntil(d *SizeDistribution) float64 {
-	if d == nil || h.of != d || h.done <= 0 || int(h.hi) >= len(d.sorted) || h.hi <= h.lo {
-		return math.Inf(-1)
-	}
-	n := len(d.sorted)
-	// A bound on the rounding of the divisor's terms, each within the
-	// sum of all samples (prefix sums of n terms, a product, two sums).
-	if rounding := 4 * float64(n+4) * 0x1p-52 * d.prefix[n]; h.delta <= rounding {
-		return math.Inf(-1)
-	}
-	last := d.sorted[n-1]
-	margin := 1e-9 * (last + h.delta)
-	return min(d.sorted[h.hi-1], last-h.delta) - margin
 }
 
 // gittinsOf is the index at attained service a, from the samples'

@@ -1,6 +1,10 @@
 package policy
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/caravan-gpu/caravan/internal/minheap"
+)
 
 // earliestPlacer is Hare's greedy step, list scheduling in rank order: each
 // job goes to the GPUs on which it would finish earliest, counting when
@@ -235,44 +239,15 @@ func emptied[S ~[]E, E any](s []S, n int) []S {
 	return s
 }
 
-// floatHeap is a binary min-heap.
-type floatHeap []float64
+// floatHeap is a min-heap of values.
+type floatHeap []minheap.Entry[struct{}] // Key: the value
 
-func (h *floatHeap) push(x float64) {
-	*h = append(*h, x)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		p := (i - 1) / 2
-		if q[p] <= q[i] {
-			break
-		}
-		q[p], q[i] = q[i], q[p]
-		i = p
-	}
-}
+func (h *floatHeap) push(x float64) { *h = minheap.Push(*h, minheap.Entry[struct{}]{Key: x}) }
 
 func (h *floatHeap) pop() float64 {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q = q[:last]
-	for i := 0; ; {
-		l, s := 2*i+1, i
-		if l < len(q) && q[l] < q[s] {
-			s = l
-		}
-		if r := l + 1; r < len(q) && q[r] < q[s] {
-			s = r
-		}
-		if s == i {
-			break
-		}
-		q[s], q[i] = q[i], q[s]
-		i = s
-	}
+	x, q := minheap.Pop(*h)
 	*h = q
-	return top
+	return x.Key
 }
 
 // kth is the k-th smallest value (1-based), +Inf when there are fewer. It
@@ -289,13 +264,13 @@ func (h floatHeap) kth(k int, scratch *[]int) float64 {
 	for {
 		i := front[head]
 		if k--; k == 0 {
-			return h[i]
+			return h[i].Key
 		}
 		head++
 		for _, c := range [2]int{2*i + 1, 2*i + 2} {
 			if c < len(h) {
-				at, _ := slices.BinarySearchFunc(front[head:], h[c], func(x int, v float64) int {
-					if h[x] < v {
+				at, _ := slices.BinarySearchFunc(front[head:], h[c].Key, func(x int, v float64) int {
+					if h[x].Key < v {
 						return -1
 					}
 					return 1

@@ -60,216 +60,6 @@ type Policy struct {
 	Blocking bool // strict FIFO: stop at the first pending job that does not fit
 }
 
-// remembersRounds is implemented by orderers whose order depends on the
-// previous round's decisions (PrevQueue, PrevRank), not only on the
-// Snapshot: 2D-LAS keeps each queue's order from round to round.
-type remembersRounds interface {
-	// settled says j still belongs in the queue the last round put it in.
-	settled(s *Snapshot, j *Job) bool
-	// entryQueue is the queue a new job enters.
-	entryQueue() int
-}
-
-// countsOnly is implemented by placers that decide from GPU counts per
-// model alone (walkByCount) and start every job there is room for.
-type countsOnly interface{ countsOnly() }
-
-// The arrival shortcut lets a caller (the simulator) start jobs that just
-// arrived without a planning round. It holds on a cluster of one GPU model
-// when nothing else waits and every job fits: a round could then only
-// start them. Use it as
-//
-//	p.CanStartArrivals() && every planned job j has p.Settled(s, j)
-//	then for each arrival j, in arrival order: p.Enter(j, rank++)
-//
-// with rank beyond every rank given so far.
-
-// CanStartArrivals says p's placement counts GPUs only and nothing is
-// sized, so a round in which every job fits on one model starts them all.
-func (p *Policy) CanStartArrivals() bool {
-	_, counts := p.Place.(countsOnly)
-	return counts && p.Size == nil
-}
-
-// arrivalOrdered is implemented by orderers that rank jobs by arrival
-// alone and never preempt.
-type arrivalOrdered interface{ arrivalOrdered() }
-
-// firstFit is implemented by count-only placers that, on one GPU model,
-// start each pending job in rank order that the free GPUs hold.
-type firstFit interface{ firstFit() }
-
-// StartsInArrivalOrder says a round of p on a cluster of one GPU model,
-// with no job limited to some models, only starts pending jobs, visiting
-// them in arrival order (ties by their index in the Snapshot): each one
-// that fits in the GPUs left free starts; when p is Blocking, up to the
-// first one that does not fit. Running jobs keep their GPUs. A caller that
-// knows the free GPUs and the pending jobs in that order may then carry
-// out the round without a Snapshot of every job.
-func (p *Policy) StartsInArrivalOrder() bool {
-	_, ordered := p.Order.(arrivalOrdered)
-	_, fits := p.Place.(firstFit)
-	return ordered && fits && !p.Order.Preemptive() && p.CanStartArrivals()
-}
-
-// keyFallsWhileRunning is implemented by orderers without wake-ups that
-// rank by a key which only falls while a job runs and stays while it
-// waits: the remaining time.
-type keyFallsWhileRunning interface{ keyFallsWhileRunning() }
-
-// CanStartArrivalsPastWaiting says the arrival shortcut (see
-// CanStartArrivals) holds even while other jobs wait, for p's first-fit
-// placement: if since the last round no job has finished, started or
-// grown its remaining work, arrivals that together fit the GPUs the
-// round left free start, and nothing else changes. Every job that waits
-// did not fit where it ranked; the running jobs have only moved ahead of
-// it since, and the arrivals take GPUs from what was free.
-func (p *Policy) CanStartArrivalsPastWaiting() bool {
-	_, falls := p.Order.(keyFallsWhileRunning)
-	_, fits := p.Place.(firstFit)
-	return falls && fits && p.CanStartArrivals()
-}
-
-// keyed is implemented by preemptive orderers without wake-ups that rank
-// each job by a key of its own alone, which stays the same while the job
-// waits: the remaining (GPU-)time.
-type keyed interface{ key(j *Job) float64 }
-
-// RanksByKey says a round of p on a cluster of one GPU model, with whole
-// GPUs and no job limited to some models, runs exactly the jobs a
-// first-fit walk picks: visiting every job, running or pending, in order
-// of RankKey, then arrival, then index in the Snapshot, each one that the
-// GPUs not yet taken hold runs (a running job keeps its GPUs, a pending
-// one starts) and every other one waits (a running one is preempted). A
-// job's key does not change while it waits, so a caller may keep the
-// pending jobs ordered from round to round and carry out the round without
-// a Snapshot of every job.
-func (p *Policy) RanksByKey() bool {
-	_, keys := p.Order.(keyed)
-	_, fits := p.Place.(firstFit)
-	return keys && fits && p.Order.Preemptive() && !p.Blocking && p.Migrate == nil && p.CanStartArrivals()
-}
-
-// RankKey is the key of an order that ranks by one (lower ranks first;
-// see RanksByKey), or nil.
-func (p *Policy) RankKey() func(j *Job) float64 {
-	if o, ok := p.Order.(keyed); ok {
-		return o.key
-	}
-	return nil
-}
-
-// queueRanked is implemented by the orderers that rank by multi-level
-// queue first: 2D-LAS and 2D-Gittins.
-type queueRanked interface{ queueRule() QueueRule }
-
-// QueueRule is what a caller needs to carry out the rounds of a policy
-// that ranks by queue (see Policy.RanksByQueue).
-type QueueRule struct {
-	q *queues
-	g *gittinsOrder // 2D-Gittins; nil for 2D-LAS
-}
-
-// Sizes is the size distribution 2D-Gittins ranks by in a round of s, or
-// nil while it has none (and ranks as 2D-LAS does), and under 2D-LAS.
-func (r QueueRule) Sizes(s *Snapshot) *SizeDistribution {
-	if r.g == nil {
-		return nil
-	}
-	return r.g.ranksBy(s)
-}
-
-// Key is j's rank within its queue under 2D-Gittins with the sizes d
-// (lower first): its Gittins index at its attained service, negated. The
-// index's lookups start from h, which a caller keeps per job (nil: none).
-func (r QueueRule) Key(d *SizeDistribution, j *Job, h *IndexHint) float64 {
-	if h == nil {
-		return -r.g.index(d, j.Attained)
-	}
-	return -r.g.indexFrom(d, j.Attained, h)
-}
-
-// Queue is the queue j's attained service puts it in.
-func (r QueueRule) Queue(j *Job) int { return r.q.queueOf(j.Attained) }
-
-// Last is the last queue: a running job in it stays there (RunWake is
-// +Inf), and so keeps its place relative to the other jobs there under
-// 2D-LAS.
-func (r QueueRule) Last() int { return len(r.q.cuts) }
-
-// Entry is the queue a new job enters.
-func (r QueueRule) Entry() int { return r.q.queueOf(0) }
-
-// RunWake is how many seconds j, running this round in queue qi (its
-// Queue), takes to reach the queue's cut; +Inf in the last queue. A
-// round's wake-up is the least.
-func (r QueueRule) RunWake(j *Job, qi int) float64 {
-	if qi >= len(r.q.cuts) {
-		return inf
-	}
-	return max(r.q.toCut(j.Attained, float64(max(j.GPUs, 1)), qi), 0)
-}
-
-// RanksByQueue says a round of p on a cluster of one GPU model, with
-// whole GPUs and no job limited to some models, runs exactly the jobs a
-// first-fit walk picks (each job that the GPUs not yet taken hold runs),
-// visiting the queues in turn and, within queue q (QueueRule.Queue):
-// first the jobs the last round put in q that run, then those that wait,
-// each in the last round's rank order (PrevRank); then the jobs new to q,
-// arrivals first, each group by arrival, then index in the Snapshot.
-// Under 2D-Gittins with sizes (QueueRule.Sizes), the jobs of a queue go
-// by QueueRule.Key instead, then arrival, then index. Its wake-up is the
-// least RunWake of the jobs it runs. The rule is returned with ok; a
-// job's queue and key do not change while it waits, nor while the sizes
-// stay the same.
-func (p *Policy) RanksByQueue() (rule QueueRule, ok bool) {
-	o, ranked := p.Order.(queueRanked)
-	_, fits := p.Place.(firstFit)
-	if !ranked || !fits || !p.Order.Preemptive() || p.Blocking || p.Migrate != nil || !p.CanStartArrivals() {
-		return QueueRule{}, false
-	}
-	rule = o.queueRule()
-	if rule.q.promoteKnob > 0 || rule.q.compat {
-		return QueueRule{}, false
-	}
-	return rule, true
-}
-
-// Settled says job j, planned in an earlier round, keeps the place in the
-// order that round gave it, so a round that only starts arrivals leaves
-// its order be.
-func (p *Policy) Settled(s *Snapshot, j *Job) bool {
-	o, ok := p.Order.(remembersRounds)
-	return !ok || o.settled(s, j)
-}
-
-// AlwaysSettled says Settled holds for every job of s: p's order keeps
-// no place from one round to the next, or none now (2D-Gittins once it
-// ranks by index).
-func (p *Policy) AlwaysSettled(s *Snapshot) bool {
-	o, ok := p.Order.(remembersRounds)
-	if !ok {
-		return true
-	}
-	a, ok := o.(settlesAll)
-	return ok && a.settledAll(s)
-}
-
-// settlesAll is implemented by orders that remember rounds only at times.
-type settlesAll interface {
-	// settledAll says settled holds for every job of s.
-	settledAll(s *Snapshot) bool
-}
-
-// Enter gives an arriving job started without a round the PrevQueue and
-// PrevRank that round would have: last in the queue of a new job.
-func (p *Policy) Enter(j *Job, rank int) {
-	j.PrevQueue, j.PrevRank = 0, rank
-	if o, ok := p.Order.(remembersRounds); ok {
-		j.PrevQueue = o.entryQueue()
-	}
-}
-
 // ReadsHistory says p reads Snapshot.History, so that a caller with no
 // other use for it may leave finished jobs unrecorded. Only the predict
 // order reads it; it is told by name, which an orderer that wraps another
@@ -293,9 +83,9 @@ type Result struct {
 	// 0 for other orders.
 	Bound float64
 
-	items    []sortItem // sort scratch, reused across rounds
-	misfits  []sortItem
-	fresh    []sortItem
+	items    []Rank // sort scratch, reused across rounds
+	misfits  []Rank
+	fresh    []Rank
 	reasons  map[[2]string]string
 	lastJoin [3]string // reason, note, joined
 
@@ -360,16 +150,16 @@ func sortOrder(s *Snapshot, r *Result) {
 	limit := 4 * len(ds)
 	for i := range ds {
 		d, j := &ds[i], &s.Jobs[i]
-		it := sortItem{d.k1, d.k2, d.k3, j.Arrival, i}
+		it := Rank{K1: d.k1, K2: d.k2, K3: d.k3, Arrival: j.Arrival, Job: i}
 		pr := j.PrevRank
 		if pr < 0 || pr >= limit {
 			fresh = append(fresh, it)
 			continue
 		}
 		for len(slots) <= pr {
-			slots = append(slots, sortItem{job: -1})
+			slots = append(slots, Rank{Job: -1})
 		}
-		if slots[pr].job >= 0 {
+		if slots[pr].Job >= 0 {
 			fresh = append(fresh, it)
 			continue
 		}
@@ -377,8 +167,8 @@ func sortOrder(s *Snapshot, r *Result) {
 	}
 	items := r.sortNearlySorted(append(slots, fresh...))
 	for rank, it := range items {
-		r.Order[rank] = it.job
-		ds[it.job].Rank = rank
+		r.Order[rank] = it.Job
+		ds[it.Job].Rank = rank
 	}
 	r.items, r.fresh = items, fresh
 }
@@ -388,25 +178,25 @@ func sortOrder(s *Snapshot, r *Result) {
 // the misfits aside and merges the two. Items with job < 0 are holes
 // (ranks no job held last round) and are dropped: the result is the other
 // items, sorted, at the front of items.
-func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
+func (r *Result) sortNearlySorted(items []Rank) []Rank {
 	misfits := r.misfits[:0]
 	defer func() { r.misfits = misfits }()
 	kept := 0 // the in-order run, compacted to the front of items
 	next := 0 // the first item after i that is no hole
-	for next < len(items) && items[next].job < 0 {
+	for next < len(items) && items[next].Job < 0 {
 		next++
 	}
 	for next < len(items) {
 		i := next
 		it := items[i]
-		for next = i + 1; next < len(items) && items[next].job < 0; next++ {
+		for next = i + 1; next < len(items) && items[next].Job < 0; next++ {
 		}
 		// An item is out of place if it is below the run kept so far, or
 		// above its successor (it jumped ahead: keeping it would push every
 		// item after it out). Writes go to kept <= i, so items after i are
 		// still as laid out.
-		if (kept > 0 && before(&it, &items[kept-1])) ||
-			(next < len(items) && !before(&it, &items[next])) {
+		if (kept > 0 && it.Before(&items[kept-1])) ||
+			(next < len(items) && !it.Before(&items[next])) {
 			misfits = append(misfits, it)
 			continue
 		}
@@ -417,12 +207,12 @@ func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
 	if len(misfits) == 0 {
 		return items
 	}
-	slices.SortFunc(misfits, compareItems)
+	slices.SortFunc(misfits, CompareRanks[float64, int])
 	// Merge from the back, so the kept run is read before it is
 	// overwritten. No two items compare equal (the job index decides).
 	a, b := kept-1, len(misfits)-1
 	for k := len(items) - 1; b >= 0; k-- {
-		if a >= 0 && before(&misfits[b], &items[a]) {
+		if a >= 0 && misfits[b].Before(&items[a]) {
 			items[k] = items[a]
 			a--
 		} else {
@@ -433,44 +223,46 @@ func (r *Result) sortNearlySorted(items []sortItem) []sortItem {
 	return items
 }
 
-func compareItems(a, b sortItem) int {
+// RankOf is a job's place in a round's order: by K1, K2 and K3 in turn,
+// then by arrival, then by the job's index. G and J are the widths of the
+// group key K2 and of the index: Plan sorts its jobs by Rank, and the
+// simulator's keyed queue ranks them by RankOf[int32, int32], which keeps
+// its items small; both order by the one Before, so that the two orders
+// agree to the bit. The fields are laid out for size, not in the order
+// they are compared.
+type RankOf[G int32 | float64, J int32 | int] struct {
+	K1, K3, Arrival float64
+	K2              G
+	Job             J
+}
+
+// Rank is Plan's RankOf.
+type Rank = RankOf[float64, int]
+
+// Before says a ranks before b, cheap enough to inline; it reads b's
+// fields only as far as they decide. Ranks of two jobs never compare
+// equal, so !a.Before(b) is b before a.
+func (a *RankOf[G, J]) Before(b *RankOf[G, J]) bool {
 	switch {
-	case a.k1 != b.k1:
-		return less(a.k1, b.k1)
-	case a.k2 != b.k2:
-		return less(a.k2, b.k2)
-	case a.k3 != b.k3:
-		return less(a.k3, b.k3)
-	case a.arrival != b.arrival:
-		return less(a.arrival, b.arrival)
+	case a.K1 != b.K1:
+		return a.K1 < b.K1
+	case a.K2 != b.K2:
+		return a.K2 < b.K2
+	case a.K3 != b.K3:
+		return a.K3 < b.K3
+	case a.Arrival != b.Arrival:
+		return a.Arrival < b.Arrival
 	}
-	return a.job - b.job
+	return a.Job < b.Job
 }
 
-// before is compareItems(*a, *b) < 0, cheap enough to inline. No two
-// items compare equal, so !before is compareItems > 0.
-func before(a, b *sortItem) bool {
+// CompareRanks is Before as a comparison for slices.SortFunc.
+func CompareRanks[G int32 | float64, J int32 | int](a, b RankOf[G, J]) int {
 	switch {
-	case a.k1 != b.k1:
-		return a.k1 < b.k1
-	case a.k2 != b.k2:
-		return a.k2 < b.k2
-	case a.k3 != b.k3:
-		return a.k3 < b.k3
-	case a.arrival != b.arrival:
-		return a.arrival < b.arrival
-	}
-	return a.job < b.job
-}
-
-type sortItem struct {
-	k1, k2, k3, arrival float64
-	job                 int
-}
-
-func less(a, b float64) int {
-	if a < b {
+	case a.Before(&b):
 		return -1
+	case a == b:
+		return 0
 	}
 	return 1
 }

@@ -491,25 +491,25 @@ func TestSortNearlySortedMatchesAFullSort(t *testing.T) {
 	for seed := range uint64(500) {
 		rng := rand.New(rand.NewPCG(seed, 3))
 		n := rng.IntN(300)
-		items := make([]sortItem, n)
+		items := make([]Rank, n)
 		for i := range items {
-			items[i] = sortItem{k1: float64(rng.IntN(3)), k2: float64(i), arrival: float64(rng.IntN(5)), job: i}
+			items[i] = Rank{K1: float64(rng.IntN(3)), K2: float64(i), Arrival: float64(rng.IntN(5)), Job: i}
 		}
-		slices.SortFunc(items, compareItems)
+		slices.SortFunc(items, CompareRanks[float64, int])
 		// Move a few items, or many, as rounds do.
 		for range rng.IntN(1 + n/(1+rng.IntN(20))) {
 			k := rng.IntN(n)
-			items[k].k2 = float64(rng.IntN(n + 1))
+			items[k].K2 = float64(rng.IntN(n + 1))
 			if rng.IntN(4) == 0 {
-				items[k].k1 = float64(rng.IntN(3))
+				items[k].K1 = float64(rng.IntN(3))
 			}
 		}
 		want := slices.Clone(items)
-		slices.SortFunc(want, compareItems)
+		slices.SortFunc(want, CompareRanks[float64, int])
 		// Holes, ranks no job held, are dropped.
 		for range rng.IntN(1 + n/4) {
 			k := rng.IntN(len(items) + 1)
-			items = slices.Insert(items, k, sortItem{k1: float64(rng.IntN(3)), job: -1})
+			items = slices.Insert(items, k, Rank{K1: float64(rng.IntN(3)), Job: -1})
 		}
 		got := r.sortNearlySorted(items)
 		if !slices.Equal(got, want) {

@@ -3,6 +3,8 @@ package policy
 import (
 	"cmp"
 	"slices"
+
+	"github.com/caravan-gpu/caravan/internal/minheap"
 )
 
 // RelaxedJob is one job of the single-machine relaxation that Hare orders
@@ -56,54 +58,19 @@ func WeightedFlowBound(jobs []RelaxedJob, gpus int) float64 {
 	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(a.release, b.release) })
 	// Preemptive WSPT: at every moment the released job with the largest
 	// w / work runs; events are releases and completions.
-	var avail []int // heap on w/work, largest first
-	higher := func(a, b int) bool {
-		ra, rb := items[a].w/items[a].work, items[b].w/items[b].work
-		if ra != rb {
-			return ra > rb
-		}
-		return a < b
-	}
-	push := func(x int) {
-		avail = append(avail, x)
-		for i := len(avail) - 1; i > 0; {
-			p := (i - 1) / 2
-			if !higher(avail[i], avail[p]) {
-				break
-			}
-			avail[i], avail[p] = avail[p], avail[i]
-			i = p
-		}
-	}
-	pop := func() {
-		last := len(avail) - 1
-		avail[0] = avail[last]
-		avail = avail[:last]
-		for i := 0; ; {
-			l, s := 2*i+1, i
-			if l < len(avail) && higher(avail[l], avail[s]) {
-				s = l
-			}
-			if r := l + 1; r < len(avail) && higher(avail[r], avail[s]) {
-				s = r
-			}
-			if s == i {
-				break
-			}
-			avail[i], avail[s] = avail[s], avail[i]
-			i = s
-		}
-	}
+	// A heap of the released jobs, on w/work, largest first (its Key is
+	// −w/work), then index (Tie).
+	var avail []minheap.Entry[struct{}]
 	now, next := 0.0, 0
 	for next < len(items) || len(avail) > 0 {
 		if len(avail) == 0 {
 			now = max(now, items[next].release)
 		}
 		for next < len(items) && items[next].release <= now {
-			push(next)
+			avail = minheap.Push(avail, minheap.Entry[struct{}]{Key: -items[next].w / items[next].work, Tie: next})
 			next++
 		}
-		top := &items[avail[0]]
+		top := &items[avail[0].Tie]
 		if next < len(items) && items[next].release < now+top.left {
 			// Preempted at the next release, if it comes before the end.
 			until := items[next].release
@@ -115,7 +82,7 @@ func WeightedFlowBound(jobs []RelaxedJob, gpus int) float64 {
 		until := now + top.left
 		top.busy += top.left * (until + now) / 2
 		top.left, now = 0, until
-		pop()
+		_, avail = minheap.Pop(avail)
 	}
 	mean := 0.0
 	for _, it := range items {

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 
+	"github.com/caravan-gpu/caravan/internal/minheap"
 	"github.com/caravan-gpu/caravan/planner/policy"
 )
 
@@ -14,7 +15,7 @@ func (s *simulator) planRound() {
 		return
 	}
 	if s.keyed != nil {
-		s.keyedRound()
+		s.keyed.round()
 		return
 	}
 	s.rounds++
@@ -194,7 +195,7 @@ func (s *simulator) gpuUse(js *jobState) float64 {
 
 func (s *simulator) start(i int, d *policy.Decision) {
 	if s.keyed != nil {
-		s.unwait(i)
+		s.keyed.unwait(i)
 	}
 	js := &s.jobs[i]
 	s.settle(js)
@@ -292,7 +293,7 @@ func (s *simulator) preempt(i int) {
 	js.Placement = nil
 	s.pending++
 	if s.keyed != nil {
-		s.wait(i)
+		s.keyed.wait(i)
 	}
 }
 
@@ -356,51 +357,18 @@ type finishEvent struct {
 	version int
 }
 
-// finishHeap orders the finish events, earliest first (ties by job). Its
-// sifts are container/heap's, typed: a preempted job leaves a stale event
-// behind, and a congested run pushes and pops millions of them.
-type finishHeap []finishEvent
-
-func (h finishHeap) less(a, b int) bool {
-	if h[a].t != h[b].t {
-		return h[a].t < h[b].t
-	}
-	return h[a].job < h[b].job
-}
+// finishHeap orders the finish events, earliest first, ties by job. A
+// preempted job leaves a stale event behind, and a congested run pushes
+// and pops millions of them.
+type finishHeap []minheap.Entry[int] // Key: time, Tie: job, Value: version
 
 func (h *finishHeap) push(e finishEvent) {
-	*h = append(*h, e)
-	q := *h
-	for j := len(q) - 1; j > 0; {
-		i := (j - 1) / 2 // parent
-		if !q.less(j, i) {
-			break
-		}
-		q[i], q[j] = q[j], q[i]
-		j = i
-	}
+	*h = minheap.Push(*h, minheap.Entry[int]{Key: e.t, Tie: e.job, Value: e.version})
 }
 
 // pop removes and returns the earliest event.
 func (h *finishHeap) pop() finishEvent {
-	q := *h
-	n := len(q) - 1
-	q[0], q[n] = q[n], q[0]
-	for i := 0; ; {
-		j := 2*i + 1
-		if j >= n || j < 0 {
-			break
-		}
-		if j2 := j + 1; j2 < n && q.less(j2, j) {
-			j = j2
-		}
-		if !q.less(j, i) {
-			break
-		}
-		q[i], q[j] = q[j], q[i]
-		i = j
-	}
-	e := q[n]
-	*h = q[:n]
-	return e
+	e, q := minheap.Pop(*h)
+	*h = q
+	return finishEvent{t: e.Key, job: e.Tie, version: e.Value}
 }

@@ -1,8 +1,3 @@
-// Package sim is a deterministic discrete-event simulator of a GPU cluster
-// running a job trace under a policy from planner/policy. Events are job
-// arrivals, completions and the policy's own wake-ups (queue demotion,
-// starvation promotion); at each it hands the policy a Snapshot, exactly as
-// the live planner would, and carries out the decisions.
 package sim
 
 import (
@@ -75,9 +70,9 @@ type Config struct {
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
 
-	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind, arrivalRound and keyedRound
+	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind, arrivalRound and the keyed queue's round
 	checkSnapshot bool // tests: compare the kept Snapshot with a fresh copy every round (Result.snapErr)
-	noKeyed       bool // tests: plan in full what keyedRound would, keeping the other shortcuts
+	noKeyed       bool // tests: plan in full what the keyed queue's round would, keeping the other shortcuts
 }
 
 // JobResult is one job's outcome.
@@ -133,13 +128,16 @@ type jobState struct {
 	// is still above it drops the rest, since the next start pays its own.
 	idleEnd float64
 	queued  float64 // total pending time
-	seq     int64   // keyedQueue under RanksByQueue: the job's place in its queue
-	done    bool
+	// The keyed queue's fields (seq, lazy, inTail, pendAt and logAt) sit
+	// here, beside the counters a round reads with them, rather than in
+	// the queue: a round reads them for every job it visits.
+	seq  int64 // under RanksByQueue: the job's place in its queue
+	done bool
 	// lazy: the job runs, and rounds do not settle it; it is settled, as
 	// they would have, at logAt on (keyedQueue.catchUp).
 	lazy   bool
 	inTail bool  // the job holds its entry in the keyed queue's tail count
-	pendAt int32 // keyedQueue: where a pending job's counters are
+	pendAt int32 // where a pending job's counters are (keyedQueue.pend)
 	policy.Job
 	logAt       int32
 	promoWait   float64 // compat: pending time since the last promotion
@@ -175,7 +173,7 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	if s.useArrivalQueue() {
 		s.arrivals = newArrivalQueue(s.jobs)
 	} else if s.useKeyedQueue() {
-		s.keyed = newKeyedQueue(s.jobs, cfg.Policy)
+		s.keyed = newKeyedQueue(s)
 	}
 	s.run()
 	return s.result(), nil
@@ -261,7 +259,7 @@ type simulator struct {
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue
 	// keyed, when set, keeps the waiting jobs ordered by key, and rounds
-	// are carried out on it (see keyedRound).
+	// are carried out on it (see keyedQueue.round).
 	keyed *keyedQueue
 }
 
@@ -359,8 +357,8 @@ func (s *simulator) run() {
 	}
 	s.advanceTo(s.now)
 	if s.keyed != nil {
-		s.flushWaiting()
-		s.flushLazy()
+		s.keyed.flushWaiting()
+		s.keyed.flushLazy()
 	}
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, total)
@@ -411,7 +409,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 	}
 	// Refresh the learned sizes exactly when a round would have.
 	s.learnSizes()
-	if s.keyed != nil && !s.settlePlanned() {
+	if s.keyed != nil && !s.keyed.settlePlanned() {
 		return false
 	}
 	s.dropFinished()
@@ -516,7 +514,7 @@ func (s *simulator) admit(i int) {
 	case s.arrivals != nil:
 		s.arrivals.add(i, js.GPUs)
 	case s.keyed != nil:
-		s.wait(i)
+		s.keyed.wait(i)
 	default:
 		s.active = append(s.active, i)
 	}
@@ -554,9 +552,9 @@ func (s *simulator) completeAt(t float64) bool {
 
 func (s *simulator) peekFinish() (float64, bool) {
 	for len(s.heap) > 0 {
-		top := s.heap[0]
-		if js := &s.jobs[top.job]; js.version == top.version && !js.done && js.State == policy.Running {
-			return top.t, true
+		top := &s.heap[0]
+		if js := &s.jobs[top.Tie]; js.version == top.Value && !js.done && js.State == policy.Running {
+			return top.Key, true
 		}
 		s.heap.pop()
 	}
