@@ -1,6 +1,7 @@
 package plugin
 
-// This file holds GPU backend a node opens, and what a task is told where there is none.
+// This file holds how the driver opens its GPU backend, and what a task
+// is told where there is none.
 
 import (
 	"fmt"

@@ -75,7 +75,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task_name", cfg.Name)
 
 	_, _, runsAs := dynamicUser(runAs)
-	_, canJoin := taskCredential(runAs)
+	cred, canJoin := taskCredential(runAs)
 	// Before the command runs: a device it opened before the
 	// restriction would stay open.
 	iso, err := isolateDevices(backend, spec, cfg, canJoin)
@@ -91,7 +91,7 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 	if err != nil {
 		return nil, nil, err
 	}
-	argv, envs, execUser, err := commandLine(cfg, tc, env, runAs, runsAs, iso.v1Dir)
+	argv, envs, execUser, err := commandLine(cfg, tc, env, runAs, cred, runsAs, iso.v1Dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -141,8 +141,8 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (_ *drivers.TaskHandle, _ *d
 // commandLine is how the executor starts the task's command: as runAs
 // itself, or through caravan-run-as where the executor cannot, for a
 // dynamic workload user or where the task's devices cgroup (v1, v1Dir) is
-// one only root may join.
-func commandLine(cfg *drivers.TaskConfig, tc TaskConfig, env map[string]string, runAs string, runsAs bool, v1Dir string) (argv, envs []string, execUser string, err error) {
+// one only root may join. cred is runAs's, as StartTask read it once.
+func commandLine(cfg *drivers.TaskConfig, tc TaskConfig, env map[string]string, runAs string, cred runas.Credential, runsAs bool, v1Dir string) (argv, envs []string, execUser string, err error) {
 	argv, envs, execUser = append([]string{tc.Command}, tc.Args...), envList(env), runAs
 	if runsAs {
 		// The executor looks users up in the user database, where a dynamic
@@ -152,7 +152,6 @@ func commandLine(cfg *drivers.TaskConfig, tc TaskConfig, env map[string]string, 
 		env["USER"], env["LOGNAME"], env["HOME"] = runAs, runAs, dynamic.Home
 	}
 	if runsAs || v1Dir != "" {
-		cred, _ := taskCredential(runAs)
 		// A user of the user database on cgroup v1 too: the executor would
 		// start it outside the task's devices cgroup, which only root may
 		// join, so it too starts through caravan-run-as, with its groups.
