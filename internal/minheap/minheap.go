@@ -3,19 +3,23 @@
 // would (the same sifts), so a heap that must agree bit for bit with
 // another (the simulator's fast path with Policy.Plan) meets ties alike.
 //
-// Push and Pop order Entry values by Key, then Tie, compared in place.
+// Push and Pop order Entry values by Key, then Tie, compared in place;
+// PushOrdered and PopOrdered order plain values.
 // PushFunc and PopFunc take a less function for orders of more fields;
 // their sift-down is too large to inline, so each compare is a call
 // there, which a hot heap of Entry values does not pay. container/heap
 // pays an interface call for every compare and swap.
 package minheap
 
+import "cmp"
+
 // Entry is an element of a heap ordered by Key, then Tie, least first;
-// Value rides along.
+// Value rides along. Value comes first so that an empty one (struct{})
+// adds no padding: a trailing zero-size field would.
 type Entry[V any] struct {
+	Value V
 	Key   float64
 	Tie   int
-	Value V
 }
 
 func (a *Entry[V]) less(b *Entry[V]) bool {
@@ -50,6 +54,42 @@ func Pop[V any](h []Entry[V]) (Entry[V], []Entry[V]) {
 			c++
 		}
 		if !h[c].less(&h[i]) {
+			break
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+	return h[n], h[:n]
+}
+
+// PushOrdered adds x to the heap h of plain values and returns it.
+func PushOrdered[T cmp.Ordered](h []T, x T) []T {
+	h = append(h, x)
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !(h[i] < h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	return h
+}
+
+// PopOrdered removes the least value of h, which must not be empty, and
+// returns it and the heap.
+func PopOrdered[T cmp.Ordered](h []T) (T, []T) {
+	n := len(h) - 1
+	h[0], h[n] = h[n], h[0]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && h[c+1] < h[c] {
+			c++
+		}
+		if !(h[c] < h[i]) {
 			break
 		}
 		h[i], h[c] = h[c], h[i]

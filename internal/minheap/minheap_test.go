@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 type pair struct{ key, id int }
@@ -52,6 +53,36 @@ func TestPopsAsContainerHeapDoes(t *testing.T) {
 		if (pair{int(ge.Key), ge.Value}) != want {
 			t.Fatalf("step %d: Pop popped %v, container/heap %v", step, ge, want)
 		}
+	}
+}
+
+// Plain values pop least first, as sorting them would.
+func TestOrderedPopsSorted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var h, popped []float64
+	for step := 0; step < 20000; step++ {
+		if len(h) == 0 || rng.IntN(3) > 0 {
+			h = PushOrdered(h, float64(rng.IntN(50)))
+			continue
+		}
+		var x float64
+		x, h = PopOrdered(h)
+		for _, y := range h {
+			if y < x {
+				t.Fatalf("step %d: popped %v with %v still in the heap", step, x, y)
+			}
+		}
+		popped = append(popped, x)
+	}
+	if len(popped) == 0 {
+		t.Fatal("nothing popped")
+	}
+}
+
+// An empty Value adds nothing to an Entry.
+func TestEmptyValueAddsNoPadding(t *testing.T) {
+	if got, want := unsafe.Sizeof(Entry[struct{}]{}), unsafe.Sizeof(float64(0))+unsafe.Sizeof(0); got != want {
+		t.Fatalf("Entry[struct{}] is %d bytes, want %d", got, want)
 	}
 }
 

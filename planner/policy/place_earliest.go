@@ -240,14 +240,14 @@ func emptied[S ~[]E, E any](s []S, n int) []S {
 }
 
 // floatHeap is a min-heap of values.
-type floatHeap []minheap.Entry[struct{}] // Key: the value
+type floatHeap []float64
 
-func (h *floatHeap) push(x float64) { *h = minheap.Push(*h, minheap.Entry[struct{}]{Key: x}) }
+func (h *floatHeap) push(x float64) { *h = minheap.PushOrdered(*h, x) }
 
 func (h *floatHeap) pop() float64 {
-	x, q := minheap.Pop(*h)
+	x, q := minheap.PopOrdered(*h)
 	*h = q
-	return x.Key
+	return x
 }
 
 // kth is the k-th smallest value (1-based), +Inf when there are fewer. It
@@ -264,13 +264,13 @@ func (h floatHeap) kth(k int, scratch *[]int) float64 {
 	for {
 		i := front[head]
 		if k--; k == 0 {
-			return h[i].Key
+			return h[i]
 		}
 		head++
 		for _, c := range [2]int{2*i + 1, 2*i + 2} {
 			if c < len(h) {
-				at, _ := slices.BinarySearchFunc(front[head:], h[c].Key, func(x int, v float64) int {
-					if h[x].Key < v {
+				at, _ := slices.BinarySearchFunc(front[head:], h[c], func(x int, v float64) int {
+					if h[x] < v {
 						return -1
 					}
 					return 1

@@ -258,13 +258,15 @@ func (a *RankOf[G, J]) Before(b *RankOf[G, J]) bool {
 
 // CompareRanks is Before as a comparison for slices.SortFunc.
 func CompareRanks[G int32 | float64, J int32 | int](a, b RankOf[G, J]) int {
+	// Two calls of Before, both inlined, rather than a struct compare,
+	// which is a call of its own.
 	switch {
 	case a.Before(&b):
 		return -1
-	case a == b:
-		return 0
+	case b.Before(&a):
+		return 1
 	}
-	return 1
+	return 0
 }
 
 var inf = math.Inf(1)

@@ -74,19 +74,6 @@ func (q *keyedQueue) catchUpWaiting(c *waitCounters) {
 	c.logAt = int32(len(q.log))
 }
 
-// settleRunning settles job i, of started (or of ran, ranked by key), if
-// it still runs, and says whether it does. Jobs that run under
-// RanksByQueue are settled lazily (catchUp).
-func (q *keyedQueue) settleRunning(i int) bool {
-	s := q.sim
-	js := &s.jobs[i]
-	if js.done || js.State != policy.Running {
-		return false
-	}
-	settleAt(js, s.now)
-	return true
-}
-
 // settlePlanned settles every planned job, as the arrival shortcut does,
 // and says whether each one keeps its place (Policy.Settled). Jobs keep
 // their queue while they wait. It drops the jobs that no longer run from
@@ -121,7 +108,7 @@ func (q *keyedQueue) settlePlanned() bool {
 	q.ran = q.ran[:w]
 	w = 0
 	for _, i := range q.started {
-		if !q.settleRunning(i) {
+		if !s.settleRunning(i) {
 			continue
 		}
 		q.started[w] = i

@@ -218,8 +218,8 @@ func (q *keyedQueue) round() {
 	q.sim.rounds++
 	q.relearn()
 	q.admitArrivals()
-	kept, preempt, starts, wake := q.walk(q.runningInOrder())
-	q.carryOut(kept, preempt, starts, wake)
+	kept, wake := q.walk(q.runningInOrder())
+	q.carryOut(kept, wake)
 }
 
 // relearn takes the size distribution 2D-Gittins ranks by now, and when
@@ -288,7 +288,7 @@ func (q *keyedQueue) runningInOrder() []keyedItem {
 	insertionSort(run)
 	fresh := q.fresh[:0]
 	for _, i := range q.started {
-		if q.settleRunning(i) {
+		if s.settleRunning(i) {
 			fresh = q.appendKeyed(fresh, i)
 		}
 	}
@@ -318,7 +318,7 @@ func (q *keyedQueue) runningInOrder() []keyedItem {
 // and those it starts, and the least time until a running job reaches its
 // queue's cut (wake). It leaves run, as walked, in q.items for the next
 // round's scratch.
-func (q *keyedQueue) walk(run []keyedItem) (kept []keyedItem, preempt, starts []int, wake float64) {
+func (q *keyedQueue) walk(run []keyedItem) (kept []keyedItem, wake float64) {
 	s := q.sim
 	// Under RanksByQueue, jobs preempted in the queue they ran in are
 	// numbered in rank order below every number given so far; jobs that
@@ -326,7 +326,10 @@ func (q *keyedQueue) walk(run []keyedItem) (kept []keyedItem, preempt, starts []
 	q.front -= int64(len(run) + len(q.tail))
 	seq := q.front
 	wake = math.Inf(1)
-	kept, preempt, starts = q.ran[:0], q.preempt[:0], q.starts[:0]
+	// The jobs preempted and started go straight to q.preempt and
+	// q.starts: as locals they would stay live, in registers or spilled,
+	// through every step of the walk's hot loop.
+	kept, q.preempt, q.starts = q.ran[:0], q.preempt[:0], q.starts[:0]
 	q.firstWake = math.Inf(1)
 	free := s.gpus
 	best := q.first(free)
@@ -355,7 +358,7 @@ func (q *keyedQueue) walk(run []keyedItem) (kept []keyedItem, preempt, starts []
 					free -= int(run[r].gpus)
 					kept = q.keep(kept, &run[r])
 				}
-				free, kept, starts, wake = q.startUnordered(free, kept, starts, wake)
+				free, kept, wake = q.startUnordered(free, kept, wake)
 				best = q.first(free)
 				continue
 			}
@@ -381,14 +384,14 @@ func (q *keyedQueue) walk(run []keyedItem) (kept []keyedItem, preempt, starts []
 					best = q.first(free)
 				}
 			} else {
-				preempt = append(preempt, int(it.Job))
+				q.preempt = append(q.preempt, int(it.Job))
 			}
 			continue
 		}
 		it := q.waiting[best][0]
 		q.pop(best)
 		free -= int(it.gpus)
-		starts = append(starts, int(it.Job))
+		q.starts = append(q.starts, int(it.Job))
 		if q.byQueue {
 			wake = min(wake, q.startedInQueue(&it))
 		}
@@ -399,25 +402,24 @@ func (q *keyedQueue) walk(run []keyedItem) (kept []keyedItem, preempt, starts []
 		wake = q.nextWake(kept, wake)
 	}
 	q.items = run
-	return kept, preempt, starts, wake
+	return kept, wake
 }
 
 // carryOut carries out a round's decisions as a round does: preemptions
 // first, then the starts, each in the order of the Snapshot.
-func (q *keyedQueue) carryOut(kept []keyedItem, preempt, starts []int, wake float64) {
+func (q *keyedQueue) carryOut(kept []keyedItem, wake float64) {
 	s := q.sim
 	q.ran = kept
-	slices.Sort(preempt)
-	for _, i := range preempt {
+	slices.Sort(q.preempt)
+	for _, i := range q.preempt {
 		s.preempt(i)
 	}
-	slices.Sort(starts)
+	slices.Sort(q.starts)
 	start := policy.Decision{Job: -1, Run: true, GPUModel: s.model, Speedup: 1}
-	for _, i := range starts {
+	for _, i := range q.starts {
 		s.start(i, &start)
 	}
 	q.started = q.started[:0] // they are in q.ran already
-	q.preempt, q.starts = preempt, starts
 	s.blocked = s.pending > 0
 	s.head = -1
 	s.wakeAt = math.Inf(1)
@@ -464,13 +466,13 @@ func (q *keyedQueue) reachTail(run []keyedItem, r, free, best, queueEnd int) ([]
 
 // startUnordered starts the waiting jobs of a queue whose outcome holds
 // whatever its running jobs' order (q.unordered, from readyQueue).
-func (q *keyedQueue) startUnordered(free int, kept []keyedItem, starts []int, wake float64) (int, []keyedItem, []int, float64) {
+func (q *keyedQueue) startUnordered(free int, kept []keyedItem, wake float64) (int, []keyedItem, float64) {
 	for k := range q.unordered {
 		it := &q.unordered[k]
 		free -= int(it.gpus)
-		starts = append(starts, int(it.Job))
+		q.starts = append(q.starts, int(it.Job))
 		wake = min(wake, q.startedInQueue(it))
 		kept = q.keep(kept, it)
 	}
-	return free, kept, starts, wake
+	return free, kept, wake
 }

@@ -31,6 +31,7 @@ type Summary struct {
 
 func (s *simulator) result() *Result {
 	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds, snapErr: s.snapErr}
+	res.Jobs = make([]JobResult, 0, len(s.jobs))
 	for i := range s.jobs {
 		js := &s.jobs[i]
 		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
@@ -53,7 +54,7 @@ func (s *simulator) result() *Result {
 // utilisation; the live replay computes the same metrics from what Nomad
 // recorded, with BusyArea.
 func Summarize(policyName string, gpus int, jobs []JobResult, busyArea float64) Summary {
-	var jcts []float64
+	jcts := make([]float64, 0, len(jobs))
 	sum := Summary{Policy: policyName, Jobs: len(jobs)}
 	var wsum, wjct, ftfSum float64
 	ftfN := 0

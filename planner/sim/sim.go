@@ -476,6 +476,18 @@ func (s *simulator) settle(js *jobState) {
 	settleAt(js, s.now)
 }
 
+// settleRunning settles job i, of started (or of ran, ranked by key), if
+// it still runs, and says whether it does. Jobs that run under
+// RanksByQueue are settled lazily (catchUp).
+func (s *simulator) settleRunning(i int) bool {
+	js := &s.jobs[i]
+	if js.done || js.State != policy.Running {
+		return false
+	}
+	settleAt(js, s.now)
+	return true
+}
+
 // settleAt brings a job's progress and counters up to time now.
 func settleAt(js *jobState, now float64) {
 	dt := now - js.lastUpdate
