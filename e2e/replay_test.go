@@ -153,6 +153,46 @@ func TestReplayAcrossNodes(t *testing.T) {
 	must.Between(t, 0.8, live/simulated, 1.25)
 }
 
+// lanesTrace is seven one-GPU jobs for four GPUs cut into two lanes each:
+// the first four take a GPU each, and the later ones join them on a lane,
+// where each pair runs at the co-location factor's share of its speed.
+const lanesTrace = `job_id,num_gpu,submit_time,duration
+0,1,0,100
+1,1,5,80
+2,1,10,60
+3,1,15,90
+4,1,20,50
+5,1,25,70
+6,1,40,40
+`
+
+// go run ./e2e/replay -lanes 2: every GPU of the fleet cut into two lanes
+// on two clients, and las+pack sharing GPUs between jobs. The planner pins
+// each lane job to the GPU its placer chose, the workload slows beside a
+// partner on its GPU as the simulator's co-location factor says, and live
+// holds to the simulation.
+func TestReplayOnLanes(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr := runReplay(t, dir, lanesTrace, "-cluster", "n2g2", "-clients", "2", "-lanes", "2",
+		"-policy", "las+pack", "-time-scale", "10", "-json")
+	must.StrContains(t, stderr, "every GPU cut into 2 lanes")
+	var rep struct {
+		Live, Sim struct {
+			Policies []struct {
+				AvgJCT     float64 `json:"avg_jct"`
+				Unfinished int     `json:"unfinished"`
+			} `json:"policies"`
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
+	must.SliceLen(t, 1, rep.Live.Policies)
+	must.SliceLen(t, 1, rep.Sim.Policies)
+	must.Eq(t, 0, rep.Live.Policies[0].Unfinished)
+	live, simulated := rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
+	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f)", live, simulated, live/simulated)
+	must.Between(t, 0.8, live/simulated, 1.25)
+}
+
 // caravan replay against real agents refuses what cannot work, with an
 // error naming the job, the flag or the address, and leaves no job behind:
 // a workload binary the client does not have, a job larger than Nomad's

@@ -36,6 +36,7 @@ func main() {
 	flag.StringVar(&c.Checkpoint, "checkpoint", "", "file to resume from and rewrite after each iteration")
 	speeds := flag.String("speed", "", "MODEL=FACTOR,...: iterations are FACTOR times shorter on GPU model MODEL (from $CARAVAN_GPU_MODEL); other models take the smallest factor")
 	flag.StringVar(&c.GPUModel, "gpu-model", "", "GPU model for -speed (default: $CARAVAN_GPU_MODEL)")
+	flag.Float64Var(&c.SharedSpeed, "shared-speed", 1, "share of its speed the run keeps for each other process on its GPU (simulated GPUs only; 1: none lost)")
 	flag.Parse()
 	c.Mode = workload.Mode(mode)
 	var err error

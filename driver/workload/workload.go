@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -101,6 +102,12 @@ type Config struct {
 	Speed map[string]float64
 	// GPUModel is the model of the GPU the run holds (CARAVAN_GPU_MODEL).
 	GPUModel string
+	// SharedSpeed is the share of its speed the run keeps for each other
+	// process that runs on its GPU, as two jobs on one GPU's lanes slow
+	// each other: an iteration beside k of them takes 1 / SharedSpeed^k as
+	// long. It is read at each iteration, from the simulated backend's
+	// records (SimStateDir); 0 or 1, or a real GPU, leaves the speed alone.
+	SharedSpeed float64
 }
 
 // Progress is one JSON line of progress.
@@ -240,6 +247,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("mode: unknown mode %q", c.Mode)
 	}
+	if !(c.SharedSpeed >= 0 && c.SharedSpeed <= 1) {
+		return fmt.Errorf("shared-speed: must be in (0, 1], got %g", c.SharedSpeed)
+	}
 	for m, f := range c.Speed {
 		if !(f > 0) {
 			return fmt.Errorf("speed: factor of %q must be positive, got %g", m, f)
@@ -300,9 +310,9 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	if err := mem.set(c.PersistentMiB); err != nil {
 		return mem.outOfMemory(enc, first, err)
 	}
-	iteration := time.Duration(float64(c.IterationTime) / c.SpeedFactor())
-	step := iteration / time.Duration(2*c.Steps)
+	iteration := float64(c.IterationTime) / c.SpeedFactor()
 	for it := first; it <= c.Iterations; it++ {
+		step := time.Duration(iteration / c.sharedFactor(pid) / float64(2*c.Steps))
 		// Forward: activations pile up; backward: they are freed.
 		for s := 1; s <= c.Steps; s++ {
 			if err := sleep(ctx, step); err != nil {
@@ -357,6 +367,19 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// sharedFactor is the share of its speed the run keeps beside the other
+// processes on its GPU now (SharedSpeed); 1 where nothing tells.
+func (c Config) sharedFactor(pid int) float64 {
+	if c.SharedSpeed <= 0 || c.SharedSpeed >= 1 || c.SimStateDir == "" || c.GPU == "" {
+		return 1
+	}
+	n, err := sim.Sharers(c.SimStateDir, c.GPU, pid)
+	if err != nil {
+		return 1
+	}
+	return math.Pow(c.SharedSpeed, float64(n))
 }
 
 // acts says exceed and crash modes act at iteration it.

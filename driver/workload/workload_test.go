@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -157,6 +158,33 @@ func TestSpeedSlowsIterations(t *testing.T) {
 	start := time.Now()
 	must.NoError(t, Run(context.Background(), c, &bytes.Buffer{}))
 	must.GreaterEq(t, 160*time.Millisecond, time.Since(start))
+}
+
+// Beside another process on its simulated GPU, a run with shared speed
+// 0.5 takes twice as long per iteration; alone, or given no shared speed,
+// it keeps its pace. Only lower bounds are checked: a sleep never ends
+// early, while a busy machine may make any run slower.
+func TestSharedSpeedSlowsIterationsBesideAnotherProcess(t *testing.T) {
+	_, state := simBackend(t)
+	c := Config{Iterations: 4, IterationTime: 20 * time.Millisecond, Steps: 1, Mode: ModeNormal,
+		GPU: "GPU-a", SimStateDir: state, SharedSpeed: 0.5}
+	must.Eq(t, 1.0, c.sharedFactor(os.Getpid()), must.Sprint("alone on the GPU"))
+
+	partner := exec.Command("sleep", "30")
+	must.NoError(t, partner.Start())
+	t.Cleanup(func() { _ = partner.Process.Kill(); _ = partner.Wait() })
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", partner.Process.Pid, 100))
+	must.Eq(t, 0.5, c.sharedFactor(os.Getpid()))
+	start := time.Now()
+	must.NoError(t, Run(context.Background(), c, &bytes.Buffer{}))
+	must.GreaterEq(t, 160*time.Millisecond, time.Since(start))
+
+	c.SharedSpeed = 1
+	must.Eq(t, 1.0, c.sharedFactor(os.Getpid()), must.Sprint("no shared speed given"))
+	c.SharedSpeed, c.SimStateDir = 0.5, ""
+	must.Eq(t, 1.0, c.sharedFactor(os.Getpid()), must.Sprint("no simulated GPU to read"))
+	c.SharedSpeed, c.SimStateDir = 1.5, state
+	must.ErrorContains(t, c.Validate(), "shared-speed")
 }
 
 func TestParseSpeeds(t *testing.T) {

@@ -5,13 +5,17 @@
 // most), replays the trace, prints what `caravan replay` prints and tears
 // everything down, Ctrl-C included.
 //
-//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-clients N] [-json] [caravan replay flags]
+//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-clients N] [-lanes N] [-json] [caravan replay flags]
 //
 // -clients N runs the fleet as N Nomad client agents, each with its own
 // data dir, ports and simulated GPUs: the spec's nodes, in the order the
 // simulator builds them, are spread over the clients in equal runs, so
 // that n4g4 with -clients 4 is four clients of 4 GPUs each, as the
 // simulator sees it. Without it one client holds every GPU.
+//
+// -lanes N (also caravan replay's) cuts every GPU of the fleet into N lanes
+// with the device plugin's partition rule, as caravan replay's simulator
+// cuts them.
 //
 // Every other flag is `caravan replay`'s (see caravan replay -help),
 // except -workload, -address and -planner, which it sets. Nomad and
@@ -82,6 +86,7 @@ type options struct {
 	jobSizes      string
 	profiles      bool // the trace needs throughput profiles (-throughputs)
 	clients       int  // Nomad client agents; 1 unless -clients
+	lanes         int  // -lanes: every GPU of the fleet cut into that many lanes
 }
 
 // scan reads the flags it needs from caravan replay's arguments, leaving
@@ -183,6 +188,14 @@ func scanReplay(args []string) (options, error) {
 			return o, fmt.Errorf("flag -migration-cost: want a positive number of seconds, got %q", v)
 		}
 	}
+	if v, ok := val("lanes"); ok {
+		if o.lanes, err = strconv.Atoi(v); err != nil || o.lanes < 0 {
+			return o, fmt.Errorf("flag -lanes: want a whole number of lanes per GPU, got %q", v)
+		}
+	}
+	if _, ok := val("lane-memory"); ok {
+		return o, errors.New("flag -lane-memory: the fleet here is cut by -lanes alone (its device plugin takes lanes or lane_memory, not both)")
+	}
 	o.jobSizes, _ = val("job-sizes")
 	_, o.profiles = val("throughputs")
 	return o, nil
@@ -208,12 +221,16 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	} else {
 		say("starting Consul and Nomad with %d clients holding %s between them ...", o.clients, fleetSummary(o.cluster))
 	}
+	if o.lanes > 1 {
+		say("  every GPU cut into %d lanes", o.lanes)
+	}
 	most := slices.Max(gpus)
 	c, err := harness.Start(ctx, harness.Options{
 		Fleets: fleets,
 		// Every allocation asks a little CPU and memory; a client must
 		// hold one per GPU whatever the machine has.
 		ClientConfig: fmt.Sprintf("  cpu_total_compute = %d\n  memory_total_mb   = %d\n", max(20000, 100*most), max(16384, 128*most)),
+		DeviceConfig: partition(o.lanes),
 		Logf:         func(f string, a ...any) { say("  "+f, a...) },
 	})
 	if err != nil {
@@ -269,6 +286,15 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 		say("the planner's log: %s (kept with CARAVAN_E2E_KEEP=1)", p.LogPath)
 	}
 	return code, nil
+}
+
+// partition is the device plugin's rule that cuts every GPU into lanes,
+// as the simulator's -lanes does; none for whole GPUs.
+func partition(lanes int) string {
+	if lanes < 2 {
+		return ""
+	}
+	return fmt.Sprintf("    partition {\n      model = \"*\"\n      lanes = %d\n    }\n", lanes)
 }
 
 // specNode is one node of a cluster spec, as the simulator builds it.

@@ -92,6 +92,10 @@ const (
 	AttrNodeName    = "${node.unique.name}"
 	AttrLanesPerGPU = "${device.attr.lanes_per_gpu}"
 	AttrMemory      = "${device.attr.memory}"
+	// AttrDeviceIDs is a device request's instance IDs: a constraint on
+	// it picks the instances Nomad may hand out (not an attribute the
+	// plugin fingerprints, but Nomad's own).
+	AttrDeviceIDs = "${device.ids}"
 )
 
 // Instance is one device instance Nomad can hand out: a whole GPU or a lane.

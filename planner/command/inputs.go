@@ -26,7 +26,11 @@ type traceFlags struct {
 	// A sample of the trace (trace.SampleOptions); -load is its load.
 	group       string
 	maxDuration float64
-	skip, take  int
+	maxGPUs     int
+	// lanes and laneMemory split every GPU into lanes (-lanes,
+	// -lane-memory), as the cluster's device plugin does.
+	lanes, laneMemory int
+	skip, take        int
 }
 
 // setFloat is a float flag that knows whether it was given.
@@ -62,6 +66,9 @@ func (f *traceFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.offeredLoad, "load", "")
 	fs.StringVar(&f.group, "vc", "", "")
 	fs.Float64Var(&f.maxDuration, "max-duration", 0, "")
+	fs.IntVar(&f.maxGPUs, "max-gpus", 0, "")
+	fs.IntVar(&f.lanes, "lanes", 0, "")
+	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
 	fs.IntVar(&f.skip, "skip", 0, "")
 	fs.IntVar(&f.take, "take", 0, "")
 	fs.IntVar(&f.jobs, "jobs", 10000, "")
@@ -87,6 +94,10 @@ func (f *traceFlags) check() string {
 		return "flag -load must be a positive number of busy GPUs"
 	case !(f.maxDuration >= 0) || math.IsInf(f.maxDuration, 0):
 		return "flag -max-duration must be a positive number of seconds (0: any)"
+	case f.maxGPUs < 0:
+		return "flag -max-gpus must not be negative (0: any)"
+	case f.lanes < 0 || f.laneMemory < 0:
+		return "flags -lanes and -lane-memory must not be negative"
 	case f.skip < 0:
 		return "flag -skip must not be negative"
 	case f.take < 0:
@@ -96,7 +107,7 @@ func (f *traceFlags) check() string {
 		for _, c := range []struct {
 			name string
 			set  bool
-		}{{"vc", f.group != ""}, {"max-duration", f.maxDuration > 0}, {"skip", f.skip > 0}, {"take", f.take > 0}} {
+		}{{"vc", f.group != ""}, {"max-duration", f.maxDuration > 0}, {"max-gpus", f.maxGPUs > 0}, {"skip", f.skip > 0}, {"take", f.take > 0}} {
 			if c.set {
 				return "flag -" + c.name + " cuts a sample from a -trace file; a synthetic trace has -jobs and -load"
 			}
@@ -127,12 +138,14 @@ type traceInputs struct {
 	policies  []*policy.Policy
 	jobs      []trace.Job
 	traceName string
+	// lanes and laneMemory split every GPU (sim.Config.Lanes).
+	lanes, laneMemory int
 }
 
 // load reads every file the flags name and parses the policies. The exit
 // code is 2 for a bad flag value, 1 for a file that cannot be read.
 func (f *traceFlags) load() (*traceInputs, int, error) {
-	in := &traceInputs{}
+	in := &traceInputs{lanes: f.lanes, laneMemory: f.laneMemory}
 	var err error
 	if in.cluster, err = trace.LoadCluster(f.cluster); err != nil {
 		var pe *trace.ParseError
@@ -192,7 +205,7 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 
 // sample is the sample the flags cut from a trace file, if any.
 func (f *traceFlags) sample() (trace.SampleOptions, bool) {
-	s := trace.SampleOptions{Group: f.group, MaxDuration: f.maxDuration, Skip: f.skip, Take: f.take}
+	s := trace.SampleOptions{Group: f.group, MaxDuration: f.maxDuration, MaxGPUs: f.maxGPUs, Skip: f.skip, Take: f.take}
 	if f.offeredLoad.set {
 		s.Load = f.offeredLoad.v
 	}
@@ -207,6 +220,9 @@ func (f *traceFlags) sampleName() string {
 	}
 	if f.maxDuration > 0 {
 		parts = append(parts, fmt.Sprintf("max-duration=%g", f.maxDuration))
+	}
+	if f.maxGPUs > 0 {
+		parts = append(parts, fmt.Sprintf("max-gpus=%d", f.maxGPUs))
 	}
 	if f.skip > 0 {
 		parts = append(parts, fmt.Sprintf("skip=%d", f.skip))
@@ -223,7 +239,7 @@ func (f *traceFlags) sampleName() string {
 // simConfig is the simulator's configuration for policy p on these inputs.
 func (in *traceInputs) simConfig(p *policy.Policy) sim.Config {
 	return sim.Config{Cluster: in.cluster, Policy: p, Throughputs: in.tputs, Colocation: in.cfg.Colocation,
-		Compat: in.cfg.Compat, MigrationCost: in.cfg.MigrationCost}
+		Compat: in.cfg.Compat, MigrationCost: in.cfg.MigrationCost, Lanes: in.lanes, LaneMemoryMB: in.laneMemory}
 }
 
 // parseWeights reads -weights: positive numbers separated by commas.

@@ -59,7 +59,11 @@ purged on every exit, Ctrl-C included.
 Trace and policy (as caravan sim):
   -trace FILE, -format F, -cluster SPEC, -policy P (one), -job-sizes FILE,
   -throughputs FILE, -queue-cuts A,B, -promote-knob K, -fairness F,
-  -jobs N, -load L, -seed S, -vc G, -max-duration S, -skip N, -take N
+  -jobs N, -load L, -seed S, -vc G, -max-duration S, -max-gpus N, -skip N, -take N
+  -lanes N, -lane-memory MB   the cluster's GPUs are cut into N lanes (the
+                       simulator cuts every GPU so); each job's workload
+                       then runs at 0.6 of its speed beside each partner
+                       on its GPU, the simulator's co-location factor
 
 Replay:
   -time-scale S        one real second stands for S trace seconds (required)
@@ -166,6 +170,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -run: want 1 to 32 lower-case letters, digits and dashes, got %q", f.run)
 	case f.seedHistory && f.jobSizes == "":
 		return usagef("flag -seed-history needs -job-sizes")
+	case f.lanes > 1 && f.throughputs != "":
+		return usagef("flag -lanes: the replay's workload slows beside a partner on its GPU by one factor (%g), where -throughputs gives each pair its own; replay lanes without -throughputs", policy.DefaultColocationFactor)
 	}
 	switch f.logLevel {
 	case "trace", "debug", "info", "warn", "error":
@@ -258,7 +264,8 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		Jobs: in.jobs, Cluster: in.cluster, Throughputs: in.tputs, Policy: pol.Name, Timeout: timeout, Log: log,
 		Progress: progress,
 		Job: replay.JobOptions{Prefix: "replay-" + run + "-", TimeScale: f.timeScale, Workload: f.workload,
-			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.cpu, MemoryMB: f.memory},
+			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.cpu, MemoryMB: f.memory,
+			SharedSpeed: sharedSpeed(f.lanes)},
 	})
 	if err != nil {
 		return err
@@ -326,6 +333,16 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		return fmt.Errorf("%d of %d jobs did not finish within -timeout %s", res.Sim.Summary.Unfinished, len(in.jobs), timeout)
 	}
 	return nil
+}
+
+// sharedSpeed is what a job of a replay on GPUs cut into lanes keeps of its
+// speed beside each partner on its GPU: the simulator's co-location factor,
+// with no measured pairs. 0 (the workload's speed left alone) on whole GPUs.
+func sharedSpeed(lanes int) float64 {
+	if lanes > 1 {
+		return policy.DefaultColocationFactor
+	}
+	return 0
 }
 
 // meanLatencyRun is the mean start delay, beside the median the simulator

@@ -87,9 +87,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        of the round that preempts waits that much more, as
                        a real cluster stops the job first (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
-  -vc G, -max-duration S, -skip N, -take N, -load L
+  -vc G, -max-duration S, -max-gpus N, -skip N, -take N, -load L
                        cut a sample from the trace: the jobs of virtual
-                       cluster (group) G of at most S seconds, in arrival
+                       cluster (group) G of at most S seconds and N GPUs,
+                       in arrival
                        order, the first N skipped, then N taken, with
                        arrivals spread or squeezed to offer L busy GPUs
                        on average (synthetic trace: -load is its load)
@@ -103,14 +104,13 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
 
 type simFlags struct {
 	traceFlags
-	out, plot         string
-	preemptionCost    float64
-	startLatency      float64
-	runOverhead       float64
-	startSpread       float64
-	stopLatency       float64
-	lanes, laneMemory int
-	json, progress    bool
+	out, plot      string
+	preemptionCost float64
+	startLatency   float64
+	runOverhead    float64
+	startSpread    float64
+	stopLatency    float64
+	json, progress bool
 }
 
 func (c *simCommand) Run(args []string) int {
@@ -129,8 +129,6 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
-	fs.IntVar(&f.lanes, "lanes", 0, "")
-	fs.IntVar(&f.laneMemory, "lane-memory", 0, "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.BoolVar(&f.progress, "progress", false, "")
 	if err := fs.Parse(args); err != nil {
@@ -176,8 +174,6 @@ func (f *simFlags) check() string {
 		return "flag -start-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
-	case f.lanes < 0 || f.laneMemory < 0:
-		return "flags -lanes and -lane-memory must not be negative"
 	}
 	return ""
 }
@@ -238,7 +234,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 	var results []*sim.Result
 	for _, p := range in.policies {
 		scfg := in.simConfig(p)
-		scfg.Lanes, scfg.LaneMemoryMB, scfg.PreemptionCost = f.lanes, f.laneMemory, f.preemptionCost
+		scfg.PreemptionCost = f.preemptionCost
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)

@@ -47,6 +47,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-load", "0"}, "flag -load"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-load", "much"}, "-load"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-max-duration", "-5"}, "flag -max-duration"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-max-gpus", "-1"}, "flag -max-gpus"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-skip", "-1"}, "flag -skip"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-take", "-1"}, "flag -take"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-take", "60"}, "flag -take cuts a sample from a -trace file"},
@@ -181,6 +182,15 @@ func TestSimSample(t *testing.T) {
 	must.Eq(t, 0, code, must.Sprint(stderr))
 	must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	must.InDelta(t, 500.0, rep.Policies[0]["makespan"].(float64), 1e-9)
+
+	// At most one GPU: the 4-GPU job goes, and the two 1-GPU jobs after
+	// the skipped one are taken (60 s and 10 s, nothing waits).
+	code, stdout, stderr = runSim(t, "-trace", trace, "-format", "philly", "-cluster", "n1g4", "-policy", "fifo", "-json",
+		"-vc", "aa", "-max-duration", "3600", "-max-gpus", "1", "-skip", "1", "-take", "2")
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	must.StrContains(t, rep.Trace, "vc=aa,max-duration=3600,max-gpus=1,skip=1,take=2")
+	must.InDelta(t, 35.0, rep.Policies[0]["avg_jct"].(float64), 1e-9)
 
 	code, _, stderr = runSim(t, "-trace", trace, "-format", "philly", "-cluster", "n1g4", "-policy", "fifo", "-vc", "zz")
 	must.Eq(t, 2, code)

@@ -84,6 +84,10 @@ type Inventory struct {
 	// NodeIDs are the Nomad node IDs of the policy's Snapshot.Nodes, in
 	// the same order: a decision's Slots name nodes by index into it.
 	NodeIDs []string
+	// Devices are, per node of NodeIDs and per GPU of that node in the
+	// Snapshot's order, the GPU's device instance IDs (its lanes, for a
+	// GPU cut into lanes).
+	Devices [][][]string
 }
 
 // Job is a managed job as Nomad has it now.
@@ -211,6 +215,11 @@ func placement(inv Inventory, j Job, d policy.Decision) *target.Placement {
 		pl.LaneRequest = true
 	}
 	pl.Nodes = nodesOf(inv, d.Slots)
+	// A lane job's partners on a GPU slow it: it must land on the GPU
+	// whose partners the placer counted, not on any free lane of the node.
+	if d.Lane && len(d.Slots) == 1 {
+		pl.Devices = devicesOf(inv, d.Slots[0])
+	}
 	if tasks := max(j.Tasks, 1); d.CPUs > 0 || d.MemoryGB > 0 {
 		limit, ok := inv.Smallest[d.GPUModel]
 		if !ok {
@@ -246,6 +255,15 @@ func nodesOf(inv Inventory, slots []policy.Slot) []string {
 		}
 	}
 	return nodes
+}
+
+// devicesOf is the device instances of the GPU a slot names, or none
+// where the inventory does not know it.
+func devicesOf(inv Inventory, s policy.Slot) []string {
+	if s.Node < 0 || s.Node >= len(inv.Devices) || s.GPU < 0 || s.GPU >= len(inv.Devices[s.Node]) {
+		return nil
+	}
+	return slices.Clone(inv.Devices[s.Node][s.GPU])
 }
 
 // offerOf is how model is offered, or how any model is for "".

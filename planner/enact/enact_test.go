@@ -15,6 +15,8 @@ func TestPlan(t *testing.T) {
 		Smallest: map[string]Capacity{"": {CPUs: 4, MemoryGB: 16}, "T4": {CPUs: 4, MemoryGB: 16}, "H100": {CPUs: 16, MemoryGB: 64}}}
 	typed := Inventory{Offers: map[string]Offer{"T4": {Whole: true}, "H100": {Lanes: true, LanesTyped: true}}, MHzPerCore: 1000}
 	pinned := Inventory{Offers: map[string]Offer{"T4": {Whole: true}}, NodeIDs: []string{"node-a", "node-b", "node-c"}}
+	lanes := Inventory{Offers: map[string]Offer{"H100": {Lanes: true, LanesTyped: true}}, NodeIDs: []string{"node-a"},
+		Devices: [][][]string{{{"GPU-0-lane0", "GPU-0-lane1"}, {"GPU-1-lane0", "GPU-1-lane1"}}}}
 	lane, whole := true, false
 	cases := []struct {
 		name string
@@ -101,6 +103,16 @@ func TestPlan(t *testing.T) {
 		{name: "a slot naming no node the inventory knows pins nothing",
 			inv: pinned, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, Slots: []policy.Slot{{Node: 7, Lane: -1}}},
 			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{}}}},
+		{name: "released onto a lane of the GPU its placer chose: pinned to that GPU's lanes",
+			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true, Slots: []policy.Slot{{Node: 0, GPU: 1, Lane: 0}}},
+			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{LaneRequest: true, Nodes: []string{"node-a"},
+				Devices: []string{"GPU-1-lane0", "GPU-1-lane1"}}}}},
+		{name: "a whole GPU is not pinned to its instances",
+			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Slots: []policy.Slot{{Node: 0, GPU: 1, Lane: -1}}},
+			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{LaneRequest: true, Nodes: []string{"node-a"}}}}},
+		{name: "a lane on a GPU the inventory does not know pins no instances",
+			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true, Slots: []policy.Slot{{Node: 0, GPU: 5, Lane: 0}}},
+			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{LaneRequest: true, Nodes: []string{"node-a"}}}}},
 		{name: "released job that Nomad has not placed yet and the policy still runs: no write",
 			inv: one, job: Job{Priority: 80}, d: policy.Decision{Run: true}},
 	}

@@ -137,11 +137,17 @@ func (p *Plan) Check(ctx context.Context, n Nomad) error {
 	for _, stub := range stubs {
 		node := cluster.NodeFrom(stub)
 		for _, g := range node.GPUs {
+			healthy := 0
 			for _, in := range g.Instances {
 				p.models[in.ID] = g.Model
 				if node.Ready && in.Healthy {
-					live[g.Model]++
+					healthy++
 				}
+			}
+			// A GPU cut into lanes (and time slices) offers an instance
+			// for each: the spec counts GPUs.
+			if per := max(g.LanesPerGPU, 1) * max(g.Slots, 1); healthy > 0 {
+				live[g.Model] += (healthy + per - 1) / per
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
@@ -27,6 +28,7 @@ import (
 type fakeNomad struct {
 	mu      sync.Mutex
 	gpus    int
+	lanes   int // each GPU cut into that many lanes, when more than 1
 	jobs    map[string]*fakeJob
 	purged  []string
 	fail    string // a job whose task fails to start
@@ -49,12 +51,22 @@ func (f *fakeNomad) Nodes(context.Context) ([]*api.NodeListStub, error) {
 	}
 	var insts []*api.NodeDevice
 	for i := 0; i < f.gpus; i++ {
-		insts = append(insts, &api.NodeDevice{ID: fmt.Sprintf("GPU-%d", i), Healthy: true})
+		for l := 0; l < max(f.lanes, 1); l++ {
+			id := fmt.Sprintf("GPU-%d", i)
+			if f.lanes > 1 {
+				id += fmt.Sprintf(":lane%d", l)
+			}
+			insts = append(insts, &api.NodeDevice{ID: id, Healthy: true})
+		}
 	}
 	model := "V100"
+	attrs := map[string]*api.Attribute{"model": {StringVal: &model}}
+	if f.lanes > 1 {
+		attrs["lanes_per_gpu"] = &api.Attribute{IntVal: pointer.Of(int64(f.lanes))}
+	}
 	return []*api.NodeListStub{{ID: "n1", Name: "n1", Status: "ready", SchedulingEligibility: "eligible",
 		NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "V100",
-			Attributes: map[string]*api.Attribute{"model": {StringVal: &model}}, Instances: insts}}}}}, nil
+			Attributes: attrs, Instances: insts}}}}}, nil
 }
 
 func (f *fakeNomad) Register(_ context.Context, job *api.Job) error {
@@ -269,6 +281,12 @@ func TestCheckNamesNomadAndJob(t *testing.T) {
 
 	small := newFakeNomad(2)
 	err = p.Check(context.Background(), small)
+	must.ErrorContains(t, err, "trace job 7 asks for 4 GPUs, but Nomad at http://fake:4646 offers at most 2 of one model (V100)")
+
+	// Two GPUs cut into two lanes each are four instances, but two GPUs.
+	laned := newFakeNomad(2)
+	laned.lanes = 2
+	err = p.Check(context.Background(), laned)
 	must.ErrorContains(t, err, "trace job 7 asks for 4 GPUs, but Nomad at http://fake:4646 offers at most 2 of one model (V100)")
 
 	none := newFakeNomad(0)

@@ -73,6 +73,11 @@ type JobOptions struct {
 	CPU, MemoryMB int
 	// Datacenters to run in; Nomad's default ("*") when empty.
 	Datacenters []string
+	// SharedSpeed is the share of its speed a job keeps for each other
+	// job on its GPU (caravan-workload -shared-speed): the simulator's
+	// co-location factor, for a replay on GPUs cut into lanes. 0 leaves
+	// the workload's speed alone.
+	SharedSpeed float64
 }
 
 func (o JobOptions) iteration() time.Duration {
@@ -218,6 +223,9 @@ func JobSpec(o JobOptions, id string, j trace.Job, w Work) *api.Job {
 	}
 	if len(w.Speed) > 0 {
 		args = append(args, "-speed", workload.FormatSpeeds(w.Speed))
+	}
+	if o.SharedSpeed > 0 {
+		args = append(args, "-shared-speed", strconv.FormatFloat(o.SharedSpeed, 'g', -1, 64))
 	}
 	meta := map[string]string{
 		cluster.MetaPolicy:   "default",

@@ -134,6 +134,15 @@ func TestJobSpec(t *testing.T) {
 	must.Eq(t, "0.5", plain.Meta[cluster.MetaDuration])
 	must.Eq(t, 1, *plain.TaskGroups[0].Count, must.Sprint("a job of 0 GPUs takes one, as in the simulator"))
 	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-speed")
+	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-shared-speed")
+
+	// On GPUs cut into lanes, the workload slows beside its partners as
+	// the simulator's co-location factor says.
+	o.SharedSpeed = 0.6
+	laned := JobSpec(o, "replay-ab12-4", trace.Job{ID: "4", GPUs: 1, Duration: 5},
+		Work{Real: 500 * time.Millisecond, Iterations: 2, IterationTime: 250 * time.Millisecond})
+	args := laned.TaskGroups[0].Tasks[0].Config["args"].([]string)
+	must.Eq(t, []string{"-shared-speed", "0.6"}, args[len(args)-2:])
 }
 
 func TestJobIDs(t *testing.T) {

@@ -31,6 +31,14 @@ func nodePin(nodes []string) owned {
 	return owned{cluster.AttrNodeID, "set_contains_any", strings.Join(nodes, ",")}
 }
 
+// devicePin is the device constraint that lets a request take only the
+// given instances, in a stable order. It is set_contains_any even for one
+// ID: Nomad checks it twice, against the device group's whole ID list
+// (which must hold any of them) and against each instance.
+func devicePin(ids []string) owned {
+	return owned{cluster.AttrDeviceIDs, "set_contains_any", strings.Join(slices.Sorted(slices.Values(ids)), ",")}
+}
+
 // userNodePin says the job's own spec picks its nodes for group tg, by a
 // constraint the planner did not add.
 func userNodePin(job *api.Job, tg *api.TaskGroup, mine map[owned]bool) bool {
@@ -195,7 +203,7 @@ func place(job *api.Job, p Placement) Change {
 				}
 				// Drop what the planner added last time; keep the user's own.
 				var kept []*api.Constraint
-				userModel, userLane := strings.Count(d.Name, "/") >= 2, isLaneRequest(d.Name) && !p.LaneRequest
+				userModel, userLane, userDevices := strings.Count(d.Name, "/") >= 2, isLaneRequest(d.Name) && !p.LaneRequest, false
 				for _, c := range d.Constraints {
 					if mine[owned{c.LTarget, c.Operand, c.RTarget}] {
 						continue
@@ -203,6 +211,7 @@ func place(job *api.Job, p Placement) Change {
 					kept = append(kept, c)
 					userModel = userModel || c.LTarget == cluster.AttrModel
 					userLane = userLane || c.LTarget == cluster.AttrLanesPerGPU
+					userDevices = userDevices || c.LTarget == cluster.AttrDeviceIDs || c.RTarget == cluster.AttrDeviceIDs
 				}
 				var add []owned
 				if p.Model != "" && !userModel {
@@ -214,6 +223,9 @@ func place(job *api.Job, p Placement) Change {
 					} else {
 						add = append(add, owned{cluster.AttrLanesPerGPU, "<=", "1"})
 					}
+				}
+				if len(p.Devices) > 0 && !userDevices {
+					add = append(add, devicePin(p.Devices))
 				}
 				for _, o := range add {
 					kept = append(kept, &api.Constraint{LTarget: o.LTarget, Operand: o.Operand, RTarget: o.RTarget})

@@ -515,6 +515,39 @@ func TestRewritePinsNodes(t *testing.T) {
 	must.SliceEmpty(t, user.TaskGroups[0].Constraints)
 }
 
+// A lane job is pinned to the lanes of the GPU the placer chose, on every
+// GPU request, with set_contains_any even for one ID (Nomad checks it
+// against the group's whole ID list as well as each instance); the pin is
+// replaced and removed as the node pin is, and a user's own is theirs.
+func TestRewritePinsDevices(t *testing.T) {
+	job := gpuJob("j")
+	d := job.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	d.Constraints = []*api.Constraint{{LTarget: cluster.AttrMemory, Operand: ">=", RTarget: "8 GiB"}}
+
+	change := Rewrite(job, Target{Placement: &Placement{Devices: []string{"GPU-b-lane1", "GPU-b-lane0"}}}, false)
+	must.Eq(t, []string{"constraint ${device.ids} set_contains_any GPU-b-lane0,GPU-b-lane1"}, []string(change))
+	must.Len(t, 2, d.Constraints)
+	must.Eq(t, api.Constraint{LTarget: cluster.AttrDeviceIDs, Operand: "set_contains_any", RTarget: "GPU-b-lane0,GPU-b-lane1"}, *d.Constraints[1])
+	must.SliceEmpty(t, job.TaskGroups[0].Constraints, must.Sprint("devices are pinned on the request, not the group"))
+	must.Len(t, 0, Rewrite(job, Target{Placement: &Placement{Devices: []string{"GPU-b-lane0", "GPU-b-lane1"}}}, false),
+		must.Sprint("the same instances in another order change nothing"))
+
+	change = Rewrite(job, Target{Placement: &Placement{Devices: []string{"GPU-c-lane0"}}}, false)
+	must.Eq(t, []string{"constraint ${device.ids} set_contains_any GPU-c-lane0"}, []string(change))
+	must.Len(t, 2, d.Constraints, must.Sprint("the old pin is replaced"))
+
+	Rewrite(job, Target{Restore: true}, false)
+	must.Len(t, 1, d.Constraints, must.Sprint("given back: the pin is removed"))
+	must.Eq(t, cluster.AttrMemory, d.Constraints[0].LTarget)
+	must.Eq(t, "", job.Meta[cluster.MetaPlacement])
+
+	user := gpuJob("u")
+	ud := user.TaskGroups[0].Tasks[0].Resources.Devices[0]
+	ud.Constraints = []*api.Constraint{{LTarget: cluster.AttrDeviceIDs, Operand: "set_contains_any", RTarget: "GPU-a"}}
+	must.Len(t, 0, Rewrite(user, Target{Placement: &Placement{Devices: []string{"GPU-b-lane0"}}}, false))
+	must.Len(t, 1, ud.Constraints)
+}
+
 // A round's writes land phase by phase: every write of the stops before
 // any of the starts, however many writers run at once; each result is
 // handed back, and the caller's spec is left as it was.

@@ -5,6 +5,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
@@ -92,6 +93,7 @@ func inventory(state *cluster.State) enact.Inventory {
 	}
 	for _, n := range state.Nodes {
 		inv.NodeIDs = append(inv.NodeIDs, n.ID)
+		inv.Devices = append(inv.Devices, nodeDevices(n))
 		if len(n.GPUs) == 0 {
 			continue
 		}
@@ -109,6 +111,24 @@ func inventory(state *cluster.State) enact.Inventory {
 		}
 	}
 	return inv
+}
+
+// nodeDevices is, per physical GPU of the node in the Snapshot's order
+// (toSnapshot), its device instance IDs, sorted.
+func nodeDevices(n *cluster.Node) [][]string {
+	var devs [][]string
+	for _, g := range n.GPUs {
+		gpus, at := physicalGPUs(g)
+		base := len(devs)
+		devs = append(devs, make([][]string, len(gpus))...)
+		for id, gl := range at {
+			devs[base+gl.gpu] = append(devs[base+gl.gpu], id)
+		}
+	}
+	for _, ids := range devs {
+		slices.Sort(ids)
+	}
+	return devs
 }
 
 // apply writes the changes, one phase after the other (enact.Phases

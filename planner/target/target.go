@@ -36,9 +36,15 @@ type Placement struct {
 	// each group with a GPU task is pinned to them, so that Nomad puts the
 	// job where the policy counted it. None leaves the node to Nomad.
 	Nodes []string
+	// Devices are the device instance IDs the job's GPU requests may take:
+	// for a lane job, the lanes of the GPU the placer chose, so that its
+	// partners on that GPU are the ones the policy counted. Nomad picks
+	// among a node's free instances at random otherwise. None leaves the
+	// instances to Nomad.
+	Devices []string
 }
 
 // IsZero says the placement pins and sizes nothing.
 func (p Placement) IsZero() bool {
-	return p.Model == "" && p.Lane == nil && !p.LaneRequest && p.CPU == 0 && p.MemoryMB == 0 && len(p.Nodes) == 0
+	return p.Model == "" && p.Lane == nil && !p.LaneRequest && p.CPU == 0 && p.MemoryMB == 0 && len(p.Nodes) == 0 && len(p.Devices) == 0
 }

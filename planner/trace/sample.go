@@ -8,12 +8,14 @@ import (
 )
 
 // SampleOptions cut a sample from a trace, in this order: keep the jobs of
-// one group (Philly's virtual cluster) and of at most a duration, skip the
+// one group (Philly's virtual cluster), of at most a duration and of at
+// most a number of GPUs, skip the
 // first of them by arrival, take the next, then spread or squeeze their
 // arrivals to an offered load. Zero values keep everything as recorded.
 type SampleOptions struct {
 	Group       string
 	MaxDuration float64 // seconds; 0 for any
+	MaxGPUs     int     // 0 for any
 	Skip, Take  int     // Take 0 for all
 	// Load is the busy GPUs the sample offers on average: its GPU-seconds
 	// of work over the span of its arrivals. 0 keeps the arrival times.
@@ -26,6 +28,8 @@ func Sample(jobs []Job, opts SampleOptions) ([]Job, error) {
 	switch {
 	case opts.MaxDuration < 0 || math.IsNaN(opts.MaxDuration):
 		return nil, fmt.Errorf("max duration %g: must be 0 (any) or a positive number of seconds", opts.MaxDuration)
+	case opts.MaxGPUs < 0:
+		return nil, fmt.Errorf("max GPUs %d: must be 0 (any) or a positive number", opts.MaxGPUs)
 	case opts.Skip < 0 || opts.Take < 0:
 		return nil, fmt.Errorf("skip %d, take %d: must not be negative", opts.Skip, opts.Take)
 	case opts.Load < 0 || math.IsNaN(opts.Load) || math.IsInf(opts.Load, 0):
@@ -33,7 +37,8 @@ func Sample(jobs []Job, opts SampleOptions) ([]Job, error) {
 	}
 	var out []Job
 	for _, j := range jobs {
-		if opts.Group != "" && j.Group != opts.Group || opts.MaxDuration > 0 && j.Duration > opts.MaxDuration {
+		if opts.Group != "" && j.Group != opts.Group || opts.MaxDuration > 0 && j.Duration > opts.MaxDuration ||
+			opts.MaxGPUs > 0 && j.GPUs > opts.MaxGPUs {
 			continue
 		}
 		out = append(out, j)
@@ -69,6 +74,9 @@ func selectionSays(opts SampleOptions, kept int) string {
 	}
 	if opts.MaxDuration > 0 {
 		what += fmt.Sprintf(" with jobs of at most %g s", opts.MaxDuration)
+	}
+	if opts.MaxGPUs > 0 {
+		what += fmt.Sprintf(" with jobs of at most %d GPUs", opts.MaxGPUs)
 	}
 	return fmt.Sprintf("%s holds %d jobs: nothing is left after skipping %d", what, kept, opts.Skip)
 }

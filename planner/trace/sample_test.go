@@ -40,11 +40,19 @@ func TestSample(t *testing.T) {
 	must.NoError(t, err)
 	must.InDelta(t, 200.0, got[1].Arrival, 1e-9)
 
+	// At most 2 GPUs: the 4- and 8-GPU jobs go; a job of 0 GPUs (one)
+	// stays.
+	got, err = Sample(jobs, SampleOptions{MaxGPUs: 2})
+	must.NoError(t, err)
+	must.Eq(t, []string{"a", "c", "e"}, ids(got))
+	_, err = Sample(jobs, SampleOptions{Group: "y", MaxGPUs: 1})
+	must.ErrorContains(t, err, `group "y" with jobs of at most 1 GPUs holds 0 jobs`)
+
 	_, err = Sample(jobs, SampleOptions{Group: "z"})
 	must.ErrorContains(t, err, `group "z" holds 0 jobs`)
 	_, err = Sample(jobs, SampleOptions{Skip: 5})
 	must.ErrorContains(t, err, "nothing is left after skipping 5")
-	for _, bad := range []SampleOptions{{MaxDuration: -1}, {Skip: -1}, {Take: -2}, {Load: -3}} {
+	for _, bad := range []SampleOptions{{MaxDuration: -1}, {MaxGPUs: -1}, {Skip: -1}, {Take: -2}, {Load: -3}} {
 		_, err := Sample(jobs, bad)
 		must.Error(t, err)
 	}
