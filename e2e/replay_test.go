@@ -106,6 +106,25 @@ func runReplay(t *testing.T, dir, trace string, args ...string) (stdout, stderr 
 	return string(got), errBuf.String()
 }
 
+// liveAndSimulated reads a replay's -json output: one policy on each
+// side, every job finished live, and the live and simulated average JCTs.
+func liveAndSimulated(t *testing.T, stdout string) (live, simulated float64) {
+	t.Helper()
+	var rep struct {
+		Live, Sim struct {
+			Policies []struct {
+				AvgJCT     float64 `json:"avg_jct"`
+				Unfinished int     `json:"unfinished"`
+			} `json:"policies"`
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
+	must.SliceLen(t, 1, rep.Live.Policies)
+	must.SliceLen(t, 1, rep.Sim.Policies)
+	must.Eq(t, 0, rep.Live.Policies[0].Unfinished)
+	return rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
+}
+
 // acrossNodesTrace is seven jobs for n4g2: 4-GPU jobs that fit two nodes
 // only if the placer keeps them together, 2-GPU ones that can fragment the
 // nodes, and an 8-GPU gang that needs all four.
@@ -128,13 +147,8 @@ func TestReplayAcrossNodes(t *testing.T) {
 	stdout, stderr := runReplay(t, dir, acrossNodesTrace, "-cluster", "n4g2", "-clients", "4",
 		"-policy", "las+consolidated", "-time-scale", "10", "-json")
 	must.StrContains(t, stderr, "4 clients")
+	live, simulated := liveAndSimulated(t, stdout)
 	var rep struct {
-		Live, Sim struct {
-			Policies []struct {
-				AvgJCT     float64 `json:"avg_jct"`
-				Unfinished int     `json:"unfinished"`
-			} `json:"policies"`
-		}
 		Replay struct {
 			Split        int `json:"jobs_split_over_nodes"`
 			SimSplit     int `json:"sim_jobs_split_over_nodes"`
@@ -142,10 +156,6 @@ func TestReplayAcrossNodes(t *testing.T) {
 		}
 	}
 	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
-	must.SliceLen(t, 1, rep.Live.Policies)
-	must.SliceLen(t, 1, rep.Sim.Policies)
-	must.Eq(t, 0, rep.Live.Policies[0].Unfinished)
-	live, simulated := rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
 	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); split over nodes: %d live, %d simulated, %d on one side only",
 		live, simulated, live/simulated, rep.Replay.Split, rep.Replay.SimSplit, rep.Replay.SplitOneSide)
 	must.Positive(t, rep.Replay.SimSplit, must.Sprint("the 4- and 8-GPU jobs span nodes"))
@@ -176,19 +186,7 @@ func TestReplayOnLanes(t *testing.T) {
 	stdout, stderr := runReplay(t, dir, lanesTrace, "-cluster", "n2g2", "-clients", "2", "-lanes", "2",
 		"-policy", "las+pack", "-time-scale", "10", "-json")
 	must.StrContains(t, stderr, "every GPU cut into 2 lanes")
-	var rep struct {
-		Live, Sim struct {
-			Policies []struct {
-				AvgJCT     float64 `json:"avg_jct"`
-				Unfinished int     `json:"unfinished"`
-			} `json:"policies"`
-		}
-	}
-	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
-	must.SliceLen(t, 1, rep.Live.Policies)
-	must.SliceLen(t, 1, rep.Sim.Policies)
-	must.Eq(t, 0, rep.Live.Policies[0].Unfinished)
-	live, simulated := rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
+	live, simulated := liveAndSimulated(t, stdout)
 	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f)", live, simulated, live/simulated)
 	must.Between(t, 0.8, live/simulated, 1.25)
 }

@@ -13,8 +13,9 @@ import (
 // a workload that models a job's speed (caravan-workload -shared-speed)
 // runs slower beside them. A checkpointed process holds no compute and is
 // not counted. The records of other tasks' processes, each readable by its
-// own user alone, are counted by their names, while the process lives. It only reads the records: accounting for exited processes
-// and removing their records is the backend's (Processes).
+// own user alone, are counted by their names, while the process lives.
+// It only reads the records: accounting for exited processes and removing
+// their records is the backend's (Processes).
 func Sharers(stateDir, uuid string, pid int) (int, error) {
 	dir := filepath.Join(stateDir, "procs", uuid)
 	entries, err := os.ReadDir(dir)

@@ -127,6 +127,10 @@ type GPUGroup struct {
 // Lanes reports whether the group's GPUs are cut into lanes.
 func (g *GPUGroup) Lanes() bool { return g.LanesPerGPU > 1 }
 
+// PerGPU is how many of the group's instances one physical GPU offers:
+// one per lane and time slice, at least one.
+func (g *GPUGroup) PerGPU() int { return max(g.LanesPerGPU, 1) * max(g.Slots, 1) }
+
 // Node is a Nomad client with its GPUs.
 type Node struct {
 	ID, Name, Datacenter string

@@ -146,7 +146,7 @@ func (p *Plan) Check(ctx context.Context, n Nomad) error {
 			}
 			// A GPU cut into lanes (and time slices) offers an instance
 			// for each: the spec counts GPUs.
-			if per := max(g.LanesPerGPU, 1) * max(g.Slots, 1); healthy > 0 {
+			if per := g.PerGPU(); healthy > 0 {
 				live[g.Model] += (healthy + per - 1) / per
 			}
 		}

@@ -153,10 +153,7 @@ type gpuLane struct{ gpu, lane int }
 // says where each instance lies: a group of lanes (and time-slice slots)
 // holds LanesPerGPU × Slots instances per GPU, sorted by ID.
 func physicalGPUs(g *cluster.GPUGroup) ([]policy.GPU, map[string]gpuLane) {
-	per := g.LanesPerGPU * g.Slots
-	if per < 1 {
-		per = 1
-	}
+	per := g.PerGPU()
 	at := make(map[string]gpuLane, len(g.Instances))
 	for k, in := range g.Instances {
 		gl := gpuLane{gpu: k / per, lane: -1}
