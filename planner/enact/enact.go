@@ -217,7 +217,9 @@ func placement(inv Inventory, j Job, d policy.Decision) *target.Placement {
 	pl.Nodes = nodesOf(inv, d.Slots)
 	// A lane job's partners on a GPU slow it: it must land on the GPU
 	// whose partners the placer counted, not on any free lane of the node.
-	if d.Lane && len(d.Slots) == 1 {
+	// So must a whole GPU of a model that comes only as lanes: the job asks
+	// for one lane, and unpinned two such jobs could share a GPU.
+	if len(d.Slots) == 1 && (d.Lane || lanesOnly(offerOf(inv, d.GPUModel))) {
 		pl.Devices = devicesOf(inv, d.Slots[0])
 	}
 	if tasks := max(j.Tasks, 1); d.CPUs > 0 || d.MemoryGB > 0 {
@@ -277,6 +279,9 @@ func offerOf(inv Inventory, model string) Offer {
 	}
 	return all
 }
+
+// lanesOnly says a model comes as lanes and never whole.
+func lanesOnly(o Offer) bool { return o.Lanes && !o.Whole }
 
 func offersBoth(inv Inventory) bool {
 	lanes, whole := false, false

@@ -17,6 +17,8 @@ func TestPlan(t *testing.T) {
 	pinned := Inventory{Offers: map[string]Offer{"T4": {Whole: true}}, NodeIDs: []string{"node-a", "node-b", "node-c"}}
 	lanes := Inventory{Offers: map[string]Offer{"H100": {Lanes: true, LanesTyped: true}}, NodeIDs: []string{"node-a"},
 		Devices: [][][]string{{{"GPU-0-lane0", "GPU-0-lane1"}, {"GPU-1-lane0", "GPU-1-lane1"}}}}
+	bothWays := Inventory{Offers: map[string]Offer{"H100": {Lanes: true, Whole: true}}, NodeIDs: []string{"node-a"},
+		Devices: [][][]string{{{"GPU-0"}, {"GPU-1-lane0", "GPU-1-lane1"}}}}
 	lane, whole := true, false
 	cases := []struct {
 		name string
@@ -107,8 +109,15 @@ func TestPlan(t *testing.T) {
 			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true, Slots: []policy.Slot{{Node: 0, GPU: 1, Lane: 0}}},
 			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{LaneRequest: true, Nodes: []string{"node-a"},
 				Devices: []string{"GPU-1-lane0", "GPU-1-lane1"}}}}},
-		{name: "a whole GPU is not pinned to its instances",
+		{name: "a whole GPU of a model that comes only as lanes: pinned to that GPU's lanes, or two such jobs could share one",
 			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Slots: []policy.Slot{{Node: 0, GPU: 1, Lane: -1}}},
+			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{LaneRequest: true, Nodes: []string{"node-a"},
+				Devices: []string{"GPU-1-lane0", "GPU-1-lane1"}}}}},
+		{name: "a whole GPU of a model that also comes whole is not pinned to its instances",
+			inv: bothWays, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Slots: []policy.Slot{{Node: 0, GPU: 1, Lane: -1}}},
+			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{Lane: &whole, Nodes: []string{"node-a"}}}}},
+		{name: "a gang of a model that comes only as lanes is not pinned to instances",
+			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Slots: []policy.Slot{{Node: 0, GPU: 0, Lane: -1}, {Node: 0, GPU: 1, Lane: -1}}},
 			want: &Change{Action: Start, Target: target.Target{Priority: 80, Placement: &target.Placement{LaneRequest: true, Nodes: []string{"node-a"}}}}},
 		{name: "a lane on a GPU the inventory does not know pins no instances",
 			inv: lanes, job: Job{Priority: 80, Held: true}, d: policy.Decision{Run: true, GPUModel: "H100", Lane: true, Slots: []policy.Slot{{Node: 0, GPU: 5, Lane: 0}}},

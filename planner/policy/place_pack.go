@@ -78,21 +78,11 @@ func (packPlacer) Name() string { return "pack" }
 func (p packPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	occ := consolidate(s, r, preemptive, blocking, func(i int, j *Job, d *Decision, occ *occupancy) {
 		if d.Run && len(d.Slots) == 1 && laneFits(s, j, d.Slots[0]) {
-			sl := d.Slots[0]
-			occ.used[sl.Node][sl.GPU] = 1 // take already counted it as not free
-			occ.who[sl.Node][sl.GPU] = append(occ.who[sl.Node][sl.GPU], i)
-			d.Slots[0].Lane, d.Lane = 0, true
+			d.Slots[0] = occ.openLane(i, d.Slots[0]) // take already counted it as not free
+			d.Lane = true
 		}
 	})
-	// GPUs with a lane job and a free lane, the only places to join.
-	var open []Slot
-	for n := range s.Nodes {
-		for _, g := range occ.c.byNode[n] {
-			if len(occ.who[n][g]) > 0 && occ.used[n][g] < s.Nodes[n].GPUs[g].LaneCount() {
-				open = append(open, Slot{Node: n, GPU: g})
-			}
-		}
-	}
+	open := occ.openLanes(s)
 	for _, i := range r.Order {
 		if len(open) == 0 {
 			break
@@ -105,16 +95,8 @@ func (p packPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 		if !ok {
 			continue
 		}
-		sl := open[k]
-		sl.Lane = occ.used[sl.Node][sl.GPU]
-		occ.used[sl.Node][sl.GPU]++
-		occ.who[sl.Node][sl.GPU] = append(occ.who[sl.Node][sl.GPU], i)
-		d.Run, d.Lane, d.Slots = true, true, []Slot{sl}
-		d.GPUModel = s.Nodes[sl.Node].GPUs[sl.GPU].Model
+		open = occ.joinLane(s, i, d, open, k)
 		d.Reason = r.join(d.Reason, "; shares a GPU lane")
-		if occ.used[sl.Node][sl.GPU] >= s.Nodes[sl.Node].GPUs[sl.GPU].LaneCount() {
-			open = append(open[:k], open[k+1:]...)
-		}
 	}
 }
 

@@ -121,6 +121,7 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 		r.Bound = b.bound(s, r)
 	}
 	p.Place.Place(s, r, p.Order.Preemptive(), p.Blocking)
+	nameLaneStarts(s, r)
 	if p.Migrate != nil {
 		p.Migrate.apply(s, r)
 	}

@@ -79,40 +79,48 @@ func TestRoundCountsLaneJobsOnSharedGPUsOnce(t *testing.T) {
 
 // A lane job is released pinned to the lanes of the GPU the placer chose:
 // left to itself, Nomad hands out any free lane of the node, and the job
-// would share a GPU the policy counted as free. Here las+pack starts the
-// held job on the H100 no lane job holds yet, and the pin names that GPU's
-// eight instances (four lanes of two slots) and nothing else.
+// would share a GPU the policy counted as free. las+pack starts the held
+// job on the H100 no lane job holds yet; fifo's count takes a spare lane
+// of the GPU the running lane job shares. Either way the pin names that
+// GPU's eight instances (four lanes of two slots) and nothing else.
 func TestRoundPinsALaneJobToTheGPUItsPlacerChose(t *testing.T) {
-	fake := nomadxtest.New()
-	fake.NodeSet = []*api.NodeListStub{laneNode("n1", 2)}
-	fake.Submit(managedJob("small-1", 1, nil))
-	fake.Update("default", "small-1", func(j *api.Job) { j.Status = str("running") })
-	a := runningAlloc("small-1", "GPU-h100-00:lane1:slot0", time.Now().Add(-time.Minute))
-	a.AllocatedResources.Tasks["train"].Devices[0].Name = fake.NodeSet[0].NodeResources.Devices[0].Name
-	fake.Allocs = append(fake.Allocs, a)
-	next := managedJob("next", 1, nil)
-	next.Constraints = append(next.Constraints, cluster.HoldConstraint())
-	fake.Submit(next)
+	for _, tc := range []struct {
+		policy string
+		gpu    int
+	}{{"las+pack", 1}, {"fifo", 0}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			fake := nomadxtest.New()
+			fake.NodeSet = []*api.NodeListStub{laneNode("n1", 2)}
+			fake.Submit(managedJob("small-1", 1, nil))
+			fake.Update("default", "small-1", func(j *api.Job) { j.Status = str("running") })
+			a := runningAlloc("small-1", "GPU-h100-00:lane1:slot0", time.Now().Add(-time.Minute))
+			a.AllocatedResources.Tasks["train"].Devices[0].Name = fake.NodeSet[0].NodeResources.Devices[0].Name
+			fake.Allocs = append(fake.Allocs, a)
+			next := managedJob("next", 1, nil)
+			next.Constraints = append(next.Constraints, cluster.HoldConstraint())
+			fake.Submit(next)
 
-	p, err := New(settings(t, `planning { policy = "las+pack" }`), fake, nil, nil)
-	must.NoError(t, err)
-	_, err = p.Round(context.Background())
-	must.NoError(t, err)
-	job := fake.Get("default", "next")
-	must.False(t, cluster.Held(job), must.Sprint("released"))
-	var pin *api.Constraint
-	for _, c := range job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints {
-		if c.LTarget == cluster.AttrDeviceIDs {
-			pin = c
-		}
+			p, err := New(settings(t, fmt.Sprintf("planning { policy = %q }", tc.policy)), fake, nil, nil)
+			must.NoError(t, err)
+			_, err = p.Round(context.Background())
+			must.NoError(t, err)
+			job := fake.Get("default", "next")
+			must.False(t, cluster.Held(job), must.Sprint("released"))
+			var pin *api.Constraint
+			for _, c := range job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints {
+				if c.LTarget == cluster.AttrDeviceIDs {
+					pin = c
+				}
+			}
+			must.NotNil(t, pin, must.Sprint("the lane job names its GPU's instances"))
+			must.Eq(t, "set_contains_any", pin.Operand)
+			var want []string
+			for l := 0; l < 4; l++ {
+				for s := 0; s < 2; s++ {
+					want = append(want, fmt.Sprintf("GPU-h100-%02d:lane%d:slot%d", tc.gpu, l, s))
+				}
+			}
+			must.Eq(t, strings.Join(want, ","), pin.RTarget)
+		})
 	}
-	must.NotNil(t, pin, must.Sprint("the lane job names its GPU's instances"))
-	must.Eq(t, "set_contains_any", pin.Operand)
-	var want []string
-	for l := 0; l < 4; l++ {
-		for s := 0; s < 2; s++ {
-			want = append(want, fmt.Sprintf("GPU-h100-01:lane%d:slot%d", l, s))
-		}
-	}
-	must.Eq(t, strings.Join(want, ","), pin.RTarget)
 }

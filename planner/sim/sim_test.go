@@ -388,6 +388,8 @@ func TestKeptSnapshotMatchesACopy(t *testing.T) {
 		{name: "hare/mixed", policy: "hare", cluster: "16xV100,16xK80"},
 		{name: "allox/mixed", policy: "allox", cluster: "16xV100,16xK80"},
 		{name: "las+pack/lanes", policy: "las+pack", cluster: "n4g8", lanes: 2, laneMB: 16000},
+		{name: "fifo/lanes", policy: "fifo", cluster: "n4g8", lanes: 2, laneMB: 16000},
+		{name: "srtf/lanes", policy: "srtf", cluster: "n4g8", lanes: 2, laneMB: 16000},
 		{name: "las+consolidated", policy: "las+consolidated", cluster: "n4g8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -396,6 +398,25 @@ func TestKeptSnapshotMatchesACopy(t *testing.T) {
 			must.NoError(t, err)
 			must.Positive(t, res.Rounds)
 			must.NoError(t, res.snapErr)
+		})
+	}
+}
+
+// Two one-GPU jobs on a GPU cut into two lanes share it, whichever placer
+// started them: each keeps the co-location factor (0.6) of its solo speed
+// while the other runs, so 60 s of work take 100 s. A count placer that
+// named no lane ran them at full speed.
+func TestLaneJobsSlowBesideTheirPartners(t *testing.T) {
+	jobs := []trace.Job{{ID: "a", Arrival: 0, GPUs: 1, Duration: 60}, {ID: "b", Arrival: 0, GPUs: 1, Duration: 60}}
+	for _, name := range []string{"fifo", "las", "hare", "las+pack"} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, "n1g1"), Policy: mustPolicy(t, name, policy.Config{}), Lanes: 2, LaneMemoryMB: 40000}, jobs)
+			must.NoError(t, err)
+			must.Eq(t, 0, res.Summary.Unfinished)
+			for _, j := range res.Jobs {
+				must.EqOp(t, 0.0, j.Start, must.Sprint(j.ID, " starts at once"))
+				must.Between(t, 99.9, j.Finish, 100.1, must.Sprint(j.ID))
+			}
 		})
 	}
 }
