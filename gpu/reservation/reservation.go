@@ -149,6 +149,16 @@ func LaneInstanceID(uuid string, lane, slot int) string {
 	return uuid + ":lane" + strconv.Itoa(lane) + ":slot" + strconv.Itoa(slot)
 }
 
+// LaneGPU reads the physical GPU's UUID from an instance ID made by
+// LaneInstanceID; ok is false for any other ID.
+func LaneGPU(id string) (uuid string, ok bool) {
+	if _, isLane := LaneOf(id); !isLane {
+		return "", false
+	}
+	uuid, _, _ = strings.Cut(id, ":lane")
+	return uuid, uuid != ""
+}
+
 // LaneOf reads the lane from an instance ID made by LaneInstanceID (the
 // slot part may be missing); ok is false for any other ID.
 func LaneOf(id string) (lane int, ok bool) {

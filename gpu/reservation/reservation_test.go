@@ -2,6 +2,25 @@ package reservation
 
 import "testing"
 
+func TestLaneGPU(t *testing.T) {
+	for _, tc := range []struct {
+		id, uuid string
+		ok       bool
+	}{
+		{LaneInstanceID("GPU-1234", 3, 1), "GPU-1234", true},
+		{"GPU-1234:lane2", "GPU-1234", true},
+		{"GPU-1234", "", false},
+		{"MIG-abcd", "", false},
+		{":lane1:slot0", "", false},
+		{"GPU-1234:lanex:slot0", "", false},
+	} {
+		uuid, ok := LaneGPU(tc.id)
+		if uuid != tc.uuid || ok != tc.ok {
+			t.Errorf("LaneGPU(%q) = %q, %v; want %q, %v", tc.id, uuid, ok, tc.uuid, tc.ok)
+		}
+	}
+}
+
 func TestLaneOf(t *testing.T) {
 	for _, tc := range []struct {
 		id   string

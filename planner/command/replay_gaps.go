@@ -197,6 +197,7 @@ type timelineTask struct {
 	Start  float64 `json:"start"`
 	End    float64 `json:"end"`
 	Node   string  `json:"node"`
+	GPU    string  `json:"gpu,omitempty"` // the lane's physical GPU; absent for a whole GPU
 }
 
 type timelineJob struct {
@@ -219,7 +220,7 @@ func writeTimeline(path string, res *replay.Result) error {
 		}
 		if i < len(res.Tasks) {
 			for _, t := range res.Tasks[i] {
-				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node})
+				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU})
 			}
 		}
 		if i < len(res.Releases) {

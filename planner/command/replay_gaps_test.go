@@ -88,7 +88,7 @@ func TestWriteTimeline(t *testing.T) {
 			{ID: "a", GPUs: 2, Arrival: 0, Finish: 90},
 			{ID: "b", GPUs: 1, Arrival: 5, Finish: math.NaN()},
 		}},
-		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2"}}, nil},
+		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
 		Releases:   [][]float64{{3}, nil},
 		Stops:      []float64{40},
 		StopDelays: []float64{6},
@@ -100,7 +100,7 @@ func TestWriteTimeline(t *testing.T) {
 	var got liveTimeline
 	must.NoError(t, json.Unmarshal(data, &got))
 	must.Len(t, 2, got.Jobs)
-	must.Eq(t, []timelineTask{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2"}}, got.Jobs[0].Tasks)
+	must.Eq(t, []timelineTask{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, got.Jobs[0].Tasks)
 	must.Eq(t, []float64{3}, got.Jobs[0].Releases)
 	must.Eq(t, 90, *got.Jobs[0].Finish)
 	must.Nil(t, got.Jobs[1].Finish)

@@ -17,11 +17,14 @@ type Live struct {
 	Tasks    [][]TaskRun
 	Stops    []float64
 	Releases [][]float64
+	// SharedSpeed is the workload's speed beside each partner on its GPU
+	// (Result.SharedSpeed); 0 when it ignored them.
+	SharedSpeed float64
 }
 
 // Live is the run as its costs are measured on.
 func (r *Result) Live() Live {
-	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases}
+	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases, SharedSpeed: r.SharedSpeed}
 }
 
 // release is the planner's last release of the i-th job at or before
@@ -75,11 +78,18 @@ func (l Live) firstTasks(i int) []TaskRun {
 // not the median, since a few runs that take seconds longer add to the
 // average JCT as much as many that take a little longer. It also returns
 // how many tasks it saw.
+//
+// A task on a lane is measured against its own live partners instead:
+// who shares a GPU depends on the moment each job starts, so the live
+// pairing differs from the simulated one, and the difference is not a
+// cost of running. Its run is set against the time its job's work takes
+// beside the tasks that ran on the same GPU meanwhile (sharedRunTime).
 func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 	simulated := make(map[string]sim.JobResult, len(ideal.Jobs))
 	for _, j := range ideal.Jobs {
 		simulated[j.ID] = j
 	}
+	partners := l.tasksByGPU()
 	var d []float64
 	for i, j := range l.Jobs.Jobs {
 		s, ok := simulated[j.ID]
@@ -87,10 +97,63 @@ func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 			continue
 		}
 		for _, t := range l.firstTasks(i) {
-			d = append(d, (t.End-t.Start)-(s.Finish-s.Start))
+			want := s.Finish - s.Start
+			if t.GPU != "" && l.SharedSpeed > 0 {
+				want = sharedRunTime(t, partners[laneGPU{t.Node, t.GPU}], s.Isolated, l.SharedSpeed)
+			}
+			d = append(d, (t.End-t.Start)-want)
 		}
 	}
 	return max(Mean(d), 0), len(d)
+}
+
+// laneGPU is a physical GPU of the live cluster: UUIDs are unique to a
+// node only, as each client's simulated fleet names its own.
+type laneGPU struct{ node, gpu string }
+
+// tasksByGPU indexes every task that ran on a lane by its GPU.
+func (l Live) tasksByGPU() map[laneGPU][]TaskRun {
+	out := map[laneGPU][]TaskRun{}
+	for _, ts := range l.Tasks {
+		for _, t := range ts {
+			if t.GPU != "" {
+				k := laneGPU{t.Node, t.GPU}
+				out[k] = append(out[k], t)
+			}
+		}
+	}
+	return out
+}
+
+// sharedRunTime is how long work of solo seconds takes from t's start on
+// a GPU where each other task of onGPU that runs meanwhile leaves it
+// speed of its pace (the simulator's co-location factor, per partner).
+func sharedRunTime(t TaskRun, onGPU []TaskRun, solo, speed float64) float64 {
+	var edges []float64
+	for _, o := range onGPU {
+		if o != t {
+			edges = append(edges, o.Start, o.End)
+		}
+	}
+	sort.Float64s(edges)
+	at, left := t.Start, solo
+	for _, next := range append(edges, math.Inf(1)) {
+		if next <= at {
+			continue
+		}
+		rate := 1.0
+		for _, o := range onGPU {
+			if o != t && o.Start <= at && at < o.End {
+				rate *= speed
+			}
+		}
+		if left <= rate*(next-at) {
+			return at + left/rate - t.Start
+		}
+		left -= rate * (next - at)
+		at = next
+	}
+	return at - t.Start
 }
 
 // liveStart is one live job's start and the event that let it start: its

@@ -100,6 +100,61 @@ func TestMeasuredRunOverhead(t *testing.T) {
 	must.Eq(t, 5.0, d, must.Sprint("mean of 4, 3 and 8"))
 }
 
+// On lanes, a task is measured against its own live partners, not the
+// simulator's pairing. Live, a and b (60 s of work each) share GPU-0 of
+// n1, each at half its pace beside the other; c runs alone on GPU-0 of
+// n2, a GPU of the same name on another node. a runs alone for 10 s, then
+// 50 s of work beside b take 100 s: 110 s. b runs beside a for 102 s (51 s
+// of work), then 9 s alone: 111 s. c: 60 s. Each ran 2 s longer live. The
+// simulator gave each a GPU of its own, which is no cost of a run.
+func TestRunOverheadOnALaneCountsItsLivePartners(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Start: 0, Finish: 60, Isolated: 60, GPUModel: "H100"},
+		{ID: "b", GPUs: 1, Start: 10, Finish: 70, Isolated: 60, GPUModel: "H100"},
+		{ID: "c", GPUs: 1, Start: 10, Finish: 70, Isolated: 60, GPUModel: "H100"},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Start: 100, Finish: 212, GPUModel: "H100"},
+		{ID: "b", GPUs: 1, Start: 110, Finish: 223, GPUModel: "H100"},
+		{ID: "c", GPUs: 1, Start: 110, Finish: 172, GPUModel: "H100"},
+	}}
+	tasks := [][]TaskRun{
+		{{Start: 100, End: 212, Node: "n1", GPU: "GPU-0"}},
+		{{Start: 110, End: 223, Node: "n1", GPU: "GPU-0"}},
+		{{Start: 110, End: 172, Node: "n2", GPU: "GPU-0"}},
+	}
+	d, n := Live{Jobs: live, Tasks: tasks, SharedSpeed: 0.5}.RunOverhead(ideal)
+	must.Eq(t, 3, n)
+	must.Between(t, 1.999, d, 2.001)
+
+	// Read as whole GPUs, the difference in pairing is charged as overhead.
+	whole, _ := Live{Jobs: live, Tasks: tasks}.RunOverhead(ideal)
+	must.Greater(t, 30, whole)
+}
+
+// Work on a lane runs at the pace its partners leave it, partner by
+// partner, and alone once they have gone.
+func TestSharedRunTime(t *testing.T) {
+	self := TaskRun{Start: 0, End: 1000, Node: "n", GPU: "g"}
+	for _, tc := range []struct {
+		name     string
+		partners []TaskRun
+		want     float64
+	}{
+		{"alone", nil, 60},
+		{"beside one throughout", []TaskRun{{Start: 0, End: 1000}}, 120},
+		{"beside two", []TaskRun{{Start: 0, End: 1000}, {Start: 0, End: 1000}}, 240},
+		{"a partner that leaves", []TaskRun{{Start: 0, End: 20}}, 70},
+		{"a partner that comes", []TaskRun{{Start: 50, End: 1000}}, 70},
+		{"a partner before", []TaskRun{{Start: -50, End: 0}}, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sharedRunTime(self, append([]TaskRun{self}, tc.partners...), 60, 0.5)
+			must.Between(t, tc.want-1e-9, got, tc.want+1e-9)
+		})
+	}
+}
+
 // A gang's tasks start one after another: the spread counts each task, and
 // the job after the gang is measured less the spread of all its tasks.
 // Each task's run, not the gang's, is what the run overhead is measured on.

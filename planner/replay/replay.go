@@ -246,13 +246,17 @@ type Result struct {
 	// the planner took its hold off, oldest first, as far as Nomad kept
 	// the job's versions (JobHistory.Releases).
 	Releases [][]float64
+	// SharedSpeed is the workload's speed beside each partner on its GPU
+	// (JobOptions.SharedSpeed); 0 when it ignored them.
+	SharedSpeed float64
 }
 
 // TaskRun is when one task ran, in trace seconds, when Nomad placed its
-// allocation, and on which node.
+// allocation, on which node, and on which physical GPU when it ran on a
+// lane ("" for a whole GPU).
 type TaskRun struct {
 	Start, End, Placed float64
-	Node               string
+	Node, GPU          string
 }
 
 // stopDelays pairs each of a job's preemption stops with the hold that
@@ -406,7 +410,8 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		}
 		rcancel()
 	}
-	res := &Result{Writes: make([]uint64, len(tr.outcomes)), T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut}
+	res := &Result{Writes: make([]uint64, len(tr.outcomes)), T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut,
+		SharedSpeed: cfg.Job.SharedSpeed}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
 	res.Tasks = make([][]TaskRun, len(tr.outcomes))
 	res.Releases = make([][]float64, len(tr.outcomes))
@@ -417,7 +422,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		}
 		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.history[i].Holds, o.Stops)...)
 		for _, r := range o.Runs {
-			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed), Node: r.Node})
+			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed), Node: r.Node, GPU: r.GPU})
 		}
 		for _, t := range tr.history[i].Releases {
 			res.Releases[i] = append(res.Releases[i], clock.Trace(t))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/caravan-gpu/caravan/planner/sim"
 )
 
@@ -20,6 +21,9 @@ type Run struct {
 	// Placed is when Nomad placed the allocation; Node is where.
 	Placed time.Time
 	Node   string
+	// GPU is the physical GPU of the lane the allocation ran on; "" for
+	// a whole GPU.
+	GPU string
 }
 
 // Outcome is one job's course as Nomad recorded it, in real time.
@@ -75,7 +79,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 			if o.Start.IsZero() || start.Before(o.Start) {
 				o.Start = start
 			}
-			r := Run{Start: start, End: end, Model: model, Placed: time.Unix(0, a.CreateTime), Node: a.NodeID}
+			r := Run{Start: start, End: end, Model: model, Placed: time.Unix(0, a.CreateTime), Node: a.NodeID, GPU: allocLaneGPU(a)}
 			if r.End.IsZero() {
 				r.End = now
 			}
@@ -150,29 +154,55 @@ func allocIndex(name string) (int, bool) {
 	return i, err == nil && i >= 0
 }
 
-func allocModel(a *api.AllocationListStub, models map[string]string) string {
+// allocDevices calls each for every device the allocation's tasks were
+// given, until it returns false.
+func allocDevices(a *api.AllocationListStub, each func(*api.AllocatedDeviceResource) bool) {
 	if a.AllocatedResources == nil {
-		return ""
+		return
 	}
 	for _, task := range a.AllocatedResources.Tasks {
 		if task == nil {
 			continue
 		}
 		for _, d := range task.Devices {
-			if d == nil {
-				continue
-			}
-			for _, id := range d.DeviceIDs {
-				if m := models[id]; m != "" {
-					return m
-				}
-			}
-			if d.Name != "" {
-				return d.Name
+			if d != nil && !each(d) {
+				return
 			}
 		}
 	}
-	return ""
+}
+
+func allocModel(a *api.AllocationListStub, models map[string]string) string {
+	model := ""
+	allocDevices(a, func(d *api.AllocatedDeviceResource) bool {
+		for _, id := range d.DeviceIDs {
+			if m := models[id]; m != "" {
+				model = m
+				return false
+			}
+		}
+		if d.Name != "" {
+			model = d.Name
+			return false
+		}
+		return true
+	})
+	return model
+}
+
+// allocLaneGPU is the physical GPU of the one lane the allocation was
+// given, or "" when it was given anything else.
+func allocLaneGPU(a *api.AllocationListStub) string {
+	var ids []string
+	allocDevices(a, func(d *api.AllocatedDeviceResource) bool {
+		ids = append(ids, d.DeviceIDs...)
+		return true
+	})
+	if len(ids) != 1 {
+		return ""
+	}
+	uuid, _ := reservation.LaneGPU(ids[0])
+	return uuid
 }
 
 // executed is the real time any of runs covered, overlaps counted once.

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 
+	"github.com/caravan-gpu/caravan/gpu/reservation"
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/sim"
 )
@@ -209,6 +210,23 @@ func TestReadOutcomeCountsTheNodesOfTheFinishingRun(t *testing.T) {
 		on(alloc("a2", 1, "run", "running", 1, -1, false, "GPU-v-1"), "n2"),
 	}, 2, models, at(100))
 	must.Eq(t, 0, o.Nodes, must.Sprint("not finished"))
+}
+
+// A run on a lane keeps the lane's physical GPU, read from its instance
+// ID, and keeps the model its instance maps to; a run on a whole GPU keeps
+// no lane GPU.
+func TestReadOutcomeKeepsTheGPUOfALane(t *testing.T) {
+	lane := reservation.LaneInstanceID("GPU-h-1", 1, 0)
+	models := map[string]string{lane: "H100", "GPU-v-0": "V100"}
+	o := ReadOutcome([]*api.AllocationListStub{
+		alloc("a1", 0, "run", "complete", 1, 5, false, lane),
+		alloc("a2", 1, "run", "complete", 2, 6, false, "GPU-v-0"),
+	}, 2, models, at(100))
+	must.SliceLen(t, 2, o.Runs)
+	must.Eq(t, "GPU-h-1", o.Runs[0].GPU)
+	must.Eq(t, "H100", o.Runs[0].Model)
+	must.Eq(t, "", o.Runs[1].GPU)
+	must.Eq(t, "V100", o.Runs[1].Model)
 }
 
 // Each preemption's stop is recorded once, at the first stop of the
