@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/e2e/harness"
+	"github.com/caravan-gpu/caravan/internal/shareddata"
 	"github.com/shoenig/test/must"
 )
 
@@ -83,19 +84,26 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 // dir, and returns its stdout and stderr; it fails t if the replay does.
 func runReplay(t *testing.T, dir, trace string, args ...string) (stdout, stderr string) {
 	t.Helper()
-	root, err := harness.RepoRoot()
-	must.NoError(t, err)
 	tracePath := filepath.Join(dir, "trace.csv")
 	must.NoError(t, os.WriteFile(tracePath, []byte(trace), 0o644))
+	return runReplayFor(t, dir, 3*time.Minute, append([]string{"-trace", tracePath}, args...)...)
+}
+
+// runReplayFor builds go run ./e2e/replay into dir and runs it with args
+// for at most limit.
+func runReplayFor(t *testing.T, dir string, limit time.Duration, args ...string) (stdout, stderr string) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	must.NoError(t, err)
 	bin := filepath.Join(dir, "replay")
 	build := exec.Command("go", "build", "-o", bin, "./e2e/replay")
 	build.Dir = root
 	out, err := build.CombinedOutput()
 	must.NoError(t, err, must.Sprint(string(out)))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"-trace", tracePath}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = root
 	var errBuf bytes.Buffer
 	cmd.Stderr = &errBuf
@@ -177,18 +185,45 @@ const lanesTrace = `job_id,num_gpu,submit_time,duration
 `
 
 // go run ./e2e/replay -lanes 2: every GPU of the fleet cut into two lanes
-// on two clients, and las+pack sharing GPUs between jobs. The planner pins
-// each lane job to the GPU its placer chose, the workload slows beside a
-// partner on its GPU as the simulator's co-location factor says, and live
-// holds to the simulation.
+// on two clients, with las+pack sharing GPUs between jobs and fifo's count
+// giving one-GPU jobs the spare lanes it counts. The planner pins each
+// lane job to the GPU its placer chose (the count's too, once named), the
+// workload slows beside a partner on its GPU as the simulator's
+// co-location factor says, and live holds to the simulation.
 func TestReplayOnLanes(t *testing.T) {
+	for _, policy := range []string{"las+pack", "fifo"} {
+		t.Run(policy, func(t *testing.T) {
+			dir := t.TempDir()
+			stdout, stderr := runReplay(t, dir, lanesTrace, "-cluster", "n2g2", "-clients", "2", "-lanes", "2",
+				"-policy", policy, "-time-scale", "10", "-json")
+			must.StrContains(t, stderr, "every GPU cut into 2 lanes")
+			live, simulated := liveAndSimulated(t, stdout)
+			t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f)", live, simulated, live/simulated)
+			must.Between(t, 0.8, live/simulated, 1.25)
+		})
+	}
+}
+
+// Hundreds of jobs on four clients: Philly VC 6c71a0's first 300 jobs of
+// at most an hour, at 20 busy GPUs offered, on n8g4 (32 GPUs) as four
+// Nomad clients, under fifo at time scale 50 (about 8 minutes). fifo is
+// the policy CI runs, as it has held within 3% in every run measured
+// (docs/replay.md); make replay-bench runs las and the default as well.
+// Every job must finish, and live must hold within 10% of the simulator
+// charged the costs the run measured.
+func TestReplayThreeHundredJobsOnFourClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 8 minutes")
+	}
+	philly := shareddata.Require(t, "philly/philly.csv")
 	dir := t.TempDir()
-	stdout, stderr := runReplay(t, dir, lanesTrace, "-cluster", "n2g2", "-clients", "2", "-lanes", "2",
-		"-policy", "las+pack", "-time-scale", "10", "-json")
-	must.StrContains(t, stderr, "every GPU cut into 2 lanes")
+	stdout, stderr := runReplayFor(t, dir, 20*time.Minute, "-trace", philly, "-format", "philly", "-vc", "6c71a0",
+		"-max-duration", "3600", "-take", "300", "-load", "20", "-cluster", "n8g4", "-clients", "4",
+		"-policy", "fifo", "-time-scale", "50", "-json")
+	must.StrContains(t, stderr, "4 clients")
 	live, simulated := liveAndSimulated(t, stdout)
 	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f)", live, simulated, live/simulated)
-	must.Between(t, 0.8, live/simulated, 1.25)
+	must.Between(t, 0.9, live/simulated, 1.1)
 }
 
 // caravan replay against real agents refuses what cannot work, with an

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caravan-gpu/caravan/internal/shareddata"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/trace"
 	"github.com/shoenig/test/must"
@@ -67,7 +68,7 @@ func bits(r *Result) string {
 // throughputs are at hand.
 func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 	var tp *trace.Throughputs
-	if path, err := sharedDataPath("gavel/simulation_throughputs.json"); err == nil {
+	if path, err := shareddata.Path("gavel/simulation_throughputs.json"); err == nil {
 		var err error
 		tp, err = trace.LoadThroughputs(path)
 		must.NoError(t, err)

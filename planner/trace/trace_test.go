@@ -2,37 +2,18 @@ package trace
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/internal/shareddata"
 )
 
-// sharedData finds ../shared/data beside the repository root, or
-// $CARAVAN_SHARED_DATA, and skips when it is absent.
+// sharedData is the shared data file rel; the test skips without it.
 func sharedData(tb testing.TB, rel string) string {
 	tb.Helper()
-	base := os.Getenv("CARAVAN_SHARED_DATA")
-	if base == "" {
-		dir, _ := os.Getwd()
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				break
-			}
-			if filepath.Dir(dir) == dir {
-				tb.Skip("shared data: no go.mod above the working directory")
-			}
-			dir = filepath.Dir(dir)
-		}
-		base = filepath.Join(dir, "..", "shared", "data")
-	}
-	p := filepath.Join(base, rel)
-	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("shared data %s not available (set CARAVAN_SHARED_DATA)", p)
-	}
-	return p
+	return shareddata.Require(tb, rel)
 }
 
 const tiresiasSample = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n" +
