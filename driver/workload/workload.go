@@ -311,11 +311,12 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		return mem.outOfMemory(enc, first, err)
 	}
 	iteration := float64(c.IterationTime) / c.SpeedFactor()
+	pace := newPacer()
 	for it := first; it <= c.Iterations; it++ {
 		step := time.Duration(iteration / c.sharedFactor(pid) / float64(2*c.Steps))
 		// Forward: activations pile up; backward: they are freed.
 		for s := 1; s <= c.Steps; s++ {
-			if err := sleep(ctx, step); err != nil {
+			if err := pace.step(ctx, step); err != nil {
 				return err
 			}
 			if err := mem.set(c.PersistentMiB + leaked + c.EphemeralMiB*uint64(s)/uint64(c.Steps)); err != nil {
@@ -340,7 +341,7 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 			}
 		}
 		for s := c.Steps - 1; s >= 0; s-- {
-			if err := sleep(ctx, step); err != nil {
+			if err := pace.step(ctx, step); err != nil {
 				return err
 			}
 			_ = mem.set(c.PersistentMiB + leaked + c.EphemeralMiB*uint64(s)/uint64(c.Steps))
