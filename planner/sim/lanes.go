@@ -1,5 +1,10 @@
 package sim
 
+import (
+	"github.com/caravan-gpu/caravan/internal/minheap"
+	"github.com/caravan-gpu/caravan/planner/policy"
+)
+
 type gpuKey struct{ node, gpu int }
 
 func (s *simulator) lanes() map[gpuKey][]int {
@@ -48,20 +53,48 @@ func (s *simulator) releaseLane(i int) {
 }
 
 // laneFactor is the share of its solo speed job i keeps next to its
-// partners on the same GPU.
+// partners on the same GPU. A job still in its start latency has no task
+// running: its wait is the wall clock's, and it slows no partner. Live,
+// a lane's partner counts once its process runs.
 func (s *simulator) laneFactor(i int) float64 {
 	js := &s.jobs[i]
-	if len(js.Placement) != 1 {
+	if len(js.Placement) != 1 || js.latency > 0 {
 		return 1
 	}
 	k := gpuKey{js.Placement[0].Node, js.Placement[0].GPU}
 	f := 1.0
 	for _, o := range s.lanes()[k] {
-		if o != i {
-			f *= s.cfg.Colocation.Factor(js.GPUModel, js.Model, s.jobs[o].Model)
+		if o == i {
+			continue
+		}
+		partner := &s.jobs[o]
+		s.settle(partner)
+		if partner.latency <= 0 {
+			f *= s.cfg.Colocation.Factor(js.GPUModel, js.Model, partner.Model)
 		}
 	}
 	return f
+}
+
+// wakeLanesAt re-rates, at time t, each lane job whose start latency ends
+// then, and its partners: from now on its task runs beside theirs.
+func (s *simulator) wakeLanesAt(t float64) {
+	for len(s.laneWakes) > 0 && s.laneWakes[0].Key <= t {
+		var e minheap.Entry[struct{}]
+		e, s.laneWakes = minheap.Pop(s.laneWakes)
+		js := &s.jobs[e.Tie]
+		if js.done || js.State != policy.Running || js.laneShare == 0 || len(js.Placement) != 1 {
+			continue // preempted or finished since: nothing woke
+		}
+		s.settle(js)
+		if js.latency > 1e-9*max(1, t) {
+			continue // a later start's: its own wake is due
+		}
+		js.latency = 0 // what rounding left of it
+		for _, o := range s.lanes()[gpuKey{js.Placement[0].Node, js.Placement[0].GPU}] {
+			s.reschedule(o)
+		}
+	}
 }
 
 func (s *simulator) refreshLaneRates() {

@@ -237,6 +237,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	js.laneShare = 0
 	if d.Lane && len(d.Slots) == 1 {
 		s.occupyLane(i, d.Slots[0])
+		if latency > 0 {
+			s.laneWakes = minheap.Push(s.laneWakes, minheap.Entry[struct{}]{Key: s.now + latency, Tie: i})
+		}
 	}
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)

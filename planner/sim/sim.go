@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/caravan-gpu/caravan/internal/minheap"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
@@ -243,8 +244,12 @@ type simulator struct {
 	recordHistory bool
 	anyLanes      bool
 	laneOcc       map[gpuKey][]int
-	blocked       bool // the last round left a job waiting
-	head          int  // strict FIFO: the first job the last round left waiting
+	// laneWakes are when lane jobs' tasks come to run, their start
+	// latency over (Key: time, Tie: job): from then on they slow their
+	// partners, and their partners them.
+	laneWakes []minheap.Entry[struct{}]
+	blocked   bool // the last round left a job waiting
+	head      int  // strict FIFO: the first job the last round left waiting
 	// startsFree is when the cluster can start its next task, for
 	// StartSpread.
 	startsFree float64
@@ -329,6 +334,9 @@ func (s *simulator) run() {
 		if f, ok := s.peekFinish(); ok {
 			t = min(t, f)
 		}
+		if len(s.laneWakes) > 0 {
+			t = min(t, s.laneWakes[0].Key)
+		}
 		if s.pending > 0 || s.cfg.Compat {
 			t = min(t, s.wakeAt)
 		}
@@ -336,6 +344,7 @@ func (s *simulator) run() {
 			break // pending jobs that can never fit
 		}
 		s.advanceTo(t)
+		s.wakeLanesAt(t)
 		changed := s.completeAt(t)
 		arrived, waited, first := false, s.pending > 0, s.next
 		for s.next < total && s.jobs[s.next].Arrival <= t {

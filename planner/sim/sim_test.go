@@ -421,6 +421,27 @@ func TestLaneJobsSlowBesideTheirPartners(t *testing.T) {
 	}
 }
 
+// A lane job in its start latency has no task running yet: it slows no
+// partner, and its wait is the wall clock's, not stretched by theirs. On
+// one GPU of two lanes with a 20 s start latency, a (60 s of work, from 0)
+// runs alone from 20 to 50, b (from 30) starts its task at 50, and from
+// then on each keeps 0.6 of its pace: a's last 30 s of work take 50 s (to
+// 100), b's first 30 too, and its last 30 run alone (to 130). Slowed
+// from b's start, and b's wait stretched, as the simulator had it, a
+// finished at 113.
+func TestALaneJobSlowsItsPartnersOnceItsTaskRuns(t *testing.T) {
+	jobs := []trace.Job{{ID: "a", Arrival: 0, GPUs: 1, Duration: 60}, {ID: "b", Arrival: 30, GPUs: 1, Duration: 60}}
+	for _, name := range []string{"fifo", "las+pack"} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, "n1g1"), Policy: mustPolicy(t, name, policy.Config{}),
+				Lanes: 2, LaneMemoryMB: 40000, StartLatency: 20}, jobs)
+			must.NoError(t, err)
+			must.Between(t, 99.99, res.Jobs[0].Finish, 100.01, must.Sprint("a"))
+			must.Between(t, 129.99, res.Jobs[1].Finish, 130.01, must.Sprint("b"))
+		})
+	}
+}
+
 // A job's result says how many nodes its run spanned, as the placer chose
 // its GPUs; a placer that names no GPUs names no nodes.
 func TestJobResultCountsTheNodesARunSpans(t *testing.T) {
