@@ -76,6 +76,10 @@ type replayInfo struct {
 	JobsSplit      int `json:"jobs_split_over_nodes"`
 	SimJobsSplit   int `json:"sim_jobs_split_over_nodes"`
 	SplitOnOneSide int `json:"jobs_split_on_one_side_only"`
+	// NomadEvictions counts the allocations Nomad's own preemption
+	// evicted: each is a stop the planner did not decide, which the
+	// simulator never makes.
+	NomadEvictions int `json:"nomad_evictions"`
 }
 
 // report completes rep, which holds what run knew of the replay, with the
@@ -89,7 +93,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	rep.Live, rep.Sim = live, simulated
 	info := &rep.Replay
 	info.TimeScale, info.Held, info.WritesPerJob, info.WallSeconds = f.timeScale, f.held, res.AvgWrites(), res.Wall.Seconds()
-	info.MaxLag, info.TimedOut = res.MaxLag.Seconds(), res.TimedOut
+	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
 	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events
 	info.RunOverhead, info.RunOverheadMeasuredOn = costs.RunOverhead, costs.Runs
@@ -147,6 +151,9 @@ func renderReplay(rep replayReport) string {
 			p.ClientTasks, p.ClientDelay, p.ClientService)
 	}
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
+	if n := rep.Replay.NomadEvictions; n > 0 {
+		fmt.Fprintf(&b, "allocations evicted by Nomad's own preemption, not a planner's hold: %d\n", n)
+	}
 	if r := rep.Replay; r.JobsSplit+r.SimJobsSplit > 0 {
 		fmt.Fprintf(&b, "\njobs run over several nodes: %d live, %d simulated, %d on one side only\n", r.JobsSplit, r.SimJobsSplit, r.SplitOnOneSide)
 	}

@@ -233,6 +233,9 @@ type Result struct {
 	// Stops are the trace times at which preemptions stopped jobs, in
 	// order: the moments a preempting start's GPUs came free.
 	Stops []float64
+	// Evictions counts the allocations Nomad's own preemption evicted,
+	// over every job (Outcome.Evictions).
+	Evictions int
 	// StopDelays are, in trace seconds, how long each preemption whose
 	// decision is known took from the planner's hold to the job's stop:
 	// the time a preempted job keeps its GPUs.
@@ -417,6 +420,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 	res.Releases = make([][]float64, len(tr.outcomes))
 	for i, o := range tr.outcomes {
 		res.Writes[i] = tr.history[i].Version
+		res.Evictions += o.Evictions
 		for _, t := range o.Stops {
 			res.Stops = append(res.Stops, clock.Trace(t))
 		}

@@ -43,6 +43,10 @@ type Outcome struct {
 	// Stops are when each preemption stopped the job: the first stop of
 	// the allocations it stopped together.
 	Stops []time.Time
+	// Evictions counts the allocations that Nomad's own preemption
+	// evicted (desired status "evict") rather than the planner's hold:
+	// a start Nomad placed before a hold's stop had freed its GPUs.
+	Evictions int
 	// Model is the GPU model the job finished on ("" when unknown).
 	Model string
 	// Nodes is how many nodes the allocations that finished the job ran
@@ -74,6 +78,9 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 	for _, a := range allocs {
 		start, end, failed := taskTimes(a)
 		stopped := a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict
+		if a.DesiredStatus == api.AllocDesiredStatusEvict {
+			o.Evictions++
+		}
 		model := allocModel(a, models)
 		if !start.IsZero() {
 			if o.Start.IsZero() || start.Before(o.Start) {
