@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -587,4 +589,149 @@ func TestApplyPhasesWritesEachPhaseBeforeTheNext(t *testing.T) {
 	}
 	must.Eq(t, 90, *fake.Get("default", "r1").Priority)
 	must.NotEq(t, 90, *shared.Priority, must.Sprint("the writer works on a copy of the spec it is handed"))
+}
+
+// runningJob submits a job with n running allocations, named id-0, id-1, ...
+func runningJob(fake *nomadxtest.Fake, id string, n int) {
+	fake.Submit(gpuJob(id))
+	for i := range n {
+		fake.Allocs = append(fake.Allocs, &api.AllocationListStub{ID: fmt.Sprintf("%s-%d", id, i), JobID: id, Namespace: "default",
+			ClientStatus: "running", DesiredStatus: "run"})
+	}
+}
+
+// allStopped says whether Nomad has marked every one of the job's
+// allocations stopped.
+func allStopped(fake *nomadxtest.Fake, id string) bool {
+	allocs, _ := fake.JobAllocations(context.Background(), "default", id)
+	for _, a := range allocs {
+		if a.DesiredStatus == "run" {
+			return false
+		}
+	}
+	return true
+}
+
+// A start is written only once Nomad has marked stopped what the round's
+// holds stopped: written earlier, Nomad schedules it before the stop and
+// preempts allocations of its own choosing.
+func TestApplyPhasesWaitsForTheStopsToLand(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.DeferStops = true
+	runningJob(fake, "victim", 2)
+	fake.Submit(gpuJob("start"))
+	var mu sync.Mutex
+	landedAtStart := false
+	fake.BeforeRegister = func(j *api.Job) {
+		if *j.ID == "start" {
+			mu.Lock()
+			landedAtStart = allStopped(fake, "victim")
+			mu.Unlock()
+		}
+	}
+	go func() {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if fake.LandStops() > 0 {
+				return
+			}
+		}
+	}()
+	phases := [][]Write{{{Key: "default/victim", Target: Target{Priority: 70, Hold: true}}}, {{Key: "default/start", Target: Target{Priority: 80}}}}
+	results := map[string]Result{}
+	w := &Writer{Nomad: fake, StopWait: 10 * time.Second}
+	stats := w.ApplyPhases(context.Background(), phases, 2, func(c Write, r Result) {
+		mu.Lock()
+		results[c.Key] = r
+		mu.Unlock()
+	})
+	must.Eq(t, []string{"victim-0", "victim-1"}, results["default/victim"].Stopped)
+	must.Eq(t, Written, results["default/start"].Outcome)
+	must.True(t, landedAtStart, must.Sprint("the start was written before the hold's stops landed"))
+	must.Positive(t, stats.StopWait)
+	must.Zero(t, stats.StopsPending)
+}
+
+// Stops that never land hold the next phase back for StopWait only, and
+// say so; a round without a later phase, or whose stops stopped nothing,
+// does not wait.
+func TestApplyPhasesWaitsForStopsAtMostStopWait(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.DeferStops = true
+	runningJob(fake, "victim", 1)
+	fake.Submit(gpuJob("start"))
+	fake.Submit(gpuJob("pending"))
+	w := &Writer{Nomad: fake, StopWait: 50 * time.Millisecond}
+	ignore := func(Write, Result) {}
+	hold := func(id string) []Write {
+		return []Write{{Key: "default/" + id, Target: Target{Priority: 70, Hold: true}}}
+	}
+	start := []Write{{Key: "default/start", Target: Target{Priority: 80}}}
+
+	stats := w.ApplyPhases(context.Background(), [][]Write{hold("victim"), start}, 2, ignore)
+	must.Eq(t, 1, stats.StopsPending)
+	must.GreaterEq(t, 50*time.Millisecond, stats.StopWait)
+	must.Eq(t, 80, *fake.Get("default", "start").Priority, must.Sprint("the start is written after the wait all the same"))
+
+	// Nothing after the stops: no wait.
+	fake.LandStops()
+	runningJob(fake, "last", 1)
+	stats = w.ApplyPhases(context.Background(), [][]Write{hold("last"), nil}, 2, ignore)
+	must.Zero(t, stats.StopWait)
+	// A hold of a job that runs nothing stops nothing: no wait.
+	stats = w.ApplyPhases(context.Background(), [][]Write{hold("pending"), start}, 2, ignore)
+	must.Zero(t, stats.StopWait)
+}
+
+// With the event stream's mirror the wait reads the mirror: no request
+// to Nomad per poll.
+func TestApplyPhasesWaitsOnTheMirror(t *testing.T) {
+	fake := &mirroredFake{Fake: nomadxtest.New(), synced: true}
+	fake.DeferStops = true
+	runningJob(fake.Fake, "victim", 1)
+	fake.Submit(gpuJob("start"))
+	mirror := &lockedMirror{mirroredFake: fake}
+	mirror.set(slices.Clone(fake.Allocs))
+	go func() {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if fake.LandStops() > 0 {
+				time.Sleep(30 * time.Millisecond) // the stream's lag
+				allocs, _ := fake.Fake.JobAllocations(context.Background(), "default", "victim")
+				mirror.set(allocs)
+				return
+			}
+		}
+	}()
+	w := &Writer{Nomad: mirror, StopWait: 10 * time.Second}
+	stats := w.ApplyPhases(context.Background(), [][]Write{
+		{{Key: "default/victim", Target: Target{Priority: 70, Hold: true}}}, {{Key: "default/start", Target: Target{Priority: 80}}}},
+		1, func(Write, Result) {})
+	must.Zero(t, stats.StopsPending)
+	must.GreaterEq(t, 30*time.Millisecond, stats.StopWait)
+	must.Zero(t, fake.asked, must.Sprint("allocations listed from Nomad while a mirror was synced"))
+}
+
+// lockedMirror is a mirror its test replaces as the stream would, safe for
+// the writer to read meanwhile.
+type lockedMirror struct {
+	*mirroredFake
+	mu     sync.Mutex
+	allocs []*api.AllocationListStub
+}
+
+func (m *lockedMirror) set(allocs []*api.AllocationListStub) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.allocs = allocs
+}
+
+func (m *lockedMirror) MirroredJobAllocations(namespace, id string) ([]*api.AllocationListStub, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*api.AllocationListStub
+	for _, a := range m.allocs {
+		if a.JobID == id {
+			out = append(out, a)
+		}
+	}
+	return out, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,10 @@ type Result struct {
 	// were written back with our change on top.
 	Restored int
 	Live     bool
-	Err      error
+	// Stopped are the allocations the write stopped: a hold of a running
+	// job stops them, and their GPUs are free once Nomad has marked them.
+	Stopped []string
+	Err     error
 	// Job is the job as written, with its new JobModifyIndex, when the
 	// write landed whole: the planner keeps it rather than read its own
 	// write back.
@@ -64,6 +68,9 @@ type Writer struct {
 	// MaxAttempts bounds the read-modify-write attempts per job; conflicts
 	// beyond it leave the job for the next round.
 	MaxAttempts int
+	// StopWait bounds the wait, between two phases of ApplyPhases, for
+	// the allocations the first stopped; 0 means DefaultStopWait.
+	StopWait time.Duration
 }
 
 // mirroredAllocations is a Nomad client that keeps every allocation as
@@ -152,6 +159,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 			// Held already, yet running: a preemption whose stop did not
 			// finish. Stop what runs.
 			stopped, err := w.stop(ctx, namespace, running)
+			res.Stopped = running[:stopped]
 			res.Change = Change{fmt.Sprintf("stopped %d allocation(s)", stopped)}
 			res.Outcome, res.Err = Written, err
 			if err != nil {
@@ -177,6 +185,7 @@ func (w *Writer) apply(ctx context.Context, namespace, id string, t Target, read
 				// running; stopping its allocations makes it stop, and the
 				// hold keeps their replacements from being placed.
 				stopped, stopErr := w.stop(ctx, namespace, running)
+				res.Stopped = running[:stopped]
 				res.Change = append(res.Change, fmt.Sprintf("stopped %d allocation(s)", stopped))
 				if err == nil && stopErr != nil {
 					res.Outcome, res.Err = Failed, stopErr
@@ -389,43 +398,162 @@ type Write struct {
 	Target Target
 }
 
+// DefaultStopWait bounds how long ApplyPhases waits for a phase's stops to
+// land before it writes the next phase.
+const DefaultStopWait = 5 * time.Second
+
+// How often the wait for stops looks again: the mirror is memory, a list
+// is a request per job.
+const (
+	stopPollMirror = 10 * time.Millisecond
+	stopPollAPI    = 100 * time.Millisecond
+)
+
+// PhaseStats says how ApplyPhases went between its phases.
+type PhaseStats struct {
+	// StopWait is the time spent waiting for stops to land.
+	StopWait time.Duration
+	// StopsPending counts the jobs whose stopped allocations Nomad had not
+	// yet marked stopped when the wait gave up.
+	StopsPending int
+}
+
 // ApplyPhases writes the phases one after the other, each with up to
 // workers writes at a time, and calls done with each write's result as it
-// lands (done may be called from several goroutines at once). A phase
-// starts only once every write of the one before has landed: a round's
-// stops free the GPUs its starts need. The writer's limiter paces all of
-// them.
-func (w *Writer) ApplyPhases(ctx context.Context, phases [][]Write, workers int, done func(Write, Result)) {
-	for _, phase := range phases {
-		work := make(chan Write)
-		var wg sync.WaitGroup
-		for range min(max(workers, 1), len(phase)) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for c := range work {
-					var res Result
-					if spec := nomadx.CopyJob(c.Spec); spec != nil {
-						res = w.ApplyRead(ctx, spec, c.Target)
-					} else {
-						// A key is namespace/id; an ID may hold "/", a
-						// namespace may not.
-						ns, id, _ := strings.Cut(c.Key, "/")
-						res = w.Apply(ctx, ns, id, c.Target)
-					}
-					done(c, res)
-				}
-			}()
+// lands (done may be called from several goroutines at once). The writer's
+// limiter paces all of them.
+//
+// A phase starts only once every write of the one before has landed and
+// the allocations it stopped are stopped in Nomad's state (or StopWait has
+// passed): a round's stops free the GPUs its starts need. A write landing
+// is not enough. Nomad schedules each write's evaluation later, the
+// higher-priority ones first, so a start written right after a hold is
+// often scheduled before the hold's stop; finding no free GPU, Nomad's own
+// preemption then evicts allocations of its choosing, often one task of
+// another job's gang, which Nomad places again as soon as it can.
+func (w *Writer) ApplyPhases(ctx context.Context, phases [][]Write, workers int, done func(Write, Result)) PhaseStats {
+	var stats PhaseStats
+	for k, phase := range phases {
+		var mu sync.Mutex
+		stopped := map[string][]string{}
+		w.applyPhase(ctx, phase, workers, func(c Write, res Result) {
+			if len(res.Stopped) > 0 {
+				mu.Lock()
+				stopped[c.Key] = append(stopped[c.Key], res.Stopped...)
+				mu.Unlock()
+			}
+			done(c, res)
+		})
+		if len(stopped) == 0 || !laterWrites(phases[k+1:]) {
+			continue
 		}
-	feed:
-		for _, c := range phase {
-			select {
-			case work <- c:
-			case <-ctx.Done():
-				break feed
+		begin := time.Now()
+		stats.StopsPending += w.awaitStops(ctx, stopped)
+		stats.StopWait += time.Since(begin)
+	}
+	return stats
+}
+
+func laterWrites(phases [][]Write) bool {
+	for _, p := range phases {
+		if len(p) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *Writer) applyPhase(ctx context.Context, phase []Write, workers int, done func(Write, Result)) {
+	work := make(chan Write)
+	var wg sync.WaitGroup
+	for range min(max(workers, 1), len(phase)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range work {
+				var res Result
+				if spec := nomadx.CopyJob(c.Spec); spec != nil {
+					res = w.ApplyRead(ctx, spec, c.Target)
+				} else {
+					// A key is namespace/id; an ID may hold "/", a
+					// namespace may not.
+					ns, id, _ := strings.Cut(c.Key, "/")
+					res = w.Apply(ctx, ns, id, c.Target)
+				}
+				done(c, res)
+			}
+		}()
+	}
+feed:
+	for _, c := range phase {
+		select {
+		case work <- c:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+}
+
+// awaitStops waits until Nomad's state has every allocation in stopped
+// (allocation IDs by job key) no longer wanted running, reading the event
+// stream's mirror where the client keeps one and the job's allocations
+// otherwise, for at most StopWait. It returns how many jobs still had one
+// wanted running when it gave up.
+func (w *Writer) awaitStops(ctx context.Context, stopped map[string][]string) int {
+	wait := w.StopWait
+	if wait <= 0 {
+		wait = DefaultStopWait
+	}
+	deadline := time.Now().Add(wait)
+	mirror, mirrored := w.Nomad.(mirroredAllocations)
+	for {
+		polled := false
+		for key, ids := range stopped {
+			ns, id, _ := strings.Cut(key, "/")
+			var allocs []*api.AllocationListStub
+			ok := false
+			if mirrored {
+				allocs, ok = mirror.MirroredJobAllocations(ns, id)
+			}
+			if !ok {
+				var err error
+				if allocs, err = w.Nomad.JobAllocations(ctx, ns, id); err != nil {
+					continue
+				}
+				polled = true
+			}
+			if !wantedRunning(allocs, ids) {
+				delete(stopped, key)
 			}
 		}
-		close(work)
-		wg.Wait()
+		if len(stopped) == 0 || !time.Now().Before(deadline) {
+			return len(stopped)
+		}
+		poll := stopPollMirror
+		if polled {
+			poll = stopPollAPI
+		}
+		select {
+		case <-ctx.Done():
+			return len(stopped)
+		case <-time.After(min(poll, time.Until(deadline))):
+		}
 	}
+}
+
+// wantedRunning says whether Nomad still wants one of the allocations ids
+// to run: the scheduler counts an allocation's GPUs as taken until its
+// desired status leaves "run" or the client reports it ended.
+func wantedRunning(allocs []*api.AllocationListStub, ids []string) bool {
+	for _, a := range allocs {
+		if !slices.Contains(ids, a.ID) {
+			continue
+		}
+		if a.DesiredStatus == api.AllocDesiredStatusRun && (a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending) {
+			return true
+		}
+	}
+	return false
 }

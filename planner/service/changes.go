@@ -148,7 +148,7 @@ func (p *Planner) apply(ctx context.Context, phases enact.Phases, specs map[stri
 		writes = append(writes, ws)
 	}
 	var mu sync.Mutex
-	p.writer.ApplyPhases(ctx, writes, p.cfg.Writers, func(w rewrite.Write, res rewrite.Result) {
+	stats := p.writer.ApplyPhases(ctx, writes, p.cfg.Writers, func(w rewrite.Write, res rewrite.Result) {
 		p.metrics.writes.WithLabelValues(string(res.Outcome)).Inc()
 		p.metrics.conflicts.Add(float64(res.Conflicts))
 		if res.Outcome == rewrite.Written {
@@ -158,5 +158,13 @@ func (p *Planner) apply(ctx context.Context, phases enact.Phases, specs map[stri
 		results[w.Key] = res
 		mu.Unlock()
 	})
+	if stats.StopWait > 0 {
+		p.metrics.stopWait.Observe(stats.StopWait.Seconds())
+	}
+	if stats.StopsPending > 0 {
+		p.metrics.stopsPending.Add(float64(stats.StopsPending))
+		p.log.Warn("wrote a round's starts before Nomad had stopped what its holds preempt; Nomad may preempt others in their place",
+			"jobs", stats.StopsPending, "waited", stats.StopWait)
+	}
 	return results
 }

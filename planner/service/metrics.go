@@ -18,6 +18,8 @@ type metrics struct {
 	managed      *prometheus.GaugeVec
 	leader       prometheus.Gauge
 	preemption   *prometheus.GaugeVec
+	stopWait     prometheus.Histogram
+	stopsPending prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -45,8 +47,14 @@ func newMetrics() *metrics {
 		preemption: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "caravan_planner_nomad_preemption_enabled", Help: "1 when Nomad's scheduler may preempt jobs of this type."},
 			[]string{"scheduler"}),
+		stopWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "caravan_planner_stop_wait_seconds", Help: "Time a round waited, after its holds, for Nomad to mark the preempted allocations stopped before writing its starts.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
+		stopsPending: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caravan_planner_stops_pending_total", Help: "Preempted jobs whose allocations Nomad had not marked stopped when a round stopped waiting and wrote its starts."}),
 	}
 	m.registry.MustRegister(m.rounds, m.roundSeconds, m.writes, m.actions, m.plans, m.conflicts, m.managed, m.leader, m.preemption,
+		m.stopWait, m.stopsPending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -42,7 +42,12 @@ type Fake struct {
 	Stats map[string]*api.HostStats
 	// Stopped lists the allocations StopAllocation stopped, in order.
 	Stopped []string
-	changes chan struct{}
+	// DeferStops leaves an allocation StopAllocation stopped running
+	// until LandStops, as Nomad marks it stopped only once the scheduler
+	// has processed the stop's evaluation.
+	DeferStops bool
+	deferred   []string
+	changes    chan struct{}
 }
 
 var _ nomadx.Client = (*Fake)(nil)
@@ -196,12 +201,39 @@ func (f *Fake) StopAllocation(_ context.Context, namespace, allocID string) erro
 	defer f.mu.Unlock()
 	for _, a := range f.Allocs {
 		if a.ID == allocID {
-			a.DesiredStatus, a.ClientStatus = "stop", "complete"
 			f.Stopped = append(f.Stopped, allocID)
+			if f.DeferStops {
+				f.deferred = append(f.deferred, allocID)
+				return nil
+			}
+			a.DesiredStatus, a.ClientStatus = "stop", "complete"
 			return nil
 		}
 	}
 	return fmt.Errorf("allocation %s: %w", allocID, nomadx.ErrNotFound)
+}
+
+// LandStops marks the allocations stopped since DeferStops was set as
+// Nomad's scheduler would, and returns how many. It replaces their
+// entries in Allocs rather than change them, so that lists handed out
+// before stay as they were.
+func (f *Fake) LandStops() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for i, a := range f.Allocs {
+		for _, id := range f.deferred {
+			if a.ID == id {
+				landed := *a
+				landed.DesiredStatus, landed.ClientStatus = "stop", "complete"
+				f.Allocs[i] = &landed
+				n++
+				break
+			}
+		}
+	}
+	f.deferred = nil
+	return n
 }
 
 func (f *Fake) RegisterJob(ctx context.Context, job *api.Job, modifyIndex uint64) (uint64, error) {
