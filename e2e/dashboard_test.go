@@ -148,7 +148,7 @@ ui {
 
 	c.RunJobspec(t, c.Jobspec("planner-batch.nomad.hcl"), trainVars(c, "long", 600, ""))
 	c.WaitAllocs(t, "long", 1, time.Minute, harness.Running)
-	waitFor(t, 30*time.Second, "long is demoted to priority 70", func() bool { return jobPriority(t, c, "long") == 70 })
+	waitFor(t, 30*time.Second, "long is demoted to priority 79", func() bool { return jobPriority(t, c, "long") == 79 })
 
 	ui := "http://" + p.addr + "/ui/"
 	t.Run("GPU map", func(t *testing.T) {

@@ -171,6 +171,46 @@ func TestReplayAcrossNodes(t *testing.T) {
 	must.Between(t, 0.8, live/simulated, 1.25)
 }
 
+// demotionTrace is a 4-GPU job that passes the first queue cut (100 GPU-s)
+// long before it ends, and one-GPU jobs arriving one at a time behind it:
+// 2D-LAS preempts the whole gang for each, since the three GPUs left over
+// cannot hold it, and runs it again once the short job is done.
+const demotionTrace = `job_id,num_gpu,submit_time,duration
+0,4,0,300
+1,1,60,20
+2,1,110,20
+3,1,160,20
+4,1,210,20
+`
+
+// Every preemption is the planner's hold, none Nomad's own: the planner
+// writes a round's starts only once Nomad has stopped what its holds
+// preempt. Written right after the hold, the one-GPU job's start (priority
+// 80) was scheduled before the gang's stop (70), found no GPU free, and
+// Nomad evicted one of the gang's allocations in its place.
+func TestReplayPreemptsWithoutNomadsEvictions(t *testing.T) {
+	dir := t.TempDir()
+	stdout, _ := runReplay(t, dir, demotionTrace, "-cluster", "n1g4", "-policy", "las", "-queue-cuts", "100,100000",
+		"-time-scale", "10", "-json")
+	live, simulated := liveAndSimulated(t, stdout)
+	var rep struct {
+		Live struct {
+			Policies []struct {
+				Preemptions int `json:"preemptions"`
+			} `json:"policies"`
+		}
+		Replay struct {
+			Evictions int `json:"nomad_evictions"`
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
+	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); preemptions %d, evicted by Nomad %d",
+		live, simulated, live/simulated, rep.Live.Policies[0].Preemptions, rep.Replay.Evictions)
+	must.Positive(t, rep.Live.Policies[0].Preemptions, must.Sprint("the gang is preempted for the short jobs"))
+	must.Zero(t, rep.Replay.Evictions, must.Sprint("allocations evicted by Nomad's own preemption"))
+	must.Between(t, 0.8, live/simulated, 1.25)
+}
+
 // lanesTrace is seven one-GPU jobs for four GPUs cut into two lanes each:
 // the first four take a GPU each, and the later ones join them on a lane,
 // where each pair runs at the co-location factor's share of its speed.

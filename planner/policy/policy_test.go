@@ -469,8 +469,14 @@ func TestPackJoinsLanes(t *testing.T) {
 
 func TestNomadPriority(t *testing.T) {
 	must.Eq(t, 80, NomadPriority(0))
-	must.Eq(t, 60, NomadPriority(2))
-	must.Eq(t, 10, NomadPriority(20))
+	must.Eq(t, 78, NomadPriority(2))
+	must.Eq(t, 71, NomadPriority(20))
+	// Nomad preempts only jobs 10 or more below: never one managed job
+	// for another.
+	for band := range 30 {
+		must.Less(t, 10, NomadPriority(0)-NomadPriority(band))
+		must.LessEq(t, NomadPriority(band), NomadPriority(band+1))
+	}
 }
 
 func TestFirstAboveMatchesLinearScan(t *testing.T) {

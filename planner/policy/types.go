@@ -251,15 +251,25 @@ type Decision struct {
 	Reason string
 }
 
-// NomadPriority maps a band to a Nomad job priority (1..100, higher wins),
-// leaving room above for system jobs and below for batch filler.
+// NomadPriority maps a band to a Nomad job priority (1..100, higher wins):
+// 80 for band 0, one less a band, and never below LowestPriority. Nomad's
+// eval broker dequeues higher priorities first, so released jobs are
+// placed band by band; and since Nomad's preemption evicts only
+// allocations of jobs at least 10 below the one it places, no managed job
+// is ever evicted by Nomad for another: the planner alone preempts them,
+// by holds it decides and the simulator models. A spacing of 10 let a
+// start that Nomad scheduled before the hold that freed its GPUs evict
+// tasks of Nomad's choosing, often one of a gang.
 func NomadPriority(band int) int {
-	p := 80 - 10*band
-	if p < 10 {
-		p = 10
-	}
-	return p
+	return max(TopPriority-band, LowestPriority)
 }
+
+// TopPriority and LowestPriority bound the managed jobs' Nomad
+// priorities, 9 apart: less than the lead of 10 Nomad's preemption needs.
+const (
+	TopPriority    = 80
+	LowestPriority = TopPriority - 9
+)
 
 // Seconds converts a duration to the float seconds a Snapshot uses.
 func Seconds(d time.Duration) float64 { return d.Seconds() }
