@@ -13,16 +13,40 @@ import (
 // lies under dir: plugins, executors and tasks that outlived their agent
 // because they run in process groups of their own.
 func killLeftovers(dir string) {
-	for round := 0; round < 5; round++ {
+	for round := 0; round < 10; round++ {
 		pids := processesUnder(dir)
 		if len(pids) == 0 {
 			return
 		}
 		for _, pid := range pids {
+			// A task the driver froze for its lane's turn does not die of
+			// SIGKILL until its cgroup is thawed, and its agent, which
+			// would thaw it, is gone.
+			thaw(pid)
 			_ = syscall.Kill(pid, syscall.SIGCONT) // a suspended task ignores SIGKILL until woken on some kernels
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// thaw thaws the freezer cgroup pid is in, cgroup v1 or v2, if any.
+func thaw(pid int) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || parts[2] == "/" || parts[2] == "" {
+			continue
+		}
+		switch {
+		case parts[1] == "freezer":
+			_ = os.WriteFile(filepath.Join("/sys/fs/cgroup/freezer", parts[2], "freezer.state"), []byte("THAWED"), 0)
+		case parts[0] == "0" && parts[1] == "":
+			_ = os.WriteFile(filepath.Join("/sys/fs/cgroup", parts[2], "cgroup.freeze"), []byte("0"), 0)
+		}
 	}
 }
 
