@@ -185,9 +185,11 @@ const demotionTrace = `job_id,num_gpu,submit_time,duration
 
 // Every preemption is the planner's hold, none Nomad's own: the planner
 // writes a round's starts only once Nomad has stopped what its holds
-// preempt. Written right after the hold, the one-GPU job's start (priority
-// 80) was scheduled before the gang's stop (70), found no GPU free, and
-// Nomad evicted one of the gang's allocations in its place.
+// preempt, and its bands lie within the lead of 10 priorities that Nomad's
+// preemption needs. With bands 10 apart and the start written right after
+// the hold, the one-GPU job's start (priority 80) was scheduled before the
+// gang's stop (70), found no GPU free, and Nomad evicted one of the gang's
+// allocations in its place.
 func TestReplayPreemptsWithoutNomadsEvictions(t *testing.T) {
 	dir := t.TempDir()
 	stdout, _ := runReplay(t, dir, demotionTrace, "-cluster", "n1g4", "-policy", "las", "-queue-cuts", "100,100000",
@@ -199,16 +201,27 @@ func TestReplayPreemptsWithoutNomadsEvictions(t *testing.T) {
 				Preemptions int `json:"preemptions"`
 			} `json:"policies"`
 		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
+	evicted := nomadEvictions(t, stdout)
+	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); preemptions %d, evicted by Nomad %d",
+		live, simulated, live/simulated, rep.Live.Policies[0].Preemptions, evicted)
+	must.Positive(t, rep.Live.Policies[0].Preemptions, must.Sprint("the gang is preempted for the short jobs"))
+	must.Zero(t, evicted, must.Sprint("allocations evicted by Nomad's own preemption"))
+	must.Between(t, 0.8, live/simulated, 1.25)
+}
+
+// nomadEvictions reads a replay's -json count of the allocations Nomad's
+// own preemption evicted.
+func nomadEvictions(t *testing.T, stdout string) int {
+	t.Helper()
+	var rep struct {
 		Replay struct {
 			Evictions int `json:"nomad_evictions"`
 		}
 	}
 	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
-	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); preemptions %d, evicted by Nomad %d",
-		live, simulated, live/simulated, rep.Live.Policies[0].Preemptions, rep.Replay.Evictions)
-	must.Positive(t, rep.Live.Policies[0].Preemptions, must.Sprint("the gang is preempted for the short jobs"))
-	must.Zero(t, rep.Replay.Evictions, must.Sprint("allocations evicted by Nomad's own preemption"))
-	must.Between(t, 0.8, live/simulated, 1.25)
+	return rep.Replay.Evictions
 }
 
 // lanesTrace is seven one-GPU jobs for four GPUs cut into two lanes each:
@@ -264,14 +277,9 @@ func TestReplayThreeHundredJobsOnFourClients(t *testing.T) {
 		"-policy", "las", "-time-scale", "50", "-json")
 	must.StrContains(t, stderr, "4 clients")
 	live, simulated := liveAndSimulated(t, stdout)
-	var rep struct {
-		Replay struct {
-			Evictions int `json:"nomad_evictions"`
-		}
-	}
-	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
-	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); evicted by Nomad %d", live, simulated, live/simulated, rep.Replay.Evictions)
-	must.Zero(t, rep.Replay.Evictions, must.Sprint("allocations evicted by Nomad's own preemption"))
+	evicted := nomadEvictions(t, stdout)
+	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f); evicted by Nomad %d", live, simulated, live/simulated, evicted)
+	must.Zero(t, evicted, must.Sprint("allocations evicted by Nomad's own preemption"))
 	must.Between(t, 0.9, live/simulated, 1.1)
 }
 
