@@ -241,7 +241,7 @@ func (w *Writer) read(ctx context.Context, namespace, id string, t Target, read 
 		return nil, nil, false, err
 	}
 	for _, a := range allocs {
-		if (a.ClientStatus == "running" || a.ClientStatus == "pending") && a.DesiredStatus == "run" {
+		if wantedRunning(a) {
 			running = append(running, a.ID)
 		}
 	}
@@ -428,9 +428,9 @@ type PhaseStats struct {
 // passed): a round's stops free the GPUs its starts need. A write landing
 // is not enough. Nomad schedules each write's evaluation later, the
 // higher-priority ones first, so a start written right after a hold is
-// often scheduled before the hold's stop; finding no free GPU, Nomad's own
-// preemption then evicts allocations of its choosing, often one task of
-// another job's gang, which Nomad places again as soon as it can.
+// often scheduled before the hold's stop and finds no free GPU: it waits
+// blocked, or places a gang's tasks in pieces (and with bands 10
+// priorities apart, Nomad's own preemption evicted tasks of its choosing).
 func (w *Writer) ApplyPhases(ctx context.Context, phases [][]Write, workers int, done func(Write, Result)) PhaseStats {
 	var stats PhaseStats
 	for k, phase := range phases {
@@ -524,7 +524,7 @@ func (w *Writer) awaitStops(ctx context.Context, stopped map[string][]string) in
 				}
 				polled = true
 			}
-			if !wantedRunning(allocs, ids) {
+			if !slices.ContainsFunc(allocs, func(a *api.AllocationListStub) bool { return wantedRunning(a) && slices.Contains(ids, a.ID) }) {
 				delete(stopped, key)
 			}
 		}
@@ -543,17 +543,10 @@ func (w *Writer) awaitStops(ctx context.Context, stopped map[string][]string) in
 	}
 }
 
-// wantedRunning says whether Nomad still wants one of the allocations ids
-// to run: the scheduler counts an allocation's GPUs as taken until its
-// desired status leaves "run" or the client reports it ended.
-func wantedRunning(allocs []*api.AllocationListStub, ids []string) bool {
-	for _, a := range allocs {
-		if !slices.Contains(ids, a.ID) {
-			continue
-		}
-		if a.DesiredStatus == api.AllocDesiredStatusRun && (a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending) {
-			return true
-		}
-	}
-	return false
+// wantedRunning says whether Nomad still wants the allocation to run: the
+// scheduler counts its GPUs as taken until its desired status leaves "run"
+// or the client reports it ended.
+func wantedRunning(a *api.AllocationListStub) bool {
+	return a.DesiredStatus == api.AllocDesiredStatusRun &&
+		(a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending)
 }
