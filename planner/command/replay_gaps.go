@@ -53,6 +53,9 @@ type jobGap struct {
 	LiveStart, SimStart             float64
 	LiveFinish, SimFinish           float64
 	LivePreemptions, SimPreemptions int
+	// LiveStops are when Nomad stopped the job's tasks for each
+	// preemption; SimStops the simulator's rounds that preempted it.
+	LiveStops, SimStops []float64
 	// LiveJCTMinusSim is NaN where a side did not finish the job.
 	LiveJCTMinusSim float64
 	// MissingFromSide names the side without the job at all.
@@ -69,19 +72,21 @@ func (g jobGap) MarshalJSON() ([]byte, error) {
 		return &v
 	}
 	return json.Marshal(struct {
-		ID              string   `json:"id"`
-		GPUs            int      `json:"gpus"`
-		Arrival         *float64 `json:"arrival"`
-		LiveStart       *float64 `json:"live_start"`
-		SimStart        *float64 `json:"sim_start"`
-		LiveFinish      *float64 `json:"live_finish"`
-		SimFinish       *float64 `json:"sim_finish"`
-		LivePreemptions int      `json:"live_preemptions"`
-		SimPreemptions  int      `json:"sim_preemptions"`
-		LiveJCTMinusSim *float64 `json:"live_jct_minus_sim"`
-		MissingFrom     string   `json:"missing_from,omitempty"`
+		ID              string    `json:"id"`
+		GPUs            int       `json:"gpus"`
+		Arrival         *float64  `json:"arrival"`
+		LiveStart       *float64  `json:"live_start"`
+		SimStart        *float64  `json:"sim_start"`
+		LiveFinish      *float64  `json:"live_finish"`
+		SimFinish       *float64  `json:"sim_finish"`
+		LivePreemptions int       `json:"live_preemptions"`
+		SimPreemptions  int       `json:"sim_preemptions"`
+		LiveStops       []float64 `json:"live_stops"`
+		SimStops        []float64 `json:"sim_stops"`
+		LiveJCTMinusSim *float64  `json:"live_jct_minus_sim"`
+		MissingFrom     string    `json:"missing_from,omitempty"`
 	}{g.ID, g.GPUs, num(g.Arrival), num(g.LiveStart), num(g.SimStart), num(g.LiveFinish), num(g.SimFinish),
-		g.LivePreemptions, g.SimPreemptions, num(g.LiveJCTMinusSim), g.MissingFromSide})
+		g.LivePreemptions, g.SimPreemptions, orEmpty(g.LiveStops), orEmpty(g.SimStops), num(g.LiveJCTMinusSim), g.MissingFromSide})
 }
 
 // jobGaps joins the live and simulated jobs by ID, the jobs whose JCTs
@@ -97,11 +102,11 @@ func jobGaps(live, simulated *sim.Result) []jobGap {
 	var out []jobGap
 	for _, l := range live.Jobs {
 		g := jobGap{ID: l.ID, GPUs: l.GPUs, Arrival: l.Arrival, LiveStart: l.Start, LiveFinish: l.Finish,
-			LivePreemptions: l.Preemptions, SimStart: math.NaN(), SimFinish: math.NaN()}
+			LivePreemptions: l.Preemptions, LiveStops: l.Stops, SimStart: math.NaN(), SimFinish: math.NaN()}
 		s, ok := simByID[l.ID]
 		if ok {
 			seen[l.ID] = true
-			g.SimStart, g.SimFinish, g.SimPreemptions = s.Start, s.Finish, s.Preemptions
+			g.SimStart, g.SimFinish, g.SimPreemptions, g.SimStops = s.Start, s.Finish, s.Preemptions, s.Stops
 		} else {
 			g.MissingFromSide = "sim"
 		}
@@ -111,7 +116,7 @@ func jobGaps(live, simulated *sim.Result) []jobGap {
 	for _, s := range simulated.Jobs {
 		if !seen[s.ID] {
 			out = append(out, jobGap{ID: s.ID, GPUs: s.GPUs, Arrival: s.Arrival, LiveStart: math.NaN(), LiveFinish: math.NaN(),
-				SimStart: s.Start, SimFinish: s.Finish, SimPreemptions: s.Preemptions, LiveJCTMinusSim: math.NaN(), MissingFromSide: "live"})
+				SimStart: s.Start, SimFinish: s.Finish, SimPreemptions: s.Preemptions, SimStops: s.Stops, LiveJCTMinusSim: math.NaN(), MissingFromSide: "live"})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b jobGap) int {
@@ -139,11 +144,43 @@ func renderGaps(gaps []jobGap) string {
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "job\tGPUs\tarrival\tstart live\tstart sim\tfinish live\tfinish sim\tpreempted live\tpreempted sim\tlive − sim JCT\t")
 	for _, g := range gaps[:min(topGaps, len(gaps))] {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n", g.ID, g.GPUs, secs(g.Arrival), secs(g.LiveStart), secs(g.SimStart),
-			secs(g.LiveFinish), secs(g.SimFinish), g.LivePreemptions, g.SimPreemptions, signedSecs(g.LiveJCTMinusSim))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g.ID, g.GPUs, secs(g.Arrival), secs(g.LiveStart), secs(g.SimStart),
+			secs(g.LiveFinish), secs(g.SimFinish), stopsAt(g.LiveStops), stopsAt(g.SimStops), signedSecs(g.LiveJCTMinusSim))
 	}
 	tw.Flush()
+	b.WriteString("(preempted: at which trace seconds; live when Nomad stopped the tasks, simulated the round that preempted)\n")
 	return b.String()
+}
+
+// stopsAt lists a job's preemption times for the report's table: the
+// first three, and how many more.
+func stopsAt(ts []float64) string {
+	const shown = 3
+	if len(ts) == 0 {
+		return "0"
+	}
+	s := joinTimes(ts[:min(shown, len(ts))], 0, " ")
+	if len(ts) > shown {
+		s += fmt.Sprintf(" +%d", len(ts)-shown)
+	}
+	return s
+}
+
+// joinTimes writes times with prec decimals, sep between them.
+func joinTimes(ts []float64, prec int, sep string) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = strconv.FormatFloat(t, 'f', prec, 64)
+	}
+	return strings.Join(parts, sep)
+}
+
+// orEmpty writes no stops as [] rather than null.
+func orEmpty(ts []float64) []float64 {
+	if ts == nil {
+		return []float64{}
+	}
+	return ts
 }
 
 func secs(v float64) string {
@@ -168,7 +205,7 @@ func writeGapsCSV(path string, gaps []jobGap) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"id", "gpus", "arrival", "live_start", "sim_start", "live_finish", "sim_finish",
-		"live_preemptions", "sim_preemptions", "live_jct_minus_sim", "missing_from"})
+		"live_preemptions", "sim_preemptions", "live_stops", "sim_stops", "live_jct_minus_sim", "missing_from"})
 	num := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -177,7 +214,8 @@ func writeGapsCSV(path string, gaps []jobGap) error {
 	}
 	for _, g := range gaps {
 		_ = w.Write([]string{g.ID, strconv.Itoa(g.GPUs), num(g.Arrival), num(g.LiveStart), num(g.SimStart), num(g.LiveFinish),
-			num(g.SimFinish), strconv.Itoa(g.LivePreemptions), strconv.Itoa(g.SimPreemptions), num(g.LiveJCTMinusSim), g.MissingFromSide})
+			num(g.SimFinish), strconv.Itoa(g.LivePreemptions), strconv.Itoa(g.SimPreemptions), joinTimes(g.LiveStops, 3, ";"),
+			joinTimes(g.SimStops, 3, ";"), num(g.LiveJCTMinusSim), g.MissingFromSide})
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())

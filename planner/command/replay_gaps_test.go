@@ -21,13 +21,13 @@ func TestJobGapsPutTheLargestFirst(t *testing.T) {
 	nan := math.NaN()
 	live := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", GPUs: 1, Arrival: 0, Start: 10, Finish: 110, Preemptions: 0},
-		{ID: "b", GPUs: 4, Arrival: 5, Start: 400, Finish: 900, Preemptions: 3},
+		{ID: "b", GPUs: 4, Arrival: 5, Start: 400, Finish: 900, Preemptions: 4, Stops: []float64{450, 500, 600.25, 700}},
 		{ID: "c", GPUs: 2, Arrival: 7, Start: nan, Finish: nan},
 		{ID: "d", GPUs: 1, Arrival: 9, Start: 20, Finish: 60},
 	}}
 	simulated := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", GPUs: 1, Arrival: 0, Start: 5, Finish: 100},
-		{ID: "b", GPUs: 4, Arrival: 5, Start: 50, Finish: 550, Preemptions: 1},
+		{ID: "b", GPUs: 4, Arrival: 5, Start: 50, Finish: 550, Preemptions: 1, Stops: []float64{120}},
 		{ID: "c", GPUs: 2, Arrival: 7, Start: 30, Finish: 90},
 		{ID: "d", GPUs: 1, Arrival: 9, Start: 20, Finish: 260},
 	}}
@@ -39,21 +39,27 @@ func TestJobGapsPutTheLargestFirst(t *testing.T) {
 	must.Eq(t, []string{"c", "b", "d", "a"}, order)
 	must.Eq(t, 350, gaps[1].LiveJCTMinusSim)
 	must.Eq(t, -200, gaps[2].LiveJCTMinusSim)
-	must.Eq(t, 3, gaps[1].LivePreemptions)
+	must.Eq(t, 4, gaps[1].LivePreemptions)
 	must.Eq(t, 1, gaps[1].SimPreemptions)
 
 	text := renderGaps(gaps)
 	must.StrContains(t, text, "unfinished")
 	lines := strings.Split(strings.TrimSpace(text), "\n")
-	must.Len(t, 6, lines) // the title, the header and the four jobs
+	must.Len(t, 7, lines) // the title, the header, the four jobs and the note on stops
 	must.StrContains(t, lines[3], "b")
 	must.StrContains(t, lines[3], "350")
+	must.StrContains(t, lines[3], "450 500 600 +1", must.Sprint("the live stops, three and a count"))
+	must.StrContains(t, lines[3], "  120  ", must.Sprint("the simulated stop"))
 
 	// JSON has no NaN: what a side lacks is null.
 	data, err := json.Marshal(gaps[0])
 	must.NoError(t, err)
 	must.StrContains(t, string(data), `"live_finish":null`)
 	must.StrContains(t, string(data), `"sim_finish":90`)
+	must.StrContains(t, string(data), `"live_stops":[]`)
+	data, err = json.Marshal(gaps[1])
+	must.NoError(t, err)
+	must.StrContains(t, string(data), `"live_stops":[450,500,600.25,700],"sim_stops":[120]`)
 
 	path := filepath.Join(t.TempDir(), "jobs.csv")
 	must.NoError(t, writeGapsCSV(path, gaps))
@@ -61,7 +67,8 @@ func TestJobGapsPutTheLargestFirst(t *testing.T) {
 	must.NoError(t, err)
 	rows := strings.Split(strings.TrimSpace(string(csvData)), "\n")
 	must.Len(t, 5, rows)
-	must.Eq(t, "c,2,7.000,,30.000,,90.000,0,0,,", rows[1])
+	must.Eq(t, "c,2,7.000,,30.000,,90.000,0,0,,,,", rows[1])
+	must.Eq(t, "b,4,5.000,400.000,50.000,900.000,550.000,4,1,450.000;500.000;600.250;700.000,120.000,350.000,", rows[2])
 }
 
 func TestSplitJobs(t *testing.T) {

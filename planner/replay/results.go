@@ -240,6 +240,9 @@ func JobResult(c Clock, id string, gpus int, weight float64, w Work, submitted t
 	jr := sim.JobResult{ID: id, GPUs: max(gpus, 1), Weight: weight, Arrival: c.Trace(submitted),
 		Start: c.Trace(o.Start), Isolated: w.Isolated, Preemptions: o.Preemptions, GPUModel: o.Model, Nodes: o.Nodes,
 		Finish: math.NaN(), JCT: math.NaN()}
+	for _, t := range o.Stops {
+		jr.Stops = append(jr.Stops, c.Trace(t))
+	}
 	if !o.Finished {
 		jr.Start = math.NaN()
 		return jr

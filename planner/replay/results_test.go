@@ -156,16 +156,17 @@ func TestAllocIndex(t *testing.T) {
 func TestJobResult(t *testing.T) {
 	c := Clock{T0: t0, Scale: 10}
 	w := Work{Isolated: 50}
-	o := Outcome{Start: at(2), Finish: at(9), Finished: true, Preemptions: 1, Model: "V100",
+	o := Outcome{Start: at(2), Finish: at(9), Finished: true, Preemptions: 1, Stops: []time.Time{at(4)}, Model: "V100",
 		Runs: []Run{{Start: at(2), End: at(4)}, {Start: at(6), End: at(9)}, {Start: at(6.5), End: at(8)}}}
 	jr := JobResult(c, "17", 2, 1, w, at(1), o)
 	must.Eq(t, sim.JobResult{ID: "17", GPUs: 2, Weight: 1, Arrival: 10, Start: 20, Finish: 90, JCT: 80,
-		Queueing: 30, Isolated: 50, Preemptions: 1, GPUModel: "V100"}, jr)
+		Queueing: 30, Isolated: 50, Preemptions: 1, Stops: []float64{40}, GPUModel: "V100"}, jr)
 
 	o.Finished, o.Finish = false, time.Time{}
 	un := JobResult(c, "17", 2, 1, w, at(1), o)
 	must.True(t, math.IsNaN(un.JCT) && math.IsNaN(un.Finish) && math.IsNaN(un.Start), must.Sprint("unfinished is NaN as in the simulator"))
 	must.Eq(t, 10.0, un.Arrival)
+	must.Eq(t, []float64{40}, un.Stops, must.Sprint("an unfinished job's stops are kept"))
 }
 
 func TestUtilization(t *testing.T) {

@@ -50,8 +50,8 @@ func bits(r *Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rounds %d summary %+v\n", r.Rounds, r.Summary)
 	for _, j := range r.Jobs {
-		fmt.Fprintf(&b, "%s %x %x %x %x %d %s\n", j.ID, math.Float64bits(j.Start), math.Float64bits(j.Finish),
-			math.Float64bits(j.JCT), math.Float64bits(j.Queueing), j.Preemptions, j.GPUModel)
+		fmt.Fprintf(&b, "%s %x %x %x %x %d %s %v\n", j.ID, math.Float64bits(j.Start), math.Float64bits(j.Finish),
+			math.Float64bits(j.JCT), math.Float64bits(j.Queueing), j.Preemptions, j.GPUModel, j.Stops)
 	}
 	for _, u := range r.Util {
 		fmt.Fprintf(&b, "u %x %x\n", math.Float64bits(u.T), math.Float64bits(u.Busy))

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -53,7 +54,7 @@ func TestPredictUsesNoFutureInformation(t *testing.T) {
 			plain, noisy := run(false), run(true)
 			same := true
 			for i := range plain.Jobs {
-				same = same && plain.Jobs[i] == noisy.Jobs[i]
+				same = same && reflect.DeepEqual(plain.Jobs[i], noisy.Jobs[i])
 			}
 			must.Eq(t, tc.same, same)
 		})

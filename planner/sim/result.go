@@ -35,7 +35,7 @@ func (s *simulator) result() *Result {
 	for i := range s.jobs {
 		js := &s.jobs[i]
 		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
-			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, Migrations: js.migrations, GPUModel: js.GPUModel,
+			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, Stops: js.stops, Migrations: js.migrations, GPUModel: js.GPUModel,
 			Nodes: js.nodes}
 		if !js.done {
 			jr.Finish, jr.JCT, jr.Start = math.NaN(), math.NaN(), math.NaN()

@@ -288,6 +288,7 @@ func (s *simulator) preempt(i int) {
 		}
 	} else {
 		js.preempts++
+		js.stops = append(js.stops, s.now)
 	}
 	js.State = policy.Pending
 	js.pendingFrom = s.now

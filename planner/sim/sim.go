@@ -88,8 +88,12 @@ type JobResult struct {
 	Queueing    float64 // time pending, in total
 	Isolated    float64 // run time alone on its fastest GPUs
 	Preemptions int     // times its running task was stopped; a start taken back before its task ran is none
-	Migrations  int     // moves to another GPU model while running
-	GPUModel    string  // model it finished on
+	// Stops are the times of those preemptions, oldest first: the
+	// rounds that preempted it (a live replay's are when Nomad stopped
+	// its tasks).
+	Stops      []float64
+	Migrations int    // moves to another GPU model while running
+	GPUModel   string // model it finished on
 	// Nodes is how many nodes the run it finished on (or last ran)
 	// spanned; 0 when the placer named no GPUs.
 	Nodes int
@@ -150,6 +154,7 @@ type jobState struct {
 	started     bool
 	start       float64
 	preempts    int
+	stops       []float64 // when each preemption happened
 	migrations  int
 	nodes       int // nodes the run it is on (or last was) spans
 	speedup     float64

@@ -48,9 +48,10 @@ func TestDemotionTiming(t *testing.T) {
 		compat      bool
 		jctA, jctB  float64
 		preemptsOfA int
+		stopOfA     float64
 	}{
-		{"exact", false, 2500, 1212.5, 1},
-		{"reference", true, 2500, 1287, 1},
+		{"exact", false, 2500, 1212.5, 1, 812.5},
+		{"reference", true, 2500, 1287, 1, 887},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,6 +61,8 @@ func TestDemotionTiming(t *testing.T) {
 			must.Eq(t, tc.jctA, res.Jobs[0].JCT)
 			must.Eq(t, tc.jctB, res.Jobs[1].JCT)
 			must.Eq(t, tc.preemptsOfA, res.Jobs[0].Preemptions)
+			must.Eq(t, []float64{tc.stopOfA}, res.Jobs[0].Stops)
+			must.Nil(t, res.Jobs[1].Stops)
 		})
 	}
 }
