@@ -34,11 +34,15 @@ func main() {
 	flag.StringVar(&c.GPU, "gpu", "", "GPU UUID (default: from the caravan env)")
 	flag.StringVar(&c.ProgressFile, "progress-file", "", "file rewritten with the latest progress JSON")
 	flag.StringVar(&c.Checkpoint, "checkpoint", "", "file to resume from and rewrite after each iteration")
+	gang := flag.String("gang-checkpoints", "", "FILE,...: the checkpoints of every worker of a synchronous gang, -checkpoint among them: resume from the least advanced and start only once all are up")
 	speeds := flag.String("speed", "", "MODEL=FACTOR,...: iterations are FACTOR times shorter on GPU model MODEL (from $CARAVAN_GPU_MODEL); other models take the smallest factor")
 	flag.StringVar(&c.GPUModel, "gpu-model", "", "GPU model for -speed (default: $CARAVAN_GPU_MODEL)")
 	flag.Float64Var(&c.SharedSpeed, "shared-speed", 1, "share of its speed the run keeps for each other process on its GPU (simulated GPUs only; 1: none lost)")
 	flag.Parse()
 	c.Mode = workload.Mode(mode)
+	if *gang != "" {
+		c.GangCheckpoints = strings.Split(*gang, ",")
+	}
 	var err error
 	if c.Speed, err = workload.ParseSpeeds(*speeds); err != nil {
 		fmt.Fprintln(os.Stderr, "caravan-workload: -speed:", err)

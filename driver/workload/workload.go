@@ -95,6 +95,11 @@ type Config struct {
 	// Checkpoint, when set, is read at start to resume after the last
 	// finished iteration and rewritten after each iteration.
 	Checkpoint string
+	// GangCheckpoints, when set, makes the run one worker of a synchronous
+	// gang: the checkpoint files of every worker, Checkpoint among them.
+	// The run resumes from the least advanced of them and makes no
+	// progress until every worker has started (gang.go).
+	GangCheckpoints []string
 
 	// Speed is the factor by which an iteration is shorter on a GPU model:
 	// IterationTime / Speed[GPUModel]. A model it does not name runs at the
@@ -247,6 +252,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("mode: unknown mode %q", c.Mode)
 	}
+	if err := c.validateGang(); err != nil {
+		return err
+	}
 	if !(c.SharedSpeed >= 0 && c.SharedSpeed <= 1) {
 		return fmt.Errorf("shared-speed: must be in (0, 1], got %g", c.SharedSpeed)
 	}
@@ -296,6 +304,9 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	first := 1
 	if c.Checkpoint != "" {
 		done, err := ReadCheckpoint(c.Checkpoint, c.Iterations)
+		if err == nil && len(c.GangCheckpoints) > 0 {
+			done, err = c.gangResume()
+		}
 		if err != nil {
 			return err
 		}
@@ -305,11 +316,20 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		}
 		first = done + 1
 	}
-	start := time.Now()
 	var leaked uint64
 	if err := mem.set(c.PersistentMiB); err != nil {
 		return mem.outOfMemory(enc, first, err)
 	}
+	if len(c.GangCheckpoints) > 0 && first <= c.Iterations {
+		leave, err := c.joinGang(ctx)
+		if err != nil {
+			return err
+		}
+		defer leave()
+		_ = enc.Encode(Progress{Iteration: first - 1, Iterations: c.Iterations, GPUMemory: mem.current,
+			Event: fmt.Sprintf("gang of %d up", len(c.GangCheckpoints))})
+	}
+	start := time.Now()
 	iteration := float64(c.IterationTime) / c.SpeedFactor()
 	pace := newPacer()
 	for it := first; it <= c.Iterations; it++ {
@@ -490,11 +510,16 @@ func writeProgress(path string, p Progress) {
 // reader (or a resumed run) never sees half a file.
 func writeAtomic(path string, p Progress) error {
 	data, _ := json.Marshal(p)
+	return writeFileAtomic(path, append(data, '\n'))
+}
+
+// writeFileAtomic replaces path with data through a rename.
+func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".progress-")
 	if err != nil {
 		return err
 	}
-	_, err = tmp.Write(append(data, '\n'))
+	_, err = tmp.Write(data)
 	if err == nil {
 		// A later run of the job may run as another user (a driver leases
 		// each allocation a UID of its own) and must read it.

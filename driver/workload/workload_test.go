@@ -449,3 +449,86 @@ func TestActWhenWaitsForTheFile(t *testing.T) {
 	must.ErrorContains(t, err, "crash mode: failing at iteration")
 	must.Less(t, 1000, latest().Iteration)
 }
+
+// A worker of a gang makes no progress until every worker is up, and the
+// workers resume from the least advanced checkpoint, the state they share.
+func TestGangStartsTogetherFromTheLeastAdvanced(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "job-0.json"), filepath.Join(dir, "job-1.json")
+	must.NoError(t, writeAtomic(a, Progress{Iteration: 7, Iterations: 10}))
+	must.NoError(t, writeAtomic(b, Progress{Iteration: 3, Iterations: 10}))
+	worker := func(own string) Config {
+		return Config{Iterations: 10, IterationTime: 10 * time.Millisecond, Steps: 1, Mode: ModeNormal,
+			Checkpoint: own, GangCheckpoints: []string{a, b}}
+	}
+
+	var outA bytes.Buffer
+	errA := make(chan error, 1)
+	go func() { errA <- Run(context.Background(), worker(a), &outA) }()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		_, err := os.Stat(upFile(a))
+		return err == nil
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	// Alone, it waits: many iterations' time passes without one.
+	time.Sleep(20 * gangPoll)
+	n, err := ReadCheckpoint(a, 10)
+	must.NoError(t, err)
+	must.Eq(t, 7, n, must.Sprint("the worker ran before its gang was up"))
+
+	var outB bytes.Buffer
+	must.NoError(t, Run(context.Background(), worker(b), &outB))
+	must.NoError(t, <-errA)
+	for _, out := range []string{outA.String(), outB.String()} {
+		ps := progressLines(t, out)
+		must.Eq(t, "resumed from checkpoint", ps[0].Event)
+		must.Eq(t, 3, ps[0].Iteration, must.Sprint("the least advanced worker's state"))
+		must.Eq(t, "gang of 2 up", ps[1].Event)
+		must.Eq(t, 4, ps[2].Iteration)
+		must.True(t, ps[len(ps)-1].Done)
+	}
+	for _, p := range []string{a, b} {
+		_, err := os.Stat(upFile(p))
+		must.True(t, os.IsNotExist(err), must.Sprint("a finished worker removes its mark"))
+	}
+}
+
+// A mark left by a worker that was killed goes stale and does not count.
+func TestGangIgnoresAStaleMark(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "job-0.json"), filepath.Join(dir, "job-1.json")
+	must.NoError(t, os.WriteFile(upFile(b), []byte("1 1\n"), 0o644))
+	old := time.Now().Add(-time.Minute)
+	must.NoError(t, os.Chtimes(upFile(b), old, old))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*gangPoll)
+	defer cancel()
+	c := Config{Iterations: 10, IterationTime: 10 * time.Millisecond, Steps: 1, Mode: ModeNormal,
+		Checkpoint: a, GangCheckpoints: []string{a, b}}
+	must.ErrorIs(t, Run(ctx, c, io.Discard), context.DeadlineExceeded)
+	n, err := ReadCheckpoint(a, 10)
+	must.NoError(t, err)
+	must.Eq(t, 0, n)
+	_, err = os.Stat(upFile(a))
+	must.True(t, os.IsNotExist(err), must.Sprint("a stopped worker removes its mark"))
+}
+
+func TestGangCheckpointsValidate(t *testing.T) {
+	base := Config{Iterations: 10, IterationTime: time.Millisecond, Steps: 1, Mode: ModeNormal}
+	for _, tc := range []struct {
+		own   string
+		gang  []string
+		wants string
+	}{
+		{"", []string{"a", "b"}, "needs -checkpoint"},
+		{"c", []string{"a", "b"}, "own checkpoint"},
+		{"a", []string{"a", "a"}, "listed twice"},
+		{"a", []string{"a", ""}, "entry 2 is empty"},
+	} {
+		c := base
+		c.Checkpoint, c.GangCheckpoints = tc.own, tc.gang
+		err := c.Validate()
+		must.ErrorContains(t, err, "gang-checkpoints")
+		must.ErrorContains(t, err, tc.wants)
+	}
+	base.Checkpoint, base.GangCheckpoints = "b", []string{"a", "b"}
+	must.NoError(t, base.Validate())
+}

@@ -73,8 +73,9 @@ func (l Live) firstTasks(i int) []TaskRun {
 // starting and exiting, the workload's setup, a completion seen late. It
 // is the mean, over the tasks of the jobs that ran unpreempted on the same
 // GPU model in both runs, of the task's run time less the job's simulated
-// one, and never negative: per task, since a gang's tasks start one after
-// another (the start spread) and each then runs its own course; the mean,
+// one, and never negative: per task, each from its gang's last start,
+// since a gang's tasks start one after another (the start spread) and
+// make progress only once all have, as the simulator runs a gang; the mean,
 // not the median, since a few runs that take seconds longer add to the
 // average JCT as much as many that take a little longer. It also returns
 // how many tasks it saw.
@@ -96,12 +97,17 @@ func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 		if !ok || j.Preemptions > 0 || s.Preemptions > 0 || j.Start <= 0 || j.Finish <= j.Start || j.GPUModel != s.GPUModel {
 			continue
 		}
-		for _, t := range l.firstTasks(i) {
+		tasks := l.firstTasks(i)
+		joined := tasks[0].Start
+		for _, t := range tasks {
+			joined = max(joined, t.Start)
+		}
+		for _, t := range tasks {
 			want := s.Finish - s.Start
 			if t.GPU != "" && l.SharedSpeed > 0 {
 				want = sharedRunTime(t, partners[laneGPU{t.Node, t.GPU}], s.Isolated, l.SharedSpeed)
 			}
-			d = append(d, (t.End-t.Start)-want)
+			d = append(d, (t.End-joined)-want)
 		}
 	}
 	return max(Mean(d), 0), len(d)

@@ -210,8 +210,21 @@ func CheckpointPath(dir, jobID string) string {
 	return filepath.Join(dir, jobID+"-${NOMAD_ALLOC_INDEX}.json")
 }
 
+// GangCheckpoints are the checkpoint files of every allocation of a job of
+// count allocations, in index order.
+func GangCheckpoints(dir, jobID string, count int) []string {
+	out := make([]string, count)
+	for i := range out {
+		out[i] = filepath.Join(dir, jobID+"-"+strconv.Itoa(i)+".json")
+	}
+	return out
+}
+
 // JobSpec is the Nomad job that plays trace job j with work w under the
-// ID id.
+// ID id. A job of several GPUs is a synchronous gang, as data-parallel
+// training is: its workers make progress only once all have started, and
+// share one state (caravan-workload -gang-checkpoints), as the simulator
+// runs a gang from its last task's start.
 func JobSpec(o JobOptions, id string, j trace.Job, w Work) *api.Job {
 	args := []string{
 		"-iterations", strconv.Itoa(w.Iterations),
@@ -220,6 +233,9 @@ func JobSpec(o JobOptions, id string, j trace.Job, w Work) *api.Job {
 		"-persistent-mib", "256",
 		"-ephemeral-mib", "64",
 		"-checkpoint", CheckpointPath(o.CheckpointDir, id),
+	}
+	if j.GPUs > 1 {
+		args = append(args, "-gang-checkpoints", strings.Join(GangCheckpoints(o.CheckpointDir, id, j.GPUs), ","))
 	}
 	if len(w.Speed) > 0 {
 		args = append(args, "-speed", workload.FormatSpeeds(w.Speed))

@@ -114,7 +114,9 @@ func TestJobSpec(t *testing.T) {
 	must.Eq(t, []string{"-iterations", "50", "-iteration-time", "200ms", "-steps", "1",
 		"-persistent-mib", "256", "-ephemeral-mib", "64",
 		"-checkpoint", "/shared/ckpt/replay-ab12-17-${NOMAD_ALLOC_INDEX}.json",
-		"-speed", "K80=0.25,V100=1"}, task.Config["args"].([]string))
+		"-gang-checkpoints", "/shared/ckpt/replay-ab12-17-0.json,/shared/ckpt/replay-ab12-17-1.json," +
+			"/shared/ckpt/replay-ab12-17-2.json,/shared/ckpt/replay-ab12-17-3.json",
+		"-speed", "K80=0.25,V100=1"}, task.Config["args"].([]string), must.Sprint("four workers of one gang"))
 	must.SliceLen(t, 1, task.Resources.Devices)
 	must.Eq(t, "nvidia/gpu", task.Resources.Devices[0].Name)
 	must.Eq(t, uint64(1), *task.Resources.Devices[0].Count)
@@ -135,6 +137,8 @@ func TestJobSpec(t *testing.T) {
 	must.Eq(t, 1, *plain.TaskGroups[0].Count, must.Sprint("a job of 0 GPUs takes one, as in the simulator"))
 	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-speed")
 	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-shared-speed")
+	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-gang-checkpoints",
+		must.Sprint("one worker is no gang"))
 
 	// On GPUs cut into lanes, the workload slows beside its partners as
 	// the simulator's co-location factor says.
