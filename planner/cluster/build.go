@@ -201,13 +201,20 @@ func allocFrom(a *api.AllocationListStub, instances map[string]*GPUGroup, now ti
 }
 
 // account sets the job's executed time, attained GPU-seconds and waiting
-// time. Executed is the length of the union of the allocations' run
-// intervals, so a job of N allocations that ran together for an hour has
-// executed an hour, not N hours; Attained is each allocation's run time ×
-// its GPU share, which is the job's GPUs × that hour when they ran together.
+// time. Executed is the length of the union of the job's run intervals, so
+// a job of N allocations that ran together for an hour has executed an
+// hour, not N hours; Attained is each allocation's run time × its GPU
+// share over those intervals, which is the job's GPUs × that hour when
+// they ran together.
+//
+// A job whose GPUs come in several allocations is a gang, as data-parallel
+// training is: it makes no progress until all its workers run, so only the
+// intervals in which every one of them runs count. Counted from each
+// allocation's own start, a gang that Nomad placed in pieces, or whose
+// tasks start a few seconds apart, would attain service, and lose its
+// place in the queues, while it waits for its last worker.
 func (j *Job) account(now time.Time) {
-	var all []span
-	byModel := map[string][]span{}
+	var runs []allocRun
 	for _, a := range j.Allocs {
 		if a.Started.IsZero() {
 			continue
@@ -224,10 +231,17 @@ func (j *Job) account(now time.Time) {
 		if !end.After(a.Started) {
 			continue
 		}
-		sp := span{a.Started, end}
-		all = append(all, sp)
-		byModel[a.Model] = append(byModel[a.Model], sp)
-		j.Attained += end.Sub(a.Started).Seconds() * a.GPUShare
+		runs = append(runs, allocRun{span{a.Started, end}, a.GPUShare, a.Model})
+	}
+	if workers := j.gpuWorkers(); workers > 1 {
+		runs = wholeGang(runs, workers)
+	}
+	var all []span
+	byModel := map[string][]span{}
+	for _, r := range runs {
+		all = append(all, r.span)
+		byModel[r.model] = append(byModel[r.model], r.span)
+		j.Attained += r.to.Sub(r.from).Seconds() * r.share
 	}
 	j.Executed = unionSeconds(all)
 	for m, spans := range byModel {
@@ -242,6 +256,92 @@ func (j *Job) account(now time.Time) {
 			j.Waiting = 0
 		}
 	}
+}
+
+// allocRun is one allocation's run: when, its GPU share and its model.
+type allocRun struct {
+	span
+	share float64
+	model string
+}
+
+// gpuWorkers is how many allocations of the job hold GPUs when all of it
+// runs: the counts of its task groups that ask for a GPU. 0 without the
+// spec.
+func (j *Job) gpuWorkers() int {
+	if j.Spec == nil {
+		return 0
+	}
+	n := 0
+	for _, tg := range j.Spec.TaskGroups {
+		asks := false
+		for _, t := range tg.Tasks {
+			asks = asks || len(GPURequests(t)) > 0
+		}
+		if !asks {
+			continue
+		}
+		if tg.Count == nil {
+			n++
+		} else {
+			n += *tg.Count
+		}
+	}
+	return n
+}
+
+// wholeGang keeps of a gang's runs the intervals in which at least workers
+// of its GPU-holding allocations run together, each interval one run with
+// the GPU share of all that run then, on the model most of them are on.
+func wholeGang(runs []allocRun, workers int) []allocRun {
+	type edge struct {
+		at    time.Time
+		start bool
+		share float64
+		model string
+	}
+	var edges []edge
+	for _, r := range runs {
+		if r.share <= 0 {
+			continue
+		}
+		edges = append(edges, edge{r.from, true, r.share, r.model}, edge{r.to, false, r.share, r.model})
+	}
+	// Ends before starts at one instant: a worker replaced at that instant
+	// does not overlap its replacement.
+	sort.Slice(edges, func(i, k int) bool {
+		if !edges[i].at.Equal(edges[k].at) {
+			return edges[i].at.Before(edges[k].at)
+		}
+		return !edges[i].start && edges[k].start
+	})
+	var out []allocRun
+	running, share := 0, 0.0
+	models := map[string]int{}
+	for i, e := range edges {
+		if e.start {
+			running, share = running+1, share+e.share
+			models[e.model]++
+		} else {
+			running, share = running-1, share-e.share
+			models[e.model]--
+		}
+		if i+1 < len(edges) && running >= workers && edges[i+1].at.After(e.at) {
+			out = append(out, allocRun{span{e.at, edges[i+1].at}, share, mostOf(models)})
+		}
+	}
+	return out
+}
+
+// mostOf is the model with the highest count, the first by name on a tie.
+func mostOf(models map[string]int) string {
+	best, n := "", 0
+	for m, c := range models {
+		if c > n || c == n && c > 0 && m < best {
+			best, n = m, c
+		}
+	}
+	return best
 }
 
 type span struct{ from, to time.Time }

@@ -41,6 +41,50 @@ func TestBuildCountsRunTimeOnce(t *testing.T) {
 	must.Eq(t, 850.0, j.Waiting)
 }
 
+// A job whose GPUs come in several allocations is a gang: its service
+// counts only while all its workers run, not from each one's start.
+func TestBuildCountsAGangWhileAllItsWorkersRun(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	t0 := now.Add(-1000 * time.Second)
+	gang := func(id string, count int) (*api.JobListStub, *api.Job) {
+		stub := &api.JobListStub{ID: id, Namespace: "default", Type: "batch", Status: "running", SubmitTime: t0.UnixNano()}
+		spec := &api.Job{ID: &id, TaskGroups: []*api.TaskGroup{{Count: &count, Tasks: []*api.Task{{
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu"}}}}}}}}
+		return stub, spec
+	}
+	whole, wholeSpec := gang("whole", 2)
+	pieces, piecesSpec := gang("pieces", 4)
+	allocs := []*api.AllocationListStub{
+		// whole: its second worker started 1 s after the first; a second
+		// run of both, its first worker replaced at the instant it ended.
+		alloc("whole", "complete", "stop", t0, t0.Add(100*time.Second), "g0"),
+		alloc("whole", "complete", "stop", t0.Add(time.Second), t0.Add(100*time.Second), "g1"),
+		alloc("whole", "complete", "stop", now.Add(-50*time.Second), now.Add(-20*time.Second), "g0"),
+		alloc("whole", "running", "run", now.Add(-20*time.Second), time.Time{}, "g2"),
+		alloc("whole", "running", "run", now.Add(-50*time.Second), time.Time{}, "g1"),
+		// pieces: two of its four workers placed and running, two not.
+		alloc("pieces", "running", "run", now.Add(-30*time.Second), time.Time{}, "g3"),
+		alloc("pieces", "running", "run", now.Add(-30*time.Second), time.Time{}, "g4"),
+	}
+	s := Build(Inputs{Now: now, Jobs: []*api.JobListStub{whole, pieces}, Allocs: allocs,
+		Specs: map[string]*api.Job{Key("default", "whole"): wholeSpec, Key("default", "pieces"): piecesSpec}}, everyJob)
+	must.Len(t, 2, s.Jobs)
+	w, p := s.Jobs[0], s.Jobs[1]
+	if w.ID != "whole" {
+		w, p = p, w
+	}
+	must.Eq(t, 99+50.0, w.Executed)
+	must.Eq(t, 2*99+2*50.0, w.Attained)
+	must.Eq(t, 0.0, p.Executed, must.Sprint("a gang without all its workers makes no progress"))
+	must.Eq(t, 0.0, p.Attained)
+	must.Eq(t, 1000.0, p.Waiting)
+
+	// Without the spec the planner cannot tell a gang: each allocation
+	// counts from its own start.
+	s = Build(Inputs{Now: now, Jobs: []*api.JobListStub{pieces}, Allocs: allocs[5:]}, everyJob)
+	must.Eq(t, 60.0, s.Jobs[0].Attained)
+}
+
 // An allocation the server has told to stop no longer holds its GPUs.
 func TestBuildStoppingAllocIsNotLive(t *testing.T) {
 	now := time.Unix(10_000, 0)
