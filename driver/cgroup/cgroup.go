@@ -117,12 +117,27 @@ const FreezeTimeout = 10 * time.Second
 func (g *Group) Freeze(ctx context.Context) error {
 	if !g.v2 {
 		// runc's freezer retries the write while the kernel reports
-		// FREEZING, which a v1 cgroup that forks can stay in.
-		err := (&cgroupsv1.FreezerGroup{}).Set(g.dir, &cgroups.Resources{Freezer: cgroups.Frozen})
-		if err != nil {
-			return fmt.Errorf("freeze %s: %w", g.dir, err)
+		// FREEZING, which a v1 cgroup that forks can stay in, and thaws
+		// the cgroup when it gives up, after a few hundred milliseconds;
+		// on a loaded host that is not always enough, so it is tried
+		// again until FreezeTimeout.
+		ctx, cancel := context.WithTimeout(ctx, FreezeTimeout)
+		defer cancel()
+		for {
+			err := (&cgroupsv1.FreezerGroup{}).Set(g.dir, &cgroups.Resources{Freezer: cgroups.Frozen})
+			if err == nil {
+				return nil
+			}
+			// Only a cgroup stuck in FREEZING is worth another try.
+			if !strings.Contains(err.Error(), "unable to freeze") || ctx.Err() != nil {
+				return fmt.Errorf("freeze %s: %w", g.dir, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("freeze %s: %w", g.dir, err)
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
-		return nil
 	}
 	if err := cgroups.WriteFile(g.dir, "cgroup.freeze", "1"); err != nil {
 		return fmt.Errorf("freeze %s: %w", g.dir, err)
