@@ -121,13 +121,21 @@ func (s *simulator) refreshSnapshot() {
 }
 
 // setRemaining sets j's remaining time (and work, for a job given in
-// steps) from js's progress, as a round's Snapshot shows them.
+// steps) from js's progress, as a round's Snapshot shows them. A running
+// job's start costs not yet spent (its latency and run overhead, which
+// start added to its work) are not the job's work: a live planner counts
+// the remaining time from the job's duration and the time it has run, and
+// a job still starting has not run.
 func setRemaining(j *policy.Job, js *jobState) {
+	work := js.work
+	if js.State == policy.Running {
+		work = min(work, js.idleEnd)
+	}
 	if js.rates != nil {
-		j.RemainingWork = max(js.work, 0)
+		j.RemainingWork = max(work, 0)
 		j.Remaining = j.RemainingWork / maxRate(js.rates)
 	} else {
-		j.Remaining = max(js.work, 0)
+		j.Remaining = max(work, 0)
 	}
 }
 

@@ -506,3 +506,21 @@ func TestAStartTakenBackBeforeItsTaskRanIsNoPreemption(t *testing.T) {
 	must.Eq(t, 900.0, res.Jobs[1].Finish, must.Sprint("B: 300 s of latency and 500 s of run from 100, no stop to wait for"))
 	must.Eq(t, 3200.0, res.Jobs[0].Finish, must.Sprint("A starts again, whole, when B ends"))
 }
+
+// A job still starting shows a policy its remaining time without the
+// start's costs, as a live planner counts it from the job's duration and
+// the time it has run: under srtf, B (120 s) arriving while A (100 s)
+// starts does not take A back, which with A's 50 s latency counted as
+// work it would (150 − 10 > 120).
+func TestStartingJobsRemainingLeavesOutItsStartCosts(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 100},
+		{ID: "B", Arrival: 10, GPUs: 1, Duration: 120},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g1"), StartLatency: 50,
+		Policy: mustPolicy(t, "srtf", policy.Config{})}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 150.0, res.Jobs[0].Finish, must.Sprint("A runs once it has started"))
+	must.Eq(t, 150.0+50+120, res.Jobs[1].Finish)
+	must.Eq(t, 0, res.Summary.Preemptions)
+}
