@@ -19,9 +19,12 @@ import (
 // early workers' progress over a preemption and free their GPUs before
 // the last one ends, which a real gang does not.
 
-// gangPoll is how often a worker waiting for its gang looks again, and
-// how often it shows it is up.
-const gangPoll = 20 * time.Millisecond
+// gangPoll is how often a worker waiting for its gang looks again;
+// gangBeat how often it shows it is up, well within gangFresh.
+const (
+	gangPoll = 20 * time.Millisecond
+	gangBeat = 100 * time.Millisecond
+)
 
 // gangFresh is how recently a worker must have shown it is up to count as
 // joined: a worker that was killed leaves its mark behind, and it goes
@@ -81,7 +84,7 @@ func (c Config) joinGang(ctx context.Context) (stop func(), err error) {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(gangPoll)
+		t := time.NewTicker(gangBeat)
 		defer t.Stop()
 		for {
 			select {
