@@ -72,6 +72,10 @@ Replay:
                        storage on a cluster of several nodes (default: a
                        new directory under $TMPDIR, removed at the end)
   -held=false          submit without the planner's hold (default true)
+  -gangs=false         run the allocations of a job of several GPUs each on
+                       its own course from its own start, with its own
+                       checkpoint, rather than as a gang that makes progress
+                       once all have started (default true)
   -iteration D         real time of one workload iteration, the most a
                        preemption loses (default 200ms)
   -cpu MHZ, -memory MB what each allocation asks for (default 20, 64)
@@ -134,6 +138,7 @@ type replayFlags struct {
 	iteration, timeout           time.Duration
 	cpu, memory                  int
 	held, json, progress         bool
+	gangs                        bool
 	prepareOnly, seedHistory     bool
 }
 
@@ -203,6 +208,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.IntVar(&f.cpu, "cpu", replay.DefaultCPU, "")
 	fs.IntVar(&f.memory, "memory", replay.DefaultMemoryMB, "")
 	fs.BoolVar(&f.held, "held", true, "")
+	fs.BoolVar(&f.gangs, "gangs", true, "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.BoolVar(&f.progress, "progress", false, "")
 	fs.BoolVar(&f.prepareOnly, "prepare-only", false, "")
@@ -265,7 +271,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		Progress: progress,
 		Job: replay.JobOptions{Prefix: "replay-" + run + "-", TimeScale: f.timeScale, Workload: f.workload,
 			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.cpu, MemoryMB: f.memory,
-			SharedSpeed: sharedSpeed(f.lanes)},
+			SharedSpeed: sharedSpeed(f.lanes), IndependentWorkers: !f.gangs},
 	})
 	if err != nil {
 		return err

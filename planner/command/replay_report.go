@@ -28,10 +28,13 @@ type replayReport struct {
 }
 
 type replayInfo struct {
-	Run           string  `json:"run"`
-	TimeScale     float64 `json:"time_scale"`
-	Held          bool    `json:"held"`
-	PlannerPolicy string  `json:"planner_policy,omitempty"`
+	Run       string  `json:"run"`
+	TimeScale float64 `json:"time_scale"`
+	Held      bool    `json:"held"`
+	// Gangs says a job of several GPUs ran as a gang (caravan replay
+	// -gangs), not as workers on their own courses.
+	Gangs         bool   `json:"gangs"`
+	PlannerPolicy string `json:"planner_policy,omitempty"`
 	// WritesPerJob is the mean of each job's last Nomad job version: the
 	// writes that changed the job after its submission.
 	WritesPerJob float64 `json:"planner_writes_per_job"`
@@ -93,6 +96,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	rep.Live, rep.Sim = live, simulated
 	info := &rep.Replay
 	info.TimeScale, info.Held, info.WritesPerJob, info.WallSeconds = f.timeScale, f.held, res.AvgWrites(), res.Wall.Seconds()
+	info.Gangs = f.gangs
 	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
 	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events

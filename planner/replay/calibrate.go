@@ -20,11 +20,15 @@ type Live struct {
 	// SharedSpeed is the workload's speed beside each partner on its GPU
 	// (Result.SharedSpeed); 0 when it ignored them.
 	SharedSpeed float64
+	// IndependentWorkers says a gang's tasks each ran their own course
+	// from their own start (JobOptions.IndependentWorkers).
+	IndependentWorkers bool
 }
 
 // Live is the run as its costs are measured on.
 func (r *Result) Live() Live {
-	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases, SharedSpeed: r.SharedSpeed}
+	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases, SharedSpeed: r.SharedSpeed,
+		IndependentWorkers: r.IndependentWorkers}
 }
 
 // release is the planner's last release of the i-th job at or before
@@ -75,7 +79,8 @@ func (l Live) firstTasks(i int) []TaskRun {
 // GPU model in both runs, of the task's run time less the job's simulated
 // one, and never negative: per task, each from its gang's last start,
 // since a gang's tasks start one after another (the start spread) and
-// make progress only once all have, as the simulator runs a gang; the mean,
+// make progress only once all have, as the simulator runs a gang (from
+// its own start where the workers ran on their own); the mean,
 // not the median, since a few runs that take seconds longer add to the
 // average JCT as much as many that take a little longer. It also returns
 // how many tasks it saw.
@@ -107,7 +112,11 @@ func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 			if t.GPU != "" && l.SharedSpeed > 0 {
 				want = sharedRunTime(t, partners[laneGPU{t.Node, t.GPU}], s.Isolated, l.SharedSpeed)
 			}
-			d = append(d, (t.End-joined)-want)
+			from := joined
+			if l.IndependentWorkers {
+				from = t.Start
+			}
+			d = append(d, (t.End-from)-want)
 		}
 	}
 	return max(Mean(d), 0), len(d)

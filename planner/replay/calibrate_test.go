@@ -179,6 +179,14 @@ func TestAGangsTasksAreSpreadAndRunFromTheLastStart(t *testing.T) {
 	overhead, n := measured.RunOverhead(ideal)
 	must.Eq(t, 4, n)
 	must.Eq(t, 2.0, overhead, must.Sprint("every task ran 2 s longer than its work from the gang's last start"))
+
+	// Workers that each ran their own course are measured from their own
+	// starts.
+	measured.IndependentWorkers = true
+	measured.Tasks[0] = []TaskRun{{Start: 2, End: 104}, {Start: 3, End: 105}, {Start: 4, End: 106}}
+	overhead, n = measured.RunOverhead(ideal)
+	must.Eq(t, 4, n)
+	must.Eq(t, 2.0, overhead)
 }
 
 // Where Nomad kept the planner's release, a start is timed from the event

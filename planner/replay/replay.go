@@ -252,6 +252,9 @@ type Result struct {
 	// SharedSpeed is the workload's speed beside each partner on its GPU
 	// (JobOptions.SharedSpeed); 0 when it ignored them.
 	SharedSpeed float64
+	// IndependentWorkers is JobOptions.IndependentWorkers: a gang's tasks
+	// ran each its own course.
+	IndependentWorkers bool
 }
 
 // TaskRun is when one task ran, in trace seconds, when Nomad placed its
@@ -414,7 +417,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		rcancel()
 	}
 	res := &Result{Writes: make([]uint64, len(tr.outcomes)), T0: clock.T0, MaxLag: subs.lag(), Wall: now.Sub(begin), TimedOut: timedOut,
-		SharedSpeed: cfg.Job.SharedSpeed}
+		SharedSpeed: cfg.Job.SharedSpeed, IndependentWorkers: cfg.Job.IndependentWorkers}
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
 	res.Tasks = make([][]TaskRun, len(tr.outcomes))
 	res.Releases = make([][]float64, len(tr.outcomes))

@@ -78,6 +78,10 @@ type JobOptions struct {
 	// co-location factor, for a replay on GPUs cut into lanes. 0 leaves
 	// the workload's speed alone.
 	SharedSpeed float64
+	// IndependentWorkers runs each allocation of a job of several GPUs on
+	// its own course from its own start, with its own checkpoint, as
+	// replays did before gangs (caravan replay -gangs=false).
+	IndependentWorkers bool
 }
 
 func (o JobOptions) iteration() time.Duration {
@@ -234,7 +238,7 @@ func JobSpec(o JobOptions, id string, j trace.Job, w Work) *api.Job {
 		"-ephemeral-mib", "64",
 		"-checkpoint", CheckpointPath(o.CheckpointDir, id),
 	}
-	if j.GPUs > 1 {
+	if j.GPUs > 1 && !o.IndependentWorkers {
 		args = append(args, "-gang-checkpoints", strings.Join(GangCheckpoints(o.CheckpointDir, id, j.GPUs), ","))
 	}
 	if len(w.Speed) > 0 {

@@ -139,6 +139,10 @@ func TestJobSpec(t *testing.T) {
 	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-shared-speed")
 	must.SliceNotContains(t, plain.TaskGroups[0].Tasks[0].Config["args"].([]string), "-gang-checkpoints",
 		must.Sprint("one worker is no gang"))
+	o.IndependentWorkers = true
+	must.SliceNotContains(t, JobSpec(o, "replay-ab12-17", j, w).TaskGroups[0].Tasks[0].Config["args"].([]string), "-gang-checkpoints",
+		must.Sprint("workers on their own courses"))
+	o.IndependentWorkers = false
 
 	// On GPUs cut into lanes, the workload slows beside its partners as
 	// the simulator's co-location factor says.
