@@ -303,9 +303,13 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	enc := json.NewEncoder(out)
 	first := 1
 	if c.Checkpoint != "" {
-		done, err := ReadCheckpoint(c.Checkpoint, c.Iterations)
-		if err == nil && len(c.GangCheckpoints) > 0 {
+		// A gang's list holds the worker's own checkpoint (validateGang).
+		var done int
+		var err error
+		if len(c.GangCheckpoints) > 0 {
 			done, err = c.gangResume()
+		} else {
+			done, err = ReadCheckpoint(c.Checkpoint, c.Iterations)
 		}
 		if err != nil {
 			return err

@@ -233,7 +233,7 @@ func (j *Job) account(now time.Time) {
 		}
 		runs = append(runs, allocRun{span{a.Started, end}, a.GPUShare, a.Model})
 	}
-	if workers := j.gpuWorkers(); workers > 1 {
+	if workers := GPUAllocs(j.Spec); workers > 1 {
 		runs = wholeGang(runs, workers)
 	}
 	var all []span
@@ -263,31 +263,6 @@ type allocRun struct {
 	span
 	share float64
 	model string
-}
-
-// gpuWorkers is how many allocations of the job hold GPUs when all of it
-// runs: the counts of its task groups that ask for a GPU. 0 without the
-// spec.
-func (j *Job) gpuWorkers() int {
-	if j.Spec == nil {
-		return 0
-	}
-	n := 0
-	for _, tg := range j.Spec.TaskGroups {
-		asks := false
-		for _, t := range tg.Tasks {
-			asks = asks || len(GPURequests(t)) > 0
-		}
-		if !asks {
-			continue
-		}
-		if tg.Count == nil {
-			n++
-		} else {
-			n += *tg.Count
-		}
-	}
-	return n
 }
 
 // wholeGang keeps of a gang's runs the intervals in which at least workers

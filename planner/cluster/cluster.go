@@ -465,10 +465,7 @@ func attrMiB(attrs map[string]*api.Attribute, key string) uint64 {
 func RequestedGPUs(job *api.Job) int {
 	total := 0
 	for _, tg := range job.TaskGroups {
-		count := 1
-		if tg.Count != nil {
-			count = *tg.Count
-		}
+		count := groupCount(tg)
 		per := 0
 		for _, t := range tg.Tasks {
 			for _, d := range GPURequests(t) {
@@ -492,17 +489,43 @@ func GPUTasks(job *api.Job) int {
 	}
 	total := 0
 	for _, tg := range job.TaskGroups {
-		count := 1
-		if tg.Count != nil {
-			count = *tg.Count
-		}
-		for _, t := range tg.Tasks {
-			if len(GPURequests(t)) > 0 {
-				total += count
-			}
+		total += groupCount(tg) * gpuTasksIn(tg)
+	}
+	return total
+}
+
+// GPUAllocs counts the allocations of a job that hold GPUs when all of it
+// runs: the counts of its task groups that ask for a GPU. 0 for nil.
+func GPUAllocs(job *api.Job) int {
+	if job == nil {
+		return 0
+	}
+	total := 0
+	for _, tg := range job.TaskGroups {
+		if gpuTasksIn(tg) > 0 {
+			total += groupCount(tg)
 		}
 	}
 	return total
+}
+
+// groupCount is a task group's count, 1 when unset.
+func groupCount(tg *api.TaskGroup) int {
+	if tg.Count == nil {
+		return 1
+	}
+	return *tg.Count
+}
+
+// gpuTasksIn counts a task group's tasks that ask for a GPU.
+func gpuTasksIn(tg *api.TaskGroup) int {
+	n := 0
+	for _, t := range tg.Tasks {
+		if len(GPURequests(t)) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // PlannerMeta reports whether a job's meta shows that the planner changed
