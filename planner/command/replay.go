@@ -91,6 +91,9 @@ Replay:
                        (one per GPU), one after another, in the simulator's
                        run (caravan sim -start-spread); default: the
                        clients' pace fitted to their starts on the live run
+  -gang-spread S       trace seconds between a gang's tasks' starts, in
+                       the simulator's run (caravan sim -gang-spread);
+                       default: the live gangs' mean, first task to last
   -run-overhead S      trace seconds a task runs longer live than its job
                        simulated, in the simulator's run (caravan sim
                        -run-overhead); default: the live run's mean
@@ -130,7 +133,7 @@ type replayFlags struct {
 	nomad                        nomadFlags
 	timeScale                    float64
 	startLatency, runOverhead    float64 // -1: measure on the live run
-	startSpread                  float64 // -1: measure on the live run
+	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
 	workload, checkpointDir, run string
 	planner, plannerToken        string
@@ -157,6 +160,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-latency must be a non-negative number of trace seconds")
 	case f.startSpread != -1 && !seconds(f.startSpread):
 		return usagef("flag -start-spread must be a non-negative number of trace seconds")
+	case f.gangSpread != -1 && !seconds(f.gangSpread):
+		return usagef("flag -gang-spread must be a non-negative number of trace seconds")
 	case f.runOverhead != -1 && !seconds(f.runOverhead):
 		return usagef("flag -run-overhead must be a non-negative number of trace seconds")
 	case f.stopLatency != -1 && !seconds(f.stopLatency):
@@ -195,6 +200,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
 	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
+	fs.Float64Var(&f.gangSpread, "gang-spread", -1, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", -1, "")
 	fs.StringVar(&f.workload, "workload", "", "")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
@@ -317,9 +323,10 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	// planner round, Nomad's evaluation and placement, the task's start.
 	ideal := simRes
 	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
-		RunOverhead: f.runOverhead, StopLatency: f.stopLatency})
+		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency})
 	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
-		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events, "run_overhead_s", costs.RunOverhead,
+		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
+		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
 		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops)
 	if costs.Any() {
 		scfg = in.simConfig(pol)

@@ -51,8 +51,13 @@ type replayInfo struct {
 	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
 	StartSpread            float64 `json:"start_spread_s"`
 	StartSpreadMeasuredOn  int     `json:"start_spread_measured_on,omitempty"`
-	RunOverhead            float64 `json:"run_overhead_s"`
-	RunOverheadMeasuredOn  int     `json:"run_overhead_measured_on,omitempty"`
+	// GangSpread is the trace seconds between a gang's tasks' starts the
+	// simulator's run charged (caravan sim -gang-spread; 0: StartSpread),
+	// measured on that many gangs of the live run unless a flag gave it.
+	GangSpread            float64 `json:"gang_spread_s"`
+	GangSpreadMeasuredOn  int     `json:"gang_spread_measured_on,omitempty"`
+	RunOverhead           float64 `json:"run_overhead_s"`
+	RunOverheadMeasuredOn int     `json:"run_overhead_measured_on,omitempty"`
 	// StopLatency is the trace seconds from the planner's hold to a
 	// preempted job's stop that the simulator's run charged every start
 	// of a round that preempted (caravan sim -stop-latency), measured on
@@ -100,6 +105,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
 	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events
+	info.GangSpread, info.GangSpreadMeasuredOn = costs.GangSpread, costs.Gangs
 	info.RunOverhead, info.RunOverheadMeasuredOn = costs.RunOverhead, costs.Runs
 	info.StopLatency, info.StopLatencyMeasuredOn = costs.StopLatency, costs.Stops
 	info.StartParts, info.StartCostsFrom = costs.Parts, costs.From
@@ -134,16 +140,16 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
 		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\trun overhead\tstop latency\tsim without them\t")
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\tgang spread\trun overhead\tstop latency\tsim without them\t")
 	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
 		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
 		ratio := math.NaN()
 		if s.AvgJCT > 0 {
 			ratio = l.AvgJCT / s.AvgJCT
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
-			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.RunOverhead,
-			rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.2fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.GangSpread,
+			rep.Replay.RunOverhead, rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
 	if p := rep.Replay.StartParts; p != nil {

@@ -81,6 +81,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        started at the same moment, as a cluster starts
                        them one after another; a gang runs once its last
                        task has (default 0)
+  -gang-spread S       seconds between a gang's own tasks' starts, in place
+                       of -start-spread within a gang, as a gang's tasks
+                       start on several nodes among other jobs' (default
+                       0: -start-spread)
   -run-overhead S      seconds every run spends without progress (process
                        start, setup); executed time (default 0)
   -stop-latency S      seconds a preempted job keeps its GPUs: every start
@@ -109,6 +113,7 @@ type simFlags struct {
 	startLatency   float64
 	runOverhead    float64
 	startSpread    float64
+	gangSpread     float64
 	stopLatency    float64
 	json, progress bool
 }
@@ -128,6 +133,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.startLatency, "start-latency", 0, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
+	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.BoolVar(&f.progress, "progress", false, "")
@@ -172,6 +178,8 @@ func (f *simFlags) check() string {
 		return "flag -run-overhead must be a non-negative number of seconds"
 	case !seconds(f.startSpread):
 		return "flag -start-spread must be a non-negative number of seconds"
+	case !seconds(f.gangSpread):
+		return "flag -gang-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
 	}
@@ -236,6 +244,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg := in.simConfig(p)
 		scfg.PreemptionCost = f.preemptionCost
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
+		scfg.GangSpread = f.gangSpread
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

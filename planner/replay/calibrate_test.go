@@ -82,6 +82,35 @@ func TestMeasuredStartSpread(t *testing.T) {
 	must.Eq(t, 0.0, spread)
 }
 
+// A gang's spread is the mean over the jobs of several GPUs of their
+// first start's first-to-last task start over the tasks after the first;
+// a one-GPU job, a gang whose later start is in its tasks, and a start
+// taken back before its last task started are measured as they should be.
+func TestMeasuredGangSpread(t *testing.T) {
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "one", GPUs: 1, Start: 0, Finish: 50},
+		{ID: "four", GPUs: 4, Start: 10, Finish: 100},
+		{ID: "two", GPUs: 2, Start: 0, Finish: 300},
+		{ID: "cut", GPUs: 2, Start: 0, Finish: 400},
+	}}
+	tasks := [][]TaskRun{
+		{{Start: 0, End: 50}},
+		{{Start: 10, End: 100}, {Start: 14, End: 100}, {Start: 13, End: 100}, {Start: 22, End: 100}},
+		// Preempted at 100 and started again at 200: only the first
+		// start's two tasks count.
+		{{Start: 0, End: 100}, {Start: 8, End: 100}, {Start: 200, End: 300}, {Start: 290, End: 300}},
+		// Its first task was stopped before the second started.
+		{{Start: 0, End: 5}, {Start: 30, End: 35}, {Start: 100, End: 400}, {Start: 101, End: 400}},
+	}
+	spread, gangs := Live{Jobs: live, Tasks: tasks}.GangSpread()
+	must.Eq(t, 2, gangs)
+	must.Eq(t, 6.0, spread, must.Sprint("mean of (22-10)/3 = 4 and (8-0)/1 = 8"))
+
+	spread, gangs = Live{Jobs: &sim.Result{}}.GangSpread()
+	must.Eq(t, 0, gangs)
+	must.Eq(t, 0.0, spread)
+}
+
 // A run's overhead is measured on jobs that ran unpreempted on the same
 // model in both runs: the mean of live run time less the simulated one.
 func TestMeasuredRunOverhead(t *testing.T) {

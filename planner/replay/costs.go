@@ -4,11 +4,11 @@ import "github.com/caravan-gpu/caravan/planner/sim"
 
 // Costs are what a start, a run and a stop cost on the live cluster, in
 // trace seconds, as the simulator is charged them (sim.Config's
-// StartLatency, StartSpread, RunOverhead and StopLatency), and how many of
-// each they were measured on.
+// StartLatency, StartSpread, GangSpread, RunOverhead and StopLatency), and
+// how many of each they were measured on.
 type Costs struct {
-	StartLatency, StartSpread, RunOverhead, StopLatency float64
-	Starts, Events, Runs, Stops                         int
+	StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency float64
+	Starts, Events, Gangs, Runs, Stops                              int
 	// From says where the start latency and spread came from: "the
 	// clients' queue" fitted to the placements and starts, the "gaps
 	// between starts" where Nomad kept too few placement times, or "flags".
@@ -58,6 +58,14 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 			c.StartLatency, c.Starts = Median(c.Delays), len(c.Delays)
 		}
 	}
+	if c.GangSpread < 0 {
+		// Workers on their own courses wait for no peer: the start
+		// spread stands for them, as before gangs.
+		c.GangSpread = 0
+		if !live.IndependentWorkers {
+			c.GangSpread, c.Gangs = live.GangSpread()
+		}
+	}
 	if c.RunOverhead < 0 {
 		c.RunOverhead, c.Runs = live.RunOverhead(ideal)
 	}
@@ -69,10 +77,11 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 
 // Any says whether any cost is charged.
 func (c Costs) Any() bool {
-	return c.StartLatency > 0 || c.StartSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0
+	return c.StartLatency > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0
 }
 
 // Charge sets the costs on cfg.
 func (c Costs) Charge(cfg *sim.Config) {
 	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
+	cfg.GangSpread = c.GangSpread
 }

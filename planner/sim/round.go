@@ -220,6 +220,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		js.work += s.cfg.PreemptionCost * s.baseRate(js)
 	}
 	latency := s.cfg.StartLatency
+	js.gangTail = 0
 	if s.preempted && s.preemptedAt == s.now {
 		use := s.gpuUse(js)
 		if use > s.freeBeforeStops {
@@ -227,13 +228,19 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		}
 		s.freeBeforeStops = max(0, s.freeBeforeStops-use)
 	}
-	if s.cfg.StartSpread > 0 {
+	if s.cfg.StartSpread > 0 || s.cfg.GangSpread > 0 {
 		// The cluster starts tasks one after another, a spread apart,
-		// those of earlier rounds first; a gang's tasks too, and it
-		// runs once its last one has started.
+		// those of earlier rounds first; a gang's tasks too (GangSpread
+		// apart where it is set), and it runs once its last one has
+		// started.
 		first := max(s.now, s.startsFree)
 		tasks := float64(max(js.GPUs, 1))
-		latency += first - s.now + (tasks-1)*s.cfg.StartSpread
+		gap := s.cfg.StartSpread
+		if s.cfg.GangSpread > 0 {
+			gap = s.cfg.GangSpread
+		}
+		latency += first - s.now + (tasks-1)*gap
+		js.gangTail = (tasks - 1) * gap
 		s.startsFree = first + tasks*s.cfg.StartSpread
 		js.startSlots = [2]float64{first, s.startsFree}
 	}
@@ -286,15 +293,21 @@ func (s *simulator) preempt(i int) {
 		s.releaseLane(i)
 	}
 	if js.latency > 0 {
-		// Taken back before its task ran: a real cluster has no task to
-		// stop, so its GPUs are free at once, and no run was preempted.
-		s.freeBeforeStops += s.gpuUse(js)
-		js.latency = 0
-		// Nor does it keep its place in the queue of starts.
+		// Still starting: it gives up its place in the queue of starts.
 		if unused := js.startSlots[1] - max(s.now, js.startSlots[0]); unused > 0 {
 			s.startsFree = max(s.now, s.startsFree-unused)
 		}
+	}
+	if js.latency > js.gangTail {
+		// Taken back before its first task ran: a real cluster has no
+		// task to stop, so its GPUs are free at once, and no run was
+		// preempted.
+		s.freeBeforeStops += s.gpuUse(js)
+		js.latency = 0
 	} else {
+		// A gang of which some tasks run (its last still starting) has
+		// tasks to stop, as a running job has.
+		js.latency = 0
 		js.preempts++
 		js.stops = append(js.stops, s.now)
 	}
@@ -325,7 +338,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.work += s.cfg.MigrationCost * s.baseRate(js)
 	js.idleEnd = js.work
 	js.work += (s.cfg.StartLatency + s.cfg.RunOverhead) * s.baseRate(js)
-	js.latency = s.cfg.StartLatency
+	js.latency, js.gangTail = s.cfg.StartLatency, 0
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)
 }

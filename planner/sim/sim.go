@@ -43,6 +43,14 @@ type Config struct {
 	// StartLatency + (k+g-1)·StartSpread. 0 by default; caravan replay
 	// measures it.
 	StartSpread float64
+	// GangSpread, when set, is how far apart a gang's own tasks start, in
+	// seconds, in place of StartSpread within a gang: a job of g GPUs runs
+	// (g-1)·GangSpread after its first task's turn. A real cluster starts
+	// a gang's allocations on several clients, each behind its own
+	// queue, and they start further apart than the cluster's pace. The
+	// queue of starts still advances by StartSpread per task. 0 by
+	// default (StartSpread within a gang too); caravan replay measures it.
+	GangSpread float64
 	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
 	// after the round that preempts it: a real cluster's planner writes
 	// the hold and Nomad stops the job's tasks before the GPUs are free.
@@ -128,6 +136,7 @@ type jobState struct {
 	laneShare  float64    // GPU share counted per second when on a lane
 	latency    float64    // StartLatency (and spread) left before the task runs
 	startSlots [2]float64 // when its start began and ended its turn in the queue of starts (StartSpread)
+	gangTail   float64    // the part of latency after its first task started: (g-1) spreads
 	// idleEnd is the work left once the run's start latency and overhead,
 	// added to work when it started, are used up: a preemption while work
 	// is still above it drops the rest, since the next start pays its own.
@@ -451,7 +460,8 @@ func (s *simulator) startArrivals(from, to int) bool {
 // the policy since the last round, and no start adds work to a job.
 func (s *simulator) pastWaiting(changed, woke bool) bool {
 	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
-		s.cfg.StartLatency == 0 && s.cfg.StopLatency == 0 && s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
+		s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 &&
+		s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 
 // queuedBehind says a round cannot change anything for a strict FIFO

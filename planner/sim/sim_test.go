@@ -330,6 +330,43 @@ func TestStartSpreadCountsAGangsTasks(t *testing.T) {
 	must.Eq(t, []float64{13, 13.5}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish})
 }
 
+// GangSpread spaces a gang's own tasks in place of StartSpread: the gang
+// runs (3-1)·2 s after its first task's turn, while the queue of starts
+// still moves on by 3·0.5 s, so the job after it keeps its turn.
+func TestGangSpreadSpacesOnlyAGangsOwnTasks(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "gang", Arrival: 0, GPUs: 3, Duration: 10},
+		{ID: "after", Arrival: 0, GPUs: 1, Duration: 10},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 0.5,
+		GangSpread: 2}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, []float64{16, 13.5}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish})
+}
+
+// A gang taken back while its last task is still starting has tasks to
+// stop: its first task ran at 2 and its last would at 3, so srtf's take
+// back at 2.5 is a preemption, and the short job waits for its stop (5 s)
+// before its own start (2 s, then 1 s to its second task). Taken back
+// before 2, it would have been free.
+func TestAGangTakenBackWithSomeTasksRunningIsPreempted(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "gang", Arrival: 0, GPUs: 2, Duration: 100},
+		{ID: "short", Arrival: 2.5, GPUs: 2, Duration: 10},
+	}
+	cfg := Config{Cluster: cluster(t, "n1g2"), Policy: mustPolicy(t, "srtf", policy.Config{}), StartLatency: 2, GangSpread: 1, StopLatency: 5}
+	res, err := Run(cfg, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 1, res.Jobs[0].Preemptions)
+	must.Eq(t, 20.5, res.Jobs[1].Finish, must.Sprint("2.5 + 5 of stop + 2 of latency + 1 to the last task + 10"))
+
+	jobs[1].Arrival = 1.5
+	res, err = Run(cfg, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 0, res.Jobs[0].Preemptions, must.Sprint("taken back before its first task ran"))
+	must.Eq(t, 14.5, res.Jobs[1].Finish)
+}
+
 // Synergy's sizing on nodes with 3 cores per GPU, Synergy's own server
 // (8 GPUs, 24 cores, 500 GB): every job finishes (a job left on no CPU
 // would make no progress), and TUNE beats the proportional share on
