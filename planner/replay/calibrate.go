@@ -103,10 +103,7 @@ func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 			continue
 		}
 		tasks := l.firstTasks(i)
-		joined := tasks[0].Start
-		for _, t := range tasks {
-			joined = max(joined, t.Start)
-		}
+		_, joined, _ := startSpan(tasks)
 		for _, t := range tasks {
 			want := s.Finish - s.Start
 			if t.GPU != "" && l.SharedSpeed > 0 {
@@ -120,6 +117,16 @@ func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 		}
 	}
 	return max(Mean(d), 0), len(d)
+}
+
+// startSpan is when the first and the last of a start's tasks (at least
+// one) started, and when the first of them ended.
+func startSpan(tasks []TaskRun) (first, last, ended float64) {
+	first, last, ended = tasks[0].Start, tasks[0].Start, tasks[0].End
+	for _, t := range tasks[1:] {
+		first, last, ended = min(first, t.Start), max(last, t.Start), min(ended, t.End)
+	}
+	return first, last, ended
 }
 
 // laneGPU is a physical GPU of the live cluster: UUIDs are unique to a
@@ -307,10 +314,7 @@ func (l Live) GangSpread() (float64, int) {
 			continue
 		}
 		tasks := l.firstTasks(i)
-		first, last, ended := tasks[0].Start, tasks[0].Start, tasks[0].End
-		for _, t := range tasks[1:] {
-			first, last, ended = min(first, t.Start), max(last, t.Start), min(ended, t.End)
-		}
+		first, last, ended := startSpan(tasks)
 		if last > ended {
 			continue
 		}
