@@ -18,7 +18,7 @@ import (
 // trace, the cluster, the policies and the tables the policies read.
 type traceFlags struct {
 	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
-	queueCuts, weights                                                           string
+	queueCuts, weights, sizes                                                    string
 	promoteKnob, fairness, migrationCost                                         float64
 	offeredLoad                                                                  setFloat
 	jobs                                                                         int
@@ -73,6 +73,7 @@ func (f *traceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.take, "take", 0, "")
 	fs.IntVar(&f.jobs, "jobs", 10000, "")
 	fs.Uint64Var(&f.seed, "seed", 1, "")
+	fs.StringVar(&f.sizes, "sizes", "", "")
 }
 
 // check validates the shared flags that need no file access.
@@ -102,6 +103,12 @@ func (f *traceFlags) check() string {
 		return "flag -skip must not be negative"
 	case f.take < 0:
 		return "flag -take must not be negative (0: every job)"
+	}
+	if _, err := trace.ParseSizeShape(f.sizes); err != nil {
+		return "flag -sizes: " + err.Error()
+	}
+	if f.sizes != "" && f.trace != "" && f.format != "synthetic" {
+		return "flag -sizes shapes a synthetic trace; a -trace file has its own durations"
 	}
 	if f.trace == "" || f.format == "synthetic" {
 		for _, c := range []struct {
@@ -182,8 +189,12 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 	}
 	in.traceName = f.trace
 	if f.trace == "" || f.format == "synthetic" {
-		in.jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.offeredLoad.v})
+		shape, _ := trace.ParseSizeShape(f.sizes)
+		in.jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.offeredLoad.v, Sizes: shape})
 		in.traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d)", f.jobs, f.offeredLoad.v, f.seed)
+		if f.sizes != "" {
+			in.traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d,sizes=%s)", f.jobs, f.offeredLoad.v, f.seed, shape)
+		}
 	} else {
 		if in.jobs, err = trace.LoadJobs(f.trace, f.format); err != nil {
 			return nil, 1, err

@@ -59,7 +59,8 @@ purged on every exit, Ctrl-C included.
 Trace and policy (as caravan sim):
   -trace FILE, -format F, -cluster SPEC, -policy P (one), -job-sizes FILE,
   -throughputs FILE, -queue-cuts A,B, -promote-knob K, -fairness F,
-  -jobs N, -load L, -seed S, -vc G, -max-duration S, -max-gpus N, -skip N, -take N
+  -jobs N, -load L, -seed S, -sizes SHAPE, -vc G, -max-duration S, -max-gpus N,
+  -skip N, -take N
   -lanes N, -lane-memory MB   the cluster's GPUs are cut into N lanes (the
                        simulator cuts every GPU so); each job's workload
                        then runs at 0.6 of its speed beside each partner

@@ -91,6 +91,9 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        of the round that preempts waits that much more, as
                        a real cluster stops the job first (default 0)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
+  -sizes SHAPE         synthetic durations, each of Philly's mean:
+                       lognormal (Philly's heavy tail; default),
+                       exponential, bimodal or uniform
   -vc G, -max-duration S, -max-gpus N, -skip N, -take N, -load L
                        cut a sample from the trace: the jobs of virtual
                        cluster (group) G of at most S seconds and N GPUs,

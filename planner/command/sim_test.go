@@ -52,6 +52,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-skip", "-1"}, "flag -skip"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-take", "-1"}, "flag -take"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-take", "60"}, "flag -take cuts a sample from a -trace file"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-sizes", "pareto"}, `flag -sizes: unknown size shape "pareto"`},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-trace", "x.csv", "-sizes", "uniform"}, "flag -sizes shapes a synthetic trace"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -7,6 +7,9 @@ import "slices"
 // service in GPU-seconds. It keeps the most recent window of sizes per
 // group and GPU count, per GPU count, and overall, since the jobs a team
 // submits now resemble the ones it submitted lately more than older ones.
+// The overall key keeps service per GPU (run time), which a job scales by
+// its own GPU count: a 16-GPU job is not predicted from one-GPU jobs'
+// GPU-seconds.
 // The caller adds to it only as jobs finish, so a policy that reads it
 // learns nothing about a job before that job is done.
 type History struct {
@@ -38,7 +41,7 @@ func (h *History) Add(group string, gpus int, service float64) {
 	gpus = max(gpus, 1)
 	h.add(historyKey{group: group, gpus: gpus}, service)
 	h.add(historyKey{gpus: gpus, any: true}, service)
-	h.add(historyKey{any: true}, service)
+	h.add(historyKey{any: true}, service/float64(gpus))
 	h.count++
 }
 
@@ -60,22 +63,29 @@ func (h *History) add(k historyKey, v float64) {
 }
 
 // minTail is how many recorded sizes above a job's attained service a key
-// needs before its estimate is trusted over a broader key's.
-const minTail = 20
+// needs before its estimate is trusted over a broader key's. Chosen by a
+// sweep on traces the default is not reported on (docs/simulator.md, A
+// default that never loses).
+const minTail = 10
 
 // ExpectedRemaining is the service a job of group and gpus that has
 // attained a GPU-seconds is expected to use before it finishes: the mean
 // of (size − a) over the recent sizes above a, from the narrowest key with
-// at least minTail of them. With too few in every key (no history yet, or
+// at least minTail of them (the overall key in service per GPU, scaled by
+// gpus). With too few in every key (no history yet, or
 // a job larger than nearly all recorded), the job is expected to use as
 // much again as it has (ok is then false), as 2D-LAS would rank it.
 func (h *History) ExpectedRemaining(group string, gpus int, a float64) (rem float64, ok bool) {
 	if h != nil {
 		gpus = max(gpus, 1)
 		for _, k := range [...]historyKey{{group: group, gpus: gpus}, {gpus: gpus, any: true}, {any: true}} {
+			scale := 1.0
+			if k.gpus == 0 {
+				scale = float64(gpus)
+			}
 			if w := h.byKey[k]; w != nil {
-				if r, n := w.meanAbove(a); n >= minTail {
-					return r, true
+				if r, n := w.meanAbove(a / scale); n >= minTail {
+					return r * scale, true
 				}
 			}
 		}

@@ -53,7 +53,9 @@ func TestExpectedRemaining(t *testing.T) {
 		{"other group, other GPU count", "speech", 8, 1000, 7000, true},
 		{"group too small: all 1-GPU jobs", "nlp", 1, 0, (100*minTail + 300*minTail + 50) / float64(2*minTail+1), true},
 		{"unknown group: its GPU count", "audio", 8, 0, 8000, true},
-		{"GPU count never seen: every job", "audio", 2, 0, (100*minTail + 300*minTail + 50 + 8000*minTail) / float64(3*minTail+1), true},
+		// Every job's key keeps time per GPU (8000 GPU-s on 8 GPUs is 1000
+		// s), which a 2-GPU job scales by two.
+		{"GPU count never seen: every job, per GPU", "audio", 2, 0, 2 * (100*minTail + 300*minTail + 50 + 1000*minTail) / float64(3*minTail+1), true},
 		{"beyond every size: as much again", "vision", 1, 9000, 9000, false},
 	}
 	for _, tc := range cases {
@@ -80,7 +82,7 @@ func TestHistoryKeepsTheRecentWindow(t *testing.T) {
 
 func TestPredictOrder(t *testing.T) {
 	h := NewHistory(0)
-	historyOf(h, "short", 1, repeat(60, 4*minTail)...)
+	historyOf(h, "short", 1, repeat(60, 8*minTail)...)
 	historyOf(h, "short", 1, repeat(36000, minTail)...)
 	historyOf(h, "long", 1, repeat(20000, minTail)...)
 	historyOf(h, "mid", 1, repeat(12000, minTail)...)
@@ -118,7 +120,7 @@ func TestPredictOrder(t *testing.T) {
 			gpus: 1, rank: []string{"s", "l"}, run: []string{"s"},
 		},
 		{
-			name: "a running job keeps its GPU against a job not half as long",
+			name: "a running job keeps its GPU against a job not a quarter as long",
 			jobs: []Job{at("l", "long", 0, 1, 100, Running), at("m", "mid", 5, 1, 0, Pending)},
 			gpus: 1, rank: []string{"l", "m"}, run: []string{"l"},
 		},

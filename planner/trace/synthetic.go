@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -14,6 +15,46 @@ type SyntheticOptions struct {
 	Load float64
 	// Models, when set, are assigned to jobs at random (for sizing).
 	Models []string
+	// Sizes is the shape of the durations (default SizesLognormal); each
+	// shape keeps Philly's mean, so a load means the same busy GPUs.
+	Sizes SizeShape
+}
+
+// SizeShape names a distribution of synthetic job durations. The shapes
+// differ where size-based policies differ: in how a job's expected
+// remaining time moves with the time it has run.
+type SizeShape string
+
+const (
+	// SizesLognormal is Philly's heavy tail: the longer a job has run, the
+	// longer it is expected to run on (what 2D-LAS bets on).
+	SizesLognormal SizeShape = "lognormal"
+	// SizesExponential is memoryless: time run says nothing of time left.
+	SizesExponential SizeShape = "exponential"
+	// SizesBimodal is many short jobs and a few long ones (4 in 5 with a
+	// mean of 600 s, the rest long), each part exponential.
+	SizesBimodal SizeShape = "bimodal"
+	// SizesUniform is a light tail, uniform over [10 s, twice the mean]:
+	// the longer a job has run, the sooner it ends (where 2D-LAS loses).
+	SizesUniform SizeShape = "uniform"
+)
+
+// SizeShapes lists the shapes Synthetic takes.
+func SizeShapes() []SizeShape {
+	return []SizeShape{SizesLognormal, SizesExponential, SizesBimodal, SizesUniform}
+}
+
+// ParseSizeShape reads a shape's name ("" is the default).
+func ParseSizeShape(name string) (SizeShape, error) {
+	if name == "" {
+		return SizesLognormal, nil
+	}
+	for _, s := range SizeShapes() {
+		if string(s) == name {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("unknown size shape %q (want lognormal, exponential, bimodal or uniform)", name)
 }
 
 // phillyGPUs is the GPU-count mix of the Philly trace.
@@ -24,8 +65,9 @@ var phillyGPUs = []struct {
 
 // Synthetic generates a trace shaped like the Philly one: the same mix of
 // GPU counts, log-normal durations with Philly's median (1,144 s) and mean
-// (13,136 s), clamped to [10 s, 30 days], and Poisson arrivals at the rate
-// that offers opts.Load busy GPUs. The same seed gives the same trace.
+// (13,136 s), clamped to [10 s, 30 days] (or another shape of that mean,
+// opts.Sizes), and Poisson arrivals at the rate that offers opts.Load busy
+// GPUs. The same seed gives the same trace.
 func Synthetic(opts SyntheticOptions) []Job {
 	if opts.Jobs <= 0 {
 		opts.Jobs = 10000
@@ -58,7 +100,22 @@ func Synthetic(opts SyntheticOptions) []Job {
 			}
 			u -= c.frac
 		}
-		d := math.Exp(mu + sigma*rng.NormFloat64())
+		var d float64
+		switch opts.Sizes {
+		case SizesExponential:
+			d = mean * rng.ExpFloat64()
+		case SizesBimodal:
+			const short, shortFrac = 600.0, 0.8
+			if rng.Float64() < shortFrac {
+				d = short * rng.ExpFloat64()
+			} else {
+				d = (mean - shortFrac*short) / (1 - shortFrac) * rng.ExpFloat64()
+			}
+		case SizesUniform:
+			d = 10 + rng.Float64()*(2*mean-10)
+		default:
+			d = math.Exp(mu + sigma*rng.NormFloat64())
+		}
 		d = math.Round(min(max(d, 10), 30*86400))
 		jobs[i] = Job{ID: strconv.Itoa(i), Arrival: math.Round(t), GPUs: g, Duration: d, Weight: 1}
 		if len(opts.Models) > 0 {

@@ -2,6 +2,7 @@ package trace
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -142,6 +143,54 @@ func TestSyntheticIsPhillyLikeAndSeeded(t *testing.T) {
 	// Heavy-tailed durations make the load noisy; it must be in the
 	// neighbourhood of Philly's 374 busy GPUs.
 	must.True(t, load > 200 && load < 600, must.Sprintf("offered load %v", load))
+}
+
+// TestSyntheticSizeShapes checks each shape's mean (Philly's, so that a
+// load means the same) and the property that sets it apart: how the time
+// left moves with the time run.
+func TestSyntheticSizeShapes(t *testing.T) {
+	// meanLeft is the mean of d − a over the durations d above a.
+	meanLeft := func(jobs []Job, a float64) float64 {
+		sum, n := 0.0, 0
+		for _, j := range jobs {
+			if j.Duration > a {
+				sum += j.Duration - a
+				n++
+			}
+		}
+		return sum / float64(n)
+	}
+	for _, shape := range SizeShapes() {
+		t.Run(string(shape), func(t *testing.T) {
+			jobs := Synthetic(SyntheticOptions{Jobs: 40000, Seed: 3, Sizes: shape})
+			must.Eq(t, jobs[:20], Synthetic(SyntheticOptions{Jobs: 20, Seed: 3, Sizes: shape}))
+			sum := 0.0
+			for _, j := range jobs {
+				must.True(t, j.Duration >= 10 && j.Duration <= 30*86400)
+				sum += j.Duration
+			}
+			mean := sum / float64(len(jobs))
+			tol := 0.05
+			if shape == SizesLognormal {
+				tol = 0.25 // the heavy tail makes the sample mean noisy
+			}
+			must.True(t, math.Abs(mean/13136-1) < tol, must.Sprintf("mean %v", mean))
+			young, old := meanLeft(jobs, 0), meanLeft(jobs, 3*3600)
+			switch shape {
+			case SizesLognormal, SizesBimodal:
+				must.Greater(t, 1.5*young, old, must.Sprintf("time left grows with time run: %v then %v", young, old))
+			case SizesExponential:
+				must.True(t, math.Abs(old/young-1) < 0.1, must.Sprintf("memoryless: %v then %v", young, old))
+			case SizesUniform:
+				must.Less(t, young, old, must.Sprintf("time left falls with time run: %v then %v", young, old))
+			}
+		})
+	}
+	_, err := ParseSizeShape("pareto")
+	must.ErrorContains(t, err, `unknown size shape "pareto"`)
+	s, err := ParseSizeShape("")
+	must.NoError(t, err)
+	must.Eq(t, SizesLognormal, s)
 }
 
 func TestRealFiles(t *testing.T) {
