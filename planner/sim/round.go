@@ -235,10 +235,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		// started.
 		first := max(s.now, s.startsFree)
 		tasks := float64(max(js.GPUs, 1))
-		gap := s.cfg.StartSpread
-		if s.cfg.GangSpread > 0 {
-			gap = s.cfg.GangSpread
-		}
+		// Within a gang no closer than the queue's pace: the clients
+		// serve a gang's tasks too.
+		gap := max(s.cfg.StartSpread, s.cfg.GangSpread)
 		latency += first - s.now + (tasks-1)*gap
 		js.gangTail = (tasks - 1) * gap
 		s.startsFree = first + tasks*s.cfg.StartSpread

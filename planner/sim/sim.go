@@ -43,13 +43,16 @@ type Config struct {
 	// StartLatency + (k+g-1)·StartSpread. 0 by default; caravan replay
 	// measures it.
 	StartSpread float64
-	// GangSpread, when set, is how far apart a gang's own tasks start, in
-	// seconds, in place of StartSpread within a gang: a job of g GPUs runs
-	// (g-1)·GangSpread after its first task's turn. A real cluster starts
-	// a gang's allocations on several clients, each behind its own
-	// queue, and they start further apart than the cluster's pace. The
-	// queue of starts still advances by StartSpread per task. 0 by
-	// default (StartSpread within a gang too); caravan replay measures it.
+	// GangSpread, when above StartSpread, is how far apart a gang's own
+	// tasks start, in seconds, in its place within a gang: a job of g GPUs
+	// runs (g-1)·GangSpread after its first task's turn. A real cluster
+	// starts a gang's allocations on several clients, each behind its own
+	// queue, and they may start further apart than the cluster's pace;
+	// never closer, as the clients serve every task of the gang (on one
+	// client they set up a gang's tasks side by side, so the first starts
+	// late and the rest soon after it). The queue of starts still
+	// advances by StartSpread per task. 0 by default (StartSpread within a
+	// gang too); caravan replay measures it.
 	GangSpread float64
 	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
 	// after the round that preempts it: a real cluster's planner writes
@@ -173,6 +176,16 @@ type jobState struct {
 
 // Run simulates jobs (sorted by arrival) under cfg.
 func Run(cfg Config, jobs []trace.Job) (*Result, error) {
+	s, err := newSimulator(cfg, jobs)
+	if err != nil {
+		return nil, err
+	}
+	s.run()
+	return s.result(), nil
+}
+
+// newSimulator is a run of jobs on cfg, ready to run.
+func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 	if cfg.Policy == nil {
 		return nil, fmt.Errorf("sim: no policy")
 	}
@@ -190,8 +203,7 @@ func Run(cfg Config, jobs []trace.Job) (*Result, error) {
 	} else if s.useKeyedQueue() {
 		s.keyed = newKeyedQueue(s)
 	}
-	s.run()
-	return s.result(), nil
+	return s, nil
 }
 
 // onlyModel is the cluster's GPU model if it has one only, else "".
@@ -576,9 +588,12 @@ func (s *simulator) completeAt(t float64) bool {
 		s.setBusy(-s.gpuUse(js))
 		s.done++
 		any = true
-		s.sizes = append(s.sizes, js.isolated*float64(js.GPUs))
+		// The size learned is the service the job attained, as the live
+		// planner records it: its run time and each run's overhead.
+		size := (js.isolated + float64(js.preempts+1)*s.cfg.RunOverhead) * float64(js.GPUs)
+		s.sizes = append(s.sizes, size)
 		if s.recordHistory {
-			s.snap.History.Add(js.Group, js.GPUs, js.isolated*float64(js.GPUs))
+			s.snap.History.Add(js.Group, js.GPUs, size)
 		}
 		if js.laneShare > 0 {
 			s.releaseLane(e.job)

@@ -342,6 +342,35 @@ func TestGangSpreadSpacesOnlyAGangsOwnTasks(t *testing.T) {
 		GangSpread: 2}, jobs)
 	must.NoError(t, err)
 	must.Eq(t, []float64{16, 13.5}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish})
+
+	// A gang spread below the queue's pace does not start a gang's tasks
+	// closer: (3-1)·0.5 s, as without it.
+	for _, gang := range []float64{0, 0.2} {
+		res, err = Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 0.5,
+			GangSpread: gang}, jobs)
+		must.NoError(t, err)
+		must.Eq(t, []float64{13, 13.5}, []float64{res.Jobs[0].Finish, res.Jobs[1].Finish}, must.Sprintf("gang spread %v", gang))
+	}
+}
+
+// The sizes the policies learn are what a job attained, as the live
+// planner records them: each run's overhead counts, here twice for a job
+// preempted once.
+func TestLearnedSizesCountEachRunsOverhead(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "long", Arrival: 0, GPUs: 2, Duration: 100},
+		{ID: "short", Arrival: 10, GPUs: 2, Duration: 10},
+	}
+	for _, name := range []string{"srtf", "predict"} {
+		s, err := newSimulator(Config{Cluster: cluster(t, "n1g2"), Policy: mustPolicy(t, name, policy.Config{}), RunOverhead: 5}, jobs)
+		must.NoError(t, err)
+		s.run()
+		res := s.result()
+		must.Eq(t, []float64{(10 + 5) * 2, (100 + 2*5) * 2}, s.sizes, must.Sprint(name))
+		if name == "srtf" {
+			must.Eq(t, 1, res.Jobs[0].Preemptions)
+		}
+	}
 }
 
 // A gang taken back while its last task is still starting has tasks to
