@@ -136,7 +136,10 @@ func (s *Sensitivity) Throughput(model string, gpus int, cpuPerGPU, memPerGPU fl
 }
 
 // at is the relative throughput with c CPUs and m GB per GPU: 0 with no
-// CPU or no memory, which a job cannot train on.
+// CPU or no memory, which a job cannot train on. Below the lowest
+// profiled CPU or memory it falls in proportion towards 0: nothing there
+// was measured, and a job squeezed to a sliver of a core is not credited
+// with the throughput of a whole one.
 func (g *sensGrid) at(c, m float64) float64 {
 	if c <= 0 || m <= 0 {
 		return 0
@@ -147,7 +150,14 @@ func (g *sensGrid) at(c, m float64) float64 {
 	c1, m1 := min(ci+1, len(g.cpus)-1), min(mi+1, len(g.mems)-1)
 	lo := v(ci, mi)*(1-mf) + v(ci, m1)*mf
 	hi := v(c1, mi)*(1-mf) + v(c1, m1)*mf
-	return lo*(1-cf) + hi*cf
+	t := lo*(1-cf) + hi*cf
+	if c < g.cpus[0] {
+		t *= c / g.cpus[0]
+	}
+	if m < g.mems[0] {
+		t *= m / g.mems[0]
+	}
+	return t
 }
 
 // locate returns the grid cell below x and the fraction towards the next,

@@ -155,14 +155,22 @@ func TestSynergyGreedyPreemptsUnderPreemptiveOrder(t *testing.T) {
 
 // A job cannot train on no CPU: its throughput there is 0, not the lowest
 // profiled point's.
+// Below the lowest profiled point (1 CPU, 62.5 GB per GPU) throughput
+// falls in proportion to 0: half a core gets half the 1-CPU throughput,
+// and a flat model, which runs as fast on 1 CPU as on 6, is not credited
+// with it on 0.01.
 func TestSensitivityWithNoCPUIsZero(t *testing.T) {
 	sens := synergyTable(t)
 	cases := []struct {
+		model          string
 		cpu, mem, want float64
-	}{{0, 62.5, 0}, {1, 0, 0}, {0.5, 62.5, 1.0 / 3}, {3, 62.5, 1}, {6, 125, 2}}
+	}{
+		{"cpu", 0, 62.5, 0}, {"cpu", 1, 0, 0}, {"cpu", 0.5, 62.5, 1.0 / 6}, {"cpu", 3, 62.5, 1}, {"cpu", 6, 125, 2},
+		{"flat", 0.01, 62.5, 0.01}, {"flat", 1, 62.5, 1}, {"flat", 3, 31.25, 0.5}, {"flat", 0.5, 31.25, 0.25},
+	}
 	for _, tc := range cases {
-		got, ok := sens.Throughput("cpu", 1, tc.cpu, tc.mem)
+		got, ok := sens.Throughput(tc.model, 1, tc.cpu, tc.mem)
 		must.True(t, ok)
-		must.InDelta(t, tc.want, got, 1e-9, must.Sprintf("%v CPUs, %v GB", tc.cpu, tc.mem))
+		must.InDelta(t, tc.want, got, 1e-9, must.Sprintf("%s: %v CPUs, %v GB", tc.model, tc.cpu, tc.mem))
 	}
 }
