@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -172,5 +174,57 @@ func TestSensitivityWithNoCPUIsZero(t *testing.T) {
 		got, ok := sens.Throughput(tc.model, 1, tc.cpu, tc.mem)
 		must.True(t, ok)
 		must.InDelta(t, tc.want, got, 1e-9, must.Sprintf("%s: %v CPUs, %v GB", tc.model, tc.cpu, tc.mem))
+	}
+}
+
+// TUNE never skips a job that the placer gave GPUs: on random snapshots
+// of servers of 8 GPUs (16 to 48 cores, 250 to 1,000 GB), with running jobs of
+// every width holding up to twice their share and new jobs arriving, no
+// decision of a TUNE round says the job was skipped, and every job TUNE
+// runs gets at least some CPU.
+func TestSynergyTuneNeverSkips(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	sens := synergyTable(t)
+	widths := []int{1, 1, 1, 2, 4, 8, 16}
+	for trial := range 2000 {
+		nodes := make([]Node, 1+rng.IntN(3))
+		for n := range nodes {
+			nodes[n] = synergyNode(8, []float64{16, 24, 48}[rng.IntN(3)])
+			nodes[n].ID = fmt.Sprint("n", n)
+			nodes[n].MemoryGB = []float64{250, 500, 1000}[rng.IntN(3)]
+		}
+		var jobs []Job
+		free := make([][]int, len(nodes))
+		for n := range nodes {
+			for g := range 8 {
+				free[n] = append(free[n], g)
+			}
+		}
+		for k := range 2 + rng.IntN(12) {
+			m := []string{"cpu", "flat"}[rng.IntN(2)]
+			j := synergyJob(fmt.Sprint("j", k), float64(k), widths[rng.IntN(len(widths))], m)
+			if rng.IntN(2) == 0 {
+				// Running, on GPUs of one node where they fit.
+				n := rng.IntN(len(nodes))
+				if len(free[n]) >= j.GPUs {
+					j.State, j.GPUModel, j.Attained, j.Executed = Running, "V100", float64(100*k), float64(100*k)
+					for _, g := range free[n][:j.GPUs] {
+						j.Placement = append(j.Placement, Slot{Node: n, GPU: g, Lane: -1})
+					}
+					free[n] = free[n][j.GPUs:]
+				}
+			}
+			jobs = append(jobs, j)
+		}
+		for _, name := range []string{"fjf+count+synergy-tune", "las+count+synergy-tune"} {
+			s := &Snapshot{Nodes: nodes, Jobs: slices.Clone(jobs)}
+			r := plan(t, name, Config{Sensitivity: sens}, s)
+			for i, d := range r.Decisions {
+				must.StrNotContains(t, d.Reason, "skipped", must.Sprintf("trial %d, %s, job %s", trial, name, s.Jobs[i].ID))
+				if d.Run && !d.Lane {
+					must.Positive(t, d.CPUs, must.Sprintf("trial %d, %s, job %s runs on no CPU", trial, name, s.Jobs[i].ID))
+				}
+			}
+		}
 	}
 }
