@@ -14,18 +14,18 @@ import "slices"
 // learns nothing about a job before that job is done.
 type History struct {
 	window int
-	byKey  map[historyKey]*sizeWindow
-	count  int
+	// The three keys: a group's jobs of one GPU count, every group's of
+	// one GPU count, and every job (time per GPU). Maps keyed by a string
+	// and by an int hash by their fast paths, which every round's lookups
+	// of every job need.
+	byGroup map[string]map[int]*sizeWindow
+	byGPUs  map[int]*sizeWindow
+	all     *sizeWindow
+	count   int
 }
 
 // DefaultHistoryWindow is how many recent sizes History keeps per key.
 const DefaultHistoryWindow = 100
-
-type historyKey struct {
-	group string
-	gpus  int // 0: any GPU count
-	any   bool
-}
 
 // NewHistory keeps window recent sizes per key (DefaultHistoryWindow when
 // window < 1).
@@ -33,15 +33,23 @@ func NewHistory(window int) *History {
 	if window < 1 {
 		window = DefaultHistoryWindow
 	}
-	return &History{window: window, byKey: map[historyKey]*sizeWindow{}}
+	return &History{window: window, byGroup: map[string]map[int]*sizeWindow{}, byGPUs: map[int]*sizeWindow{}}
 }
 
 // Add records a finished job.
 func (h *History) Add(group string, gpus int, service float64) {
 	gpus = max(gpus, 1)
-	h.add(historyKey{group: group, gpus: gpus}, service)
-	h.add(historyKey{gpus: gpus, any: true}, service)
-	h.add(historyKey{any: true}, service/float64(gpus))
+	byGPU := h.byGroup[group]
+	if byGPU == nil {
+		byGPU = map[int]*sizeWindow{}
+		h.byGroup[group] = byGPU
+	}
+	h.windowIn(byGPU, gpus).add(service)
+	h.windowIn(h.byGPUs, gpus).add(service)
+	if h.all == nil {
+		h.all = h.newWindow()
+	}
+	h.all.add(service / float64(gpus))
 	h.count++
 }
 
@@ -53,13 +61,18 @@ func (h *History) Len() int {
 	return h.count
 }
 
-func (h *History) add(k historyKey, v float64) {
-	w := h.byKey[k]
+func (h *History) newWindow() *sizeWindow {
+	return &sizeWindow{ring: make([]float64, 0, h.window)}
+}
+
+// windowIn is m's window for gpus, made if missing.
+func (h *History) windowIn(m map[int]*sizeWindow, gpus int) *sizeWindow {
+	w := m[gpus]
 	if w == nil {
-		w = &sizeWindow{ring: make([]float64, 0, h.window)}
-		h.byKey[k] = w
+		w = h.newWindow()
+		m[gpus] = w
 	}
-	w.add(v)
+	return w
 }
 
 // minTail is how many recorded sizes above a job's attained service a key
@@ -78,15 +91,20 @@ const minTail = 10
 func (h *History) ExpectedRemaining(group string, gpus int, a float64) (rem float64, ok bool) {
 	if h != nil {
 		gpus = max(gpus, 1)
-		for _, k := range [...]historyKey{{group: group, gpus: gpus}, {gpus: gpus, any: true}, {any: true}} {
-			scale := 1.0
-			if k.gpus == 0 {
-				scale = float64(gpus)
+		if w := h.byGroup[group][gpus]; w != nil {
+			if r, n := w.meanAbove(a); n >= minTail {
+				return r, true
 			}
-			if w := h.byKey[k]; w != nil {
-				if r, n := w.meanAbove(a / scale); n >= minTail {
-					return r * scale, true
-				}
+		}
+		if w := h.byGPUs[gpus]; w != nil {
+			if r, n := w.meanAbove(a); n >= minTail {
+				return r, true
+			}
+		}
+		if w := h.all; w != nil {
+			scale := float64(gpus)
+			if r, n := w.meanAbove(a / scale); n >= minTail {
+				return r * scale, true
 			}
 		}
 	}
