@@ -191,10 +191,11 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 	if f.trace == "" || f.format == "synthetic" {
 		shape, _ := trace.ParseSizeShape(f.sizes)
 		in.jobs = trace.Synthetic(trace.SyntheticOptions{Jobs: f.jobs, Seed: f.seed, Load: f.offeredLoad.v, Sizes: shape})
-		in.traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d)", f.jobs, f.offeredLoad.v, f.seed)
+		name := fmt.Sprintf("jobs=%d,load=%g,seed=%d", f.jobs, f.offeredLoad.v, f.seed)
 		if f.sizes != "" {
-			in.traceName = fmt.Sprintf("synthetic(jobs=%d,load=%g,seed=%d,sizes=%s)", f.jobs, f.offeredLoad.v, f.seed, shape)
+			name += ",sizes=" + string(shape)
 		}
+		in.traceName = "synthetic(" + name + ")"
 	} else {
 		if in.jobs, err = trace.LoadJobs(f.trace, f.format); err != nil {
 			return nil, 1, err

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 )
 
 // SyntheticOptions shapes a Philly-like trace.
@@ -49,12 +50,14 @@ func ParseSizeShape(name string) (SizeShape, error) {
 	if name == "" {
 		return SizesLognormal, nil
 	}
+	var names []string
 	for _, s := range SizeShapes() {
 		if string(s) == name {
 			return s, nil
 		}
+		names = append(names, string(s))
 	}
-	return "", fmt.Errorf("unknown size shape %q (want lognormal, exponential, bimodal or uniform)", name)
+	return "", fmt.Errorf("unknown size shape %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
 // phillyGPUs is the GPU-count mix of the Philly trace.
