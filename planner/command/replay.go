@@ -106,6 +106,11 @@ Replay:
   -prepare-only        write the profiles (and -seed-history's sample) to
                        Consul KV and exit; the planner reads KV when it
                        starts or takes the lead
+  -from DIR            report again a run made before, from the folder its
+                       -out wrote, with its costs measured by this build
+                       and the simulator run beside it, without Nomad; give
+                       the trace flags and -lanes it ran with (its time
+                       scale and gangs are read from DIR)
 
 Nomad, Consul and the planner:
   -address ADDR        Nomad's HTTP address (default $NOMAD_ADDR)
@@ -139,6 +144,7 @@ type replayFlags struct {
 	workload, checkpointDir, run string
 	planner, plannerToken        string
 	out, logLevel                string
+	from                         string // a saved run's -out folder to report again
 	iteration, timeout           time.Duration
 	cpu, memory                  int
 	held, json, progress         bool
@@ -155,7 +161,9 @@ func (f *replayFlags) check() error {
 	switch {
 	case strings.Contains(f.policies, ","):
 		return usagef("flag -policy: the live planner runs one policy, got %q", f.policies)
-	case !(f.timeScale > 0) || math.IsInf(f.timeScale, 0):
+	case f.from != "" && (f.prepareOnly || f.seedHistory || f.timeScale != 0 || f.workload != ""):
+		return usagef("flag -from reads a run made before, with its time scale: drop -time-scale, -workload, -prepare-only and -seed-history")
+	case f.from == "" && (!(f.timeScale > 0) || math.IsInf(f.timeScale, 0)):
 		return usagef("flag -time-scale is required and must be a positive number (trace seconds per real second)")
 	case f.startLatency != -1 && !seconds(f.startLatency):
 		return usagef("flag -start-latency must be a non-negative number of trace seconds")
@@ -167,7 +175,7 @@ func (f *replayFlags) check() error {
 		return usagef("flag -run-overhead must be a non-negative number of trace seconds")
 	case f.stopLatency != -1 && !seconds(f.stopLatency):
 		return usagef("flag -stop-latency must be a non-negative number of trace seconds")
-	case f.workload == "" && !f.prepareOnly:
+	case f.workload == "" && !f.prepareOnly && f.from == "":
 		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
 	case f.workload != "" && !filepath.IsAbs(f.workload):
 		return usagef("flag -workload: want an absolute path on the client nodes, got %q", f.workload)
@@ -209,6 +217,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.StringVar(&f.planner, "planner", "", "")
 	fs.StringVar(&f.plannerToken, "planner-token", "", "")
 	fs.StringVar(&f.out, "out", "", "")
+	fs.StringVar(&f.from, "from", "", "")
 	fs.StringVar(&f.logLevel, "log-level", "info", "")
 	fs.DurationVar(&f.iteration, "iteration", replay.DefaultIteration, "")
 	fs.DurationVar(&f.timeout, "timeout", 0, "")
@@ -258,6 +267,16 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	simRes, err := sim.Run(scfg, in.jobs)
 	if err != nil {
 		return fmt.Errorf("simulator: %w", err)
+	}
+
+	if f.from != "" {
+		res, info, err := readSavedReplay(f.from, in)
+		if err != nil {
+			return err
+		}
+		f.timeScale, f.held, f.gangs = info.TimeScale, info.Held, info.Gangs
+		return c.measureAndReport(f, in, pol, simRes, res, replayInfo{Run: info.Run, PlannerPolicy: info.PlannerPolicy,
+			WritesPerJob: info.WritesPerJob}, log)
 	}
 
 	run := f.run
@@ -320,33 +339,41 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		return err
 	}
 
-	// The simulator again, with what a start costs on this cluster: a
-	// planner round, Nomad's evaluation and placement, the task's start.
-	ideal := simRes
-	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
-		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency})
-	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
-		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
-		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
-		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops)
-	if costs.Any() {
-		scfg = in.simConfig(pol)
-		scfg.KeepUtil = true
-		costs.Charge(&scfg)
-		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
-			return fmt.Errorf("simulator: %w", err)
-		}
-	}
-	meanLatency, meanAvgJCT := meanLatencyRun(in, pol, costs)
-	rep := replayReport{Replay: replayInfo{Run: run, PlannerPolicy: plannerPolicy, StartLatencyMean: meanLatency,
-		SimMeanLatencyAvgJCT: meanAvgJCT, SimNoDelayAvgJCT: ideal.Summary.AvgJCT}}
-	if err := c.report(f, in, rep, costs, res, simRes); err != nil {
+	if err := c.measureAndReport(f, in, pol, simRes, res, replayInfo{Run: run, PlannerPolicy: plannerPolicy,
+		WritesPerJob: res.AvgWrites()}, log); err != nil {
 		return err
 	}
 	if res.TimedOut {
 		return fmt.Errorf("%d of %d jobs did not finish within -timeout %s", res.Sim.Summary.Unfinished, len(in.jobs), timeout)
 	}
 	return nil
+}
+
+// measureAndReport runs the simulator again with what a start, a run and
+// a stop cost on the live run res (a planner round, Nomad's evaluation and
+// placement, the task's start), beside ideal, its run without them, and
+// reports both; info holds what the report takes from the replay itself.
+func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
+	res *replay.Result, info replayInfo, log hclog.Logger) error {
+	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
+		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency})
+	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
+		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
+		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
+		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops)
+	simRes := ideal
+	if costs.Any() {
+		scfg := in.simConfig(pol)
+		scfg.KeepUtil = true
+		costs.Charge(&scfg)
+		var err error
+		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
+			return fmt.Errorf("simulator: %w", err)
+		}
+	}
+	info.StartLatencyMean, info.SimMeanLatencyAvgJCT = meanLatencyRun(in, pol, costs)
+	info.SimNoDelayAvgJCT = ideal.Summary.AvgJCT
+	return c.report(f, in, replayReport{Replay: info}, costs, res, simRes)
 }
 
 // sharedSpeed is what a job of a replay on GPUs cut into lanes keeps of its

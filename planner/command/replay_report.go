@@ -100,7 +100,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	simulated.add(simRes)
 	rep.Live, rep.Sim = live, simulated
 	info := &rep.Replay
-	info.TimeScale, info.Held, info.WritesPerJob, info.WallSeconds = f.timeScale, f.held, res.AvgWrites(), res.Wall.Seconds()
+	info.TimeScale, info.Held, info.WallSeconds = f.timeScale, f.held, res.Wall.Seconds()
 	info.Gangs = f.gangs
 	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -305,19 +306,44 @@ func TestClientQueueFitsTheClientsStarts(t *testing.T) {
 		place(300, 330, 340, 350),
 		{{Start: 500}}, // no placement known: left out
 	}
-	delay, service, n := ClientQueue(tasks)
+	delay, service, n := ClientQueue(tasks, false)
 	must.Eq(t, 9, n)
 	must.Between(t, 29, delay, 31)
 	must.Between(t, 9, service, 11)
 
 	// Without a queue (every task its own delay after placement) the
 	// service comes out near nothing.
-	delay, service, _ = ClientQueue([][]TaskRun{place(1, 31), place(5, 35), place(11, 41), place(20, 50)})
+	delay, service, _ = ClientQueue([][]TaskRun{place(1, 31), place(5, 35), place(11, 41), place(20, 50)}, false)
 	must.Between(t, 29, delay, 31)
 	must.Less(t, 6, service)
 
-	_, _, n = ClientQueue(nil)
+	_, _, n = ClientQueue(nil, false)
 	must.Eq(t, 0, n)
+}
+
+// A client sets up a placement's allocations side by side: a gang's first
+// task starts late and the rest soon after. The fit follows the start a
+// job waits for, the gang's last, and the lone tasks' delay, not the
+// gangs' first tasks (which, fitted on every task, made the delay about 15
+// here); with workers each on its own course every task counts.
+func TestClientQueueFitsTheStartEachJobWaitsFor(t *testing.T) {
+	place := func(at float64, after ...float64) []TaskRun {
+		var runs []TaskRun
+		for _, a := range after {
+			runs = append(runs, TaskRun{Placed: at, Start: at + a, End: at + 500})
+		}
+		return runs
+	}
+	gang := []float64{15, 19, 20, 21, 22, 22.5, 23, 23}
+	tasks := [][]TaskRun{place(100, 5), place(200, 5), place(300, 5), place(400, gang...),
+		place(600, 5), place(700, gang...), place(900, 5)}
+	delay, service, n := ClientQueue(tasks, false)
+	must.Eq(t, 21, n)
+	must.Between(t, 4.5, delay, 5.5)
+	must.Between(t, 2.3, service, 2.8, must.Sprint("a gang's last start 23 s after its placement: 5 + 7 × 2.57"))
+
+	delay, _, _ = ClientQueue(tasks, true)
+	must.Greater(t, 10, delay, must.Sprint("every task a start of its own: the gangs' first tasks count"))
 }
 
 // The start latency the simulator is charged: the planner's part, Nomad's
@@ -342,4 +368,22 @@ func TestStartLatencyFromItsParts(t *testing.T) {
 	must.Eq(t, 2, p.ClientTasks)
 	must.Between(t, 29, p.ClientDelay, 31)
 	must.Between(t, 6+5+29, p.StartLatency(), 6+5+31)
+}
+
+// A job the run did not finish (NaN start and finish, as a timeout leaves
+// it) is no start and no run to measure: the costs stay numbers, and the
+// report stays JSON.
+func TestCostsLeaveUnfinishedJobsOut(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{{ID: "a", Arrival: 0, Start: 0, Finish: 100}, {ID: "b", Arrival: 5, Start: 5, Finish: 90}}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 4, Finish: 106},
+		{ID: "b", GPUs: 1, Arrival: 5, Start: math.NaN(), Finish: math.NaN()},
+	}}
+	r := &Result{Sim: live, Tasks: [][]TaskRun{{{Placed: 1, Start: 4, End: 106}}, nil}, Releases: [][]float64{{0.5}, {6}}}
+	c := r.MeasureCosts(ideal, Costs{StartLatency: -1, StartSpread: -1, GangSpread: -1, RunOverhead: -1, StopLatency: -1})
+	for _, v := range []float64{c.StartLatency, c.StartSpread, c.GangSpread, c.RunOverhead, c.StopLatency} {
+		must.False(t, math.IsNaN(v), must.Sprintf("%+v", c))
+	}
+	must.Eq(t, 1, c.Starts)
+	must.Eq(t, 1, c.Runs)
 }

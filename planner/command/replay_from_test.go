@@ -1,0 +1,135 @@
+package command
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/cli"
+	"github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/caravan-gpu/caravan/planner/replay"
+	"github.com/caravan-gpu/caravan/planner/sim"
+)
+
+// savedReplay writes, as a replay with -out -json would, the report of a
+// small live run of trace tr on n1g4 under las into a new folder, and
+// returns the folder and the report printed.
+func savedReplay(t *testing.T, tr string) (string, string) {
+	t.Helper()
+	var f replayFlags
+	fs := newFlags("replay")
+	f.traceFlags.register(fs)
+	must.NoError(t, parse(fs, []string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}))
+	in, _, err := f.load()
+	must.NoError(t, err)
+	pol := in.policies[0]
+	ideal, err := sim.Run(in.simConfig(pol), in.jobs)
+	must.NoError(t, err)
+
+	jobs := []sim.JobResult{
+		{ID: "0", GPUs: 1, Weight: 1, Arrival: 0, Start: 4, Finish: 110, Isolated: 100, GPUModel: "V100"},
+		{ID: "1", GPUs: 2, Weight: 1, Arrival: 10, Start: 19, Finish: 72.5, Isolated: 50, GPUModel: "V100"},
+		{ID: "2", GPUs: 1, Weight: 1, Arrival: 20, Start: math.NaN(), Finish: math.NaN(), JCT: math.NaN(), Isolated: 80},
+	}
+	for i := range jobs[:2] {
+		jobs[i].JCT, jobs[i].Queueing, jobs[i].Nodes = jobs[i].Finish-jobs[i].Arrival, jobs[i].Start-jobs[i].Arrival, 1
+	}
+	util := []sim.UtilPoint{{T: 0, Busy: 0}, {T: 4, Busy: 1}, {T: 19, Busy: 3}, {T: 72.5, Busy: 1}, {T: 110, Busy: 0}}
+	res := &replay.Result{
+		Sim: &sim.Result{Policy: pol.Name, GPUs: 4, Jobs: jobs, Util: util,
+			Summary: sim.Summarize(pol.Name, 4, jobs, sim.BusyArea(util, 110))},
+		Tasks: [][]replay.TaskRun{
+			{{Placed: 1.5, Start: 4, End: 110, Node: "n1"}},
+			{{Placed: 11, Start: 16, End: 72.5, Node: "n1"}, {Placed: 11, Start: 19, End: 72.25, Node: "n1"}},
+			nil,
+		},
+		Releases: [][]float64{{1}, {10.5}, nil},
+		Wall:     3 * 1e9, MaxLag: 2e6,
+	}
+	dir := t.TempDir()
+	f.out, f.json, f.timeScale, f.held, f.gangs = dir, true, 10, true, true
+	f.startLatency, f.startSpread, f.gangSpread, f.runOverhead, f.stopLatency = -1, -1, -1, -1, -1
+	var out, errb bytes.Buffer
+	c := &replayCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errb}}
+	must.NoError(t, c.measureAndReport(&f, in, pol, ideal, res,
+		replayInfo{Run: "abc123", PlannerPolicy: "las", WritesPerJob: 1.5}, hclog.NewNullLogger()))
+	return dir, out.String()
+}
+
+// A saved run read back reports what the replay did, to the bit: the same
+// costs measured, the same simulation beside it, the same jobs.
+func TestReplayFromReportsASavedRunAgain(t *testing.T) {
+	tr := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n1,2,10,50\n2,1,20,80\n")
+	dir, want := savedReplay(t, tr)
+	code, got, stderr := runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-json")
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	must.Eq(t, want, got)
+	must.StrContains(t, got, `"start_costs_from"`)
+
+	// A cost given by flag replaces the measured one, as in a replay.
+	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-json", "-start-latency", "7", "-start-spread", "0")
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	must.StrContains(t, got, `"start_latency_s": 7,`)
+	must.StrContains(t, got, `"start_costs_from": "flags"`)
+}
+
+// A folder that does not hold the trace's jobs, or holds them badly, is
+// refused with the file, and the line where there is one.
+func TestReplayFromRefusesAnotherTracesRun(t *testing.T) {
+	tr := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n1,2,10,50\n2,1,20,80\n")
+	dir, _ := savedReplay(t, tr)
+	args := func(trace string) []string {
+		return []string{"-from", dir, "-trace", trace, "-cluster", "n1g4", "-policy", "las"}
+	}
+	jobsCSV := filepath.Join(dir, "live", "las.jobs.csv")
+
+	other := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n7,2,10,50\n2,1,20,80\n")
+	code, _, stderr := runReplay(t, args(other)...)
+	must.Eq(t, exitError, code)
+	must.StrContains(t, stderr, jobsCSV+` line 3: job "1" where the trace flags give "7"`)
+
+	fewer := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n")
+	code, _, stderr = runReplay(t, args(fewer)...)
+	must.Eq(t, exitError, code)
+	must.StrContains(t, stderr, jobsCSV+" holds 3 jobs where the trace flags give 1")
+
+	data, err := os.ReadFile(jobsCSV)
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(jobsCSV, []byte(strings.Replace(string(data), "\n1,2,", "\n1,two,", 1)), 0o644))
+	code, _, stderr = runReplay(t, args(tr)...)
+	must.Eq(t, exitError, code)
+	must.StrContains(t, stderr, jobsCSV+`: line 3: gpus: want a count, got "two"`)
+
+	code, _, stderr = runReplay(t, "-from", t.TempDir(), "-trace", tr, "-cluster", "n1g4", "-policy", "las")
+	must.Eq(t, exitError, code)
+	must.StrContains(t, stderr, "replay.json")
+
+	code, _, stderr = runReplay(t, append(args(tr), "-time-scale", "10")...)
+	must.Eq(t, exitUsage, code)
+	must.StrContains(t, stderr, "flag -from reads a run made before")
+}
+
+// The jobs CSV is outside input: whatever it holds, the reader returns
+// jobs or an error, and never panics.
+func FuzzParseJobsCSV(f *testing.F) {
+	f.Add("job_id,gpus,weight,arrival,start,finish,jct,queueing,isolated,preemptions,migrations,gpu_model\n0,1,1,0,4,110,110,4,100,0,0,V100\n")
+	f.Add("job_id,gpus,weight,arrival,start,finish,jct,queueing,isolated,preemptions,migrations,gpu_model\n\"a,b\",2,1,NaN,NaN,NaN,NaN,NaN,1,0,0,\n")
+	f.Add("gpu_model,job_id\nx\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, body string) {
+		jobs, err := parseJobsCSV(strings.NewReader(body))
+		if err != nil {
+			must.Nil(t, jobs)
+			return
+		}
+		for _, j := range jobs {
+			must.NonNegative(t, j.GPUs)
+			must.NonNegative(t, j.Preemptions)
+		}
+	})
+}
