@@ -275,6 +275,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 			return err
 		}
 		f.timeScale, f.held, f.gangs = info.TimeScale, info.Held, info.Gangs
+		res.SharedSpeed = sharedSpeed(f.lanes)
 		return c.measureAndReport(f, in, pol, simRes, res, replayInfo{Run: info.Run, PlannerPolicy: info.PlannerPolicy,
 			WritesPerJob: info.WritesPerJob}, log)
 	}

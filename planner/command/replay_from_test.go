@@ -19,12 +19,12 @@ import (
 // savedReplay writes, as a replay with -out -json would, the report of a
 // small live run of trace tr on n1g4 under las into a new folder, and
 // returns the folder and the report printed.
-func savedReplay(t *testing.T, tr string) (string, string) {
+func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string) {
 	t.Helper()
 	var f replayFlags
 	fs := newFlags("replay")
 	f.traceFlags.register(fs)
-	must.NoError(t, parse(fs, []string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}))
+	must.NoError(t, parse(fs, append([]string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}, traceFlags...)))
 	in, _, err := f.load()
 	must.NoError(t, err)
 	pol := in.policies[0]
@@ -32,24 +32,32 @@ func savedReplay(t *testing.T, tr string) (string, string) {
 	must.NoError(t, err)
 
 	jobs := []sim.JobResult{
-		{ID: "0", GPUs: 1, Weight: 1, Arrival: 0, Start: 4, Finish: 110, Isolated: 100, GPUModel: "V100"},
-		{ID: "1", GPUs: 2, Weight: 1, Arrival: 10, Start: 19, Finish: 72.5, Isolated: 50, GPUModel: "V100"},
+		{ID: "0", GPUs: 1, Weight: 1, Arrival: 0, Start: 4, Finish: 130, Isolated: 100, GPUModel: "V100"},
+		{ID: "1", GPUs: 2, Weight: 1, Arrival: 10, Start: 19, Finish: 90, Isolated: 50, GPUModel: "V100"},
 		{ID: "2", GPUs: 1, Weight: 1, Arrival: 20, Start: math.NaN(), Finish: math.NaN(), JCT: math.NaN(), Isolated: 80},
 	}
 	for i := range jobs[:2] {
 		jobs[i].JCT, jobs[i].Queueing, jobs[i].Nodes = jobs[i].Finish-jobs[i].Arrival, jobs[i].Start-jobs[i].Arrival, 1
 	}
-	util := []sim.UtilPoint{{T: 0, Busy: 0}, {T: 4, Busy: 1}, {T: 19, Busy: 3}, {T: 72.5, Busy: 1}, {T: 110, Busy: 0}}
+	util := []sim.UtilPoint{{T: 0, Busy: 0}, {T: 4, Busy: 1}, {T: 19, Busy: 3}, {T: 90, Busy: 1}, {T: 130, Busy: 0}}
 	res := &replay.Result{
 		Sim: &sim.Result{Policy: pol.Name, GPUs: 4, Jobs: jobs, Util: util,
-			Summary: sim.Summarize(pol.Name, 4, jobs, sim.BusyArea(util, 110))},
+			Summary: sim.Summarize(pol.Name, 4, jobs, sim.BusyArea(util, 130))},
 		Tasks: [][]replay.TaskRun{
-			{{Placed: 1.5, Start: 4, End: 110, Node: "n1"}},
-			{{Placed: 11, Start: 16, End: 72.5, Node: "n1"}, {Placed: 11, Start: 19, End: 72.25, Node: "n1"}},
+			{{Placed: 1.5, Start: 4, End: 130, Node: "n1"}},
+			{{Placed: 11, Start: 16, End: 90, Node: "n1"}, {Placed: 11, Start: 19, End: 89.75, Node: "n1"}},
 			nil,
 		},
 		Releases: [][]float64{{1}, {10.5}, nil},
 		Wall:     3 * 1e9, MaxLag: 2e6,
+	}
+	if f.lanes > 1 {
+		res.SharedSpeed = sharedSpeed(f.lanes)
+		for _, runs := range res.Tasks {
+			for k := range runs {
+				runs[k].GPU = "GPU-0"
+			}
+		}
 	}
 	dir := t.TempDir()
 	f.out, f.json, f.timeScale, f.held, f.gangs = dir, true, 10, true, true
@@ -76,6 +84,14 @@ func TestReplayFromReportsASavedRunAgain(t *testing.T) {
 	must.Eq(t, exitOK, code, must.Sprint(stderr))
 	must.StrContains(t, got, `"start_latency_s": 7,`)
 	must.StrContains(t, got, `"start_costs_from": "flags"`)
+
+	// A run on lanes is measured against its live partners, at the speed
+	// -lanes gives, as the replay measured it.
+	dir, want = savedReplay(t, tr, "-lanes", "2")
+	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-lanes", "2", "-json")
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	must.Eq(t, want, got)
+	must.StrContains(t, got, `"run_overhead_s": 0,`, must.Sprint("beside its partners at 0.6 of its pace, the tasks ran no longer than their work took"))
 }
 
 // A folder that does not hold the trace's jobs, or holds them badly, is

@@ -110,6 +110,21 @@ func TestMeasuredGangSpread(t *testing.T) {
 	spread, gangs = Live{Jobs: &sim.Result{}}.GangSpread()
 	must.Eq(t, 0, gangs)
 	must.Eq(t, 0.0, spread)
+
+	// A gang Nomad placed piecemeal, as a preemption's stops freed its
+	// GPUs, waited for those stops (the stop latency's part): left out.
+	// Placed in one evaluation, its spread counts.
+	piecemeal := [][]TaskRun{nil, {{Placed: 9, Start: 10, End: 100}, {Placed: 9, Start: 14, End: 100},
+		{Placed: 40, Start: 43, End: 100}, {Placed: 80, Start: 82, End: 100}}}
+	live.Jobs = live.Jobs[:2]
+	spread, gangs = Live{Jobs: live, Tasks: piecemeal}.GangSpread()
+	must.Eq(t, 0, gangs)
+	must.Eq(t, 0.0, spread)
+	together := [][]TaskRun{nil, {{Placed: 9, Start: 10, End: 100}, {Placed: 9, Start: 14, End: 100},
+		{Placed: 9, Start: 13, End: 100}, {Placed: 9, Start: 22, End: 100}}}
+	spread, gangs = Live{Jobs: live, Tasks: together}.GangSpread()
+	must.Eq(t, 1, gangs)
+	must.Eq(t, 4.0, spread)
 }
 
 // A run's overhead is measured on jobs that ran unpreempted on the same
