@@ -120,8 +120,8 @@ func readJSONFile(path string, v any) error {
 	return nil
 }
 
-// jobsCSVColumns are the columns of a jobs CSV (writeJobsCSV) a live run
-// is read back from.
+// jobsCSVColumns are the columns of a jobs CSV, in the order writeJobsCSV
+// writes them and readJobsCSV reads them back.
 var jobsCSVColumns = []string{"job_id", "gpus", "weight", "arrival", "start", "finish", "jct", "queueing", "isolated",
 	"preemptions", "migrations", "gpu_model"}
 

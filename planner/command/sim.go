@@ -340,7 +340,7 @@ func writeOutputs(dir string, rep simReport, results []*sim.Result) error {
 
 func writeJobsCSV(path string, r *sim.Result) error {
 	var b strings.Builder
-	b.WriteString("job_id,gpus,weight,arrival,start,finish,jct,queueing,isolated,preemptions,migrations,gpu_model\n")
+	b.WriteString(strings.Join(jobsCSVColumns, ",") + "\n")
 	for _, j := range r.Jobs {
 		fmt.Fprintf(&b, "%s,%d,%g,%g,%g,%g,%g,%g,%g,%d,%d,%s\n", csvSafe(j.ID), j.GPUs, j.Weight, j.Arrival, j.Start,
 			j.Finish, j.JCT, j.Queueing, j.Isolated, j.Preemptions, j.Migrations, csvSafe(j.GPUModel))
