@@ -5,10 +5,6 @@ import (
 	"slices"
 )
 
-// DefaultMatchWindow bounds how many pending jobs one AlloX matching
-// considers when fewer GPUs than that are free (see matchWindow).
-const DefaultMatchWindow = 48
-
 // matchPlacer is AlloX (Le et al., EuroSys '20, as in Gavel's allox.py): a
 // min-cost bipartite matching of pending jobs to (free GPU, position) slots.
 // A job in position k from the end of a GPU's queue delays the k-1 jobs
@@ -24,7 +20,6 @@ const DefaultMatchWindow = 48
 // matching leaves idle go to the remaining jobs in rank order.
 type matchPlacer struct {
 	fairness float64
-	window   int
 }
 
 func (matchPlacer) Name() string { return "match" }
@@ -48,7 +43,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	}
 	matched := p.match(s, r, k, pending)
 	// Keep the GPUs busy: the rest start in rank order on their fastest
-	// free model. That includes window jobs the matching could not cost,
+	// free model. That includes matched jobs the matching could not cost,
 	// such as live jobs whose run time is unknown. In the same walk, a
 	// running job that the preemptive walk displaced keeps running if its
 	// GPUs are still free when its rank comes: the pending jobs above it
@@ -89,7 +84,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 // position, all alike, so the group has one slot per free GPU.
 type slotGroup struct{ model, pos int }
 
-// match runs the AlloX matching over the window of pending jobs, starts
+// match runs the AlloX matching over the pending jobs fairness keeps, starts
 // the job at the head of each free GPU's queue, and returns the jobs it
 // matched.
 func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map[int]bool {
@@ -101,7 +96,7 @@ func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map
 	if workers == 0 {
 		return nil // no free GPU: no slot to match to
 	}
-	win := matchWindow(s, pending, p.fairness, p.window, workers)
+	win := matchWindow(s, pending, p.fairness, workers)
 	// A g-GPU job enters as g one-GPU pieces (at most one per free GPU),
 	// each costing what a one-GPU job of its run time would.
 	var pieceOf []int // window index of each piece
@@ -116,35 +111,43 @@ func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map
 	// the matching fills a position on every GPU before the next (a later
 	// position costs more), so no GPU of it holds more.
 	var groups []slotGroup
-	var capacity []int
+	firstGroup := make([]int, len(c.models))
 	for m := range c.models {
+		firstGroup[m] = len(groups)
 		if w := k.free[m]; w > 0 {
 			for pos := 1; pos <= (len(pieceOf)+w-1)/w; pos++ {
 				groups = append(groups, slotGroup{m, pos})
-				capacity = append(capacity, w)
 			}
 		}
 	}
-	jobCost := make([][]float64, len(win))
+	jobTime := make([][]float64, len(win))
 	for a, i := range win {
 		j := &s.Jobs[i]
-		jobCost[a] = make([]float64, len(groups))
-		for b, grp := range groups {
-			t := j.timeOn(c.models[grp.model])
-			if max(j.GPUs, 1) > c.total[grp.model] || math.IsInf(t, 1) || !j.allows(c.models[grp.model]) {
-				jobCost[a][b] = inf // no such slot for it
+		jobTime[a] = make([]float64, len(c.models))
+		for m, model := range c.models {
+			t := j.timeOn(model)
+			if max(j.GPUs, 1) > c.total[m] || math.IsInf(t, 1) || !j.allows(model) {
+				jobTime[a][m] = inf // no slot of the model for it
 				continue
 			}
 			// Among equals, the longer-waiting job takes the higher
 			// position and runs first: a nudge far below any real difference.
-			jobCost[a][b] = float64(grp.pos) * t * (1 + 1e-9*float64(a)/float64(len(win)))
+			jobTime[a][m] = t * (1 + 1e-9*float64(a)/float64(len(win)))
 		}
 	}
-	cost := make([][]float64, len(pieceOf))
+	times := make([][]float64, len(pieceOf))
 	for x, a := range pieceOf {
-		cost[x] = jobCost[a]
+		times[x] = jobTime[a]
 	}
-	assign := assignToGroups(cost, capacity)
+	pieceModel, piecePos := assignPositions(times, k.free)
+	assign := make([]int, len(pieceOf))
+	for x := range assign {
+		assign[x] = -1
+		if m := pieceModel[x]; m >= 0 {
+			assign[x] = firstGroup[m] + piecePos[x] - 1
+		}
+	}
+	jobCost := func(a, b int) float64 { return float64(groups[b].pos) * jobTime[a][groups[b].model] }
 
 	group := jobGroups(pieceOf, pieces, assign, jobCost, len(groups))
 	// Lay each group's jobs on its model's GPUs, the longest waiting first;
@@ -209,7 +212,7 @@ func (p matchPlacer) match(s *Snapshot, r *Result, k *keeper, pending []int) map
 // jobGroups puts each job where most of its pieces went (the cheaper
 // group on a tie); a one-GPU job, where its one piece went; -1 where none
 // of its pieces was matched.
-func jobGroups(pieceOf, pieces, assign []int, jobCost [][]float64, nGroups int) []int {
+func jobGroups(pieceOf, pieces, assign []int, jobCost func(a, b int) float64, nGroups int) []int {
 	group := make([]int, len(pieces))
 	votes := make([]int, nGroups)
 	for x := 0; x < len(pieceOf); {
@@ -218,7 +221,7 @@ func jobGroups(pieceOf, pieces, assign []int, jobCost [][]float64, nGroups int) 
 		for y := x; y < x+pieces[a]; y++ {
 			if b := assign[y]; b >= 0 {
 				votes[b]++
-				if g := group[a]; g < 0 || votes[b] > votes[g] || (votes[b] == votes[g] && jobCost[a][b] < jobCost[a][g]) {
+				if g := group[a]; g < 0 || votes[b] > votes[g] || (votes[b] == votes[g] && jobCost(a, b) < jobCost(a, g)) {
 					group[a] = b
 				}
 			}
@@ -235,18 +238,14 @@ func jobGroups(pieceOf, pieces, assign []int, jobCost [][]float64, nGroups int) 
 
 // matchWindow is the pending jobs the matching considers, longest since
 // arrival first: the ⌈(1−f)·n⌉ oldest of n, never fewer than the free
-// GPUs, and at most the larger of window and the free GPUs, which bounds
-// the matching's cost.
-func matchWindow(s *Snapshot, pending []int, fairness float64, window, workers int) []int {
-	if window <= 0 {
-		window = DefaultMatchWindow
-	}
+// GPUs, as AlloX does: with f = 0 the whole queue.
+func matchWindow(s *Snapshot, pending []int, fairness float64, workers int) []int {
 	n := len(pending)
 	keep := n
 	if fairness > 0 {
 		keep = int(math.Ceil((1 - fairness) * float64(n)))
 	}
-	keep = min(max(keep, workers), max(window, workers), n)
+	keep = min(max(keep, workers), n)
 	byAge := slices.Clone(pending)
 	slices.SortStableFunc(byAge, func(a, b int) int {
 		aa, ab := s.Jobs[a].Arrival, s.Jobs[b].Arrival

@@ -429,6 +429,29 @@ func TestAlloXFairnessKeepsAsManyJobsAsFreeGPUs(t *testing.T) {
 	}
 }
 
+// AlloX matches the whole pending queue: on two free GPUs of two models,
+// the two shortest of 60 waiting jobs start, however recently they came
+// (the matching once took only the 48 longest-waiting).
+func TestAlloXMatchesTheWholeQueue(t *testing.T) {
+	s := &Snapshot{Nodes: alloxCluster("V100", "K80")}
+	for k := range 60 {
+		j := job(fmt.Sprint("J", k+1), float64(k), 1)
+		j.RemainingWork, j.Throughput = 1000, map[string]float64{"V100": 2, "K80": 1}
+		if k >= 58 {
+			j.RemainingWork = 10 // the two newest are the shortest
+		}
+		s.Jobs = append(s.Jobs, j)
+	}
+	r := plan(t, "allox", Config{}, s)
+	var started []string
+	for i, d := range r.Decisions {
+		if d.Run {
+			started = append(started, s.Jobs[i].ID)
+		}
+	}
+	must.Eq(t, []string{"J59", "J60"}, started)
+}
+
 func TestConsolidatedBestFit(t *testing.T) {
 	// Node 0 has 1 free GPU, node 1 has 4: a 1-GPU job goes to node 0 and
 	// a 4-GPU job to node 1, keeping both on one node.

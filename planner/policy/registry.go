@@ -23,8 +23,6 @@ type Config struct {
 	GittinsDelta float64
 	// Fairness is AlloX's knob in [0,1].
 	Fairness float64
-	// MatchWindow bounds AlloX's matching (default DefaultMatchWindow).
-	MatchWindow int
 	// Sensitivity feeds Synergy sizing.
 	Sensitivity *Sensitivity
 	// Colocation is lane packing's slowdown model (nil: default factor).
@@ -126,7 +124,7 @@ func Parse(name string, cfg Config) (*Policy, error) {
 		case "earliest":
 			p.Place = earliestPlacer{}
 		case "match", "allox":
-			p.Place = matchPlacer{fairness: cfg.Fairness, window: cfg.MatchWindow}
+			p.Place = matchPlacer{fairness: cfg.Fairness}
 		case "pack":
 			p.Place = packPlacer{coloc: cfg.Colocation}
 		case migrateStep:

@@ -2,12 +2,14 @@ package policy
 
 import (
 	"math"
+	"slices"
 
 	"github.com/caravan-gpu/caravan/internal/minheap"
 )
 
-// assignToGroups solves the assignment problem whose columns come in
-// groups of alike slots: row r costs cost[r][g] in any of group g's
+// assignToGroups, the reference assignPositions is checked against,
+// solves the assignment problem whose columns come in groups of alike
+// slots: row r costs cost[r][g] in any of group g's
 // capacity[g] slots (+Inf: not allowed). It returns each row's group, -1
 // for a row that may use no group, at least cost. The groups a row may use
 // must have room for all the rows together, as AlloX's do (⌈n/w⌉
@@ -18,9 +20,7 @@ import (
 // (successive shortest paths with Johnson potentials). A path enters a
 // group, moves one of its rows to another group, and so on until a group
 // with a free slot; the rows' own potentials cancel along it, so Dijkstra
-// runs over the groups alone. A round costs O(rows² × groups) however many
-// slots a group has: AlloX's slots at one position on the free GPUs of one
-// model are all alike, and the matching stays cheap when many are free.
+// runs over the groups alone, each popped group relaxing every group.
 func assignToGroups(cost [][]float64, capacity []int) []int {
 	rows, groups := len(cost), len(capacity)
 	out := make([]int, rows)
@@ -97,7 +97,7 @@ func assignToGroups(cost [][]float64, capacity []int) []int {
 			r := src
 			if from >= 0 {
 				r = via[g]
-				members[from] = remove(members[from], r)
+				members[from] = slices.DeleteFunc(members[from], func(x int) bool { return x == r })
 			}
 			out[r] = g
 			members[g] = append(members[g], r)
@@ -108,15 +108,6 @@ func assignToGroups(cost [][]float64, capacity []int) []int {
 		}
 	}
 	return out
-}
-
-func remove(s []int, x int) []int {
-	for i, v := range s {
-		if v == x {
-			return append(s[:i], s[i+1:]...)
-		}
-	}
-	return s
 }
 
 type nodeDist struct {
