@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -339,11 +340,22 @@ func writeOutputs(dir string, rep simReport, results []*sim.Result) error {
 }
 
 func writeJobsCSV(path string, r *sim.Result) error {
+	// The jobs' own models (Synergy's) are a last column where there are
+	// any, so that a run's speedups can be read by model.
+	models := slices.ContainsFunc(r.Jobs, func(j sim.JobResult) bool { return j.Model != "" })
 	var b strings.Builder
-	b.WriteString(strings.Join(jobsCSVColumns, ",") + "\n")
+	b.WriteString(strings.Join(jobsCSVColumns, ","))
+	if models {
+		b.WriteString(",model")
+	}
+	b.WriteString("\n")
 	for _, j := range r.Jobs {
-		fmt.Fprintf(&b, "%s,%d,%g,%g,%g,%g,%g,%g,%g,%d,%d,%s\n", csvSafe(j.ID), j.GPUs, j.Weight, j.Arrival, j.Start,
+		fmt.Fprintf(&b, "%s,%d,%g,%g,%g,%g,%g,%g,%g,%d,%d,%s", csvSafe(j.ID), j.GPUs, j.Weight, j.Arrival, j.Start,
 			j.Finish, j.JCT, j.Queueing, j.Isolated, j.Preemptions, j.Migrations, csvSafe(j.GPUModel))
+		if models {
+			b.WriteString("," + csvSafe(j.Model))
+		}
+		b.WriteString("\n")
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

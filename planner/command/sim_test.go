@@ -131,6 +131,29 @@ func TestSimJSONAndOutputs(t *testing.T) {
 	must.SliceNotEmpty(t, runs[0].Util)
 }
 
+// With Synergy's sensitivities each job's model is a last column of the
+// jobs CSV, so that speedups can be read by model; the -from reader takes
+// the file as before.
+func TestSimOutNamesEachJobsModel(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.csv")
+	must.NoError(t, os.WriteFile(trace, []byte("job_id,num_gpu,submit_time,duration\n0,1,0,100\n1,1,10,50\n"), 0o644))
+	sens := filepath.Join(dir, "s.csv")
+	must.NoError(t, os.WriteFile(sens, []byte("model,gpus,cpus_per_gpu,mem_gb_per_gpu,normalized_throughput\n"+
+		"hungry,1,1,62.5,0.5\nhungry,1,3,62.5,1\nhungry,1,6,62.5,2\n"), 0o644))
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runSim(t, "-trace", trace, "-cluster", "n1g2", "-sensitivity", sens, "-policy", "fifo,fjf+count+synergy-greedy", "-out", out)
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	csv, err := os.ReadFile(filepath.Join(out, "fifo.jobs.csv"))
+	must.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
+	must.Eq(t, strings.Join(jobsCSVColumns, ",")+",model", lines[0])
+	must.StrHasSuffix(t, ",hungry", lines[1])
+	jobs, err := readJobsCSV(filepath.Join(out, "fifo.jobs.csv"))
+	must.NoError(t, err)
+	must.Len(t, 2, jobs)
+}
+
 func TestSimSyntheticTable(t *testing.T) {
 	code, stdout, _ := runSim(t, "-cluster", "n4g8", "-policy", "fifo,las", "-jobs", "200", "-load", "30")
 	must.Eq(t, 0, code)

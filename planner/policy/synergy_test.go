@@ -228,3 +228,49 @@ func TestSynergyTuneNeverSkips(t *testing.T) {
 		}
 	}
 }
+
+// TUNE never skips a job that has its GPUs: on random clusters (servers
+// of 2 to 8 GPUs with 1 to 6 cores per GPU, some starved of cores) and
+// queues (running and waiting jobs of one to four GPUs, CPU-hungry and
+// not), every job the placement alone runs, it runs too, and no other.
+func TestSynergyTuneRunsEveryJobThePlacerRuns(t *testing.T) {
+	sens := synergyTable(t)
+	for seed := range uint64(500) {
+		rng := rand.New(rand.NewPCG(seed, 5))
+		s := &Snapshot{Now: 100}
+		for n := range 1 + rng.IntN(4) {
+			g := []int{2, 4, 8}[rng.IntN(3)]
+			node := synergyNode(g, float64(1+rng.IntN(g*6)))
+			node.ID = fmt.Sprint("n", n)
+			s.Nodes = append(s.Nodes, node)
+		}
+		used := map[Slot]bool{}
+		for k := range 2 + rng.IntN(12) {
+			j := synergyJob(fmt.Sprint("j", k), float64(k), []int{1, 1, 2, 4}[rng.IntN(4)], []string{"cpu", "flat"}[rng.IntN(2)])
+			j.Remaining = float64(10 + rng.IntN(100))
+			if n := rng.IntN(len(s.Nodes)); rng.IntN(2) == 0 {
+				var slots []Slot
+				for g := range s.Nodes[n].GPUs {
+					if sl := (Slot{Node: n, GPU: g, Lane: -1}); len(slots) < j.GPUs && !used[sl] {
+						slots = append(slots, sl)
+					}
+				}
+				if len(slots) == j.GPUs {
+					for _, sl := range slots {
+						used[sl] = true
+					}
+					j.State, j.GPUModel, j.Placement, j.Attained = Running, "V100", slots, float64(rng.IntN(50))
+				}
+			}
+			s.Jobs = append(s.Jobs, j)
+		}
+		for _, placement := range []string{"fjf+count", "las+count", "fjf+consolidated", "las+pack"} {
+			alone := plan(t, placement, Config{}, s)
+			tuned := plan(t, placement+"+synergy-tune", Config{Sensitivity: sens}, s)
+			for i := range s.Jobs {
+				must.Eq(t, alone.Decisions[i].Run, tuned.Decisions[i].Run,
+					must.Sprintf("seed %d, %s: job %s (%s): %s", seed, placement, s.Jobs[i].ID, s.Jobs[i].Model, tuned.Decisions[i].Reason))
+			}
+		}
+	}
+}

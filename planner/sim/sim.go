@@ -105,6 +105,8 @@ type JobResult struct {
 	Stops      []float64
 	Migrations int    // moves to another GPU model while running
 	GPUModel   string // model it finished on
+	// Model is the job's own (a Synergy sensitivity's), "" when none.
+	Model string
 	// Nodes is how many nodes the run it finished on (or last ran)
 	// spanned; 0 when the placer named no GPUs.
 	Nodes int
