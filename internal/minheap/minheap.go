@@ -145,3 +145,88 @@ func DownFunc[T any](h []T, i int, less func(a, b *T) bool) {
 		i = c
 	}
 }
+
+// Indexed is a heap of the ints 0 to len(key)-1, each in it at most once,
+// least key first, that moves an element up in place when its key falls
+// (Dijkstra's decrease-key), where Push would add it again. The keys are
+// the caller's, compared in place. Among equal keys the element first (if
+// not -1) comes before the others, and the rest in any order.
+type Indexed struct {
+	heap  []int
+	at    []int // each element's index in heap, -1 when out
+	key   []float64
+	first int
+}
+
+// NewIndexed is an empty Indexed heap over key.
+func NewIndexed(key []float64, first int) *Indexed {
+	h := &Indexed{at: make([]int, len(key)), key: key, first: first}
+	for v := range h.at {
+		h.at[v] = -1
+	}
+	return h
+}
+
+func (h *Indexed) less(a, b int) bool {
+	ka, kb := h.key[a], h.key[b]
+	return ka < kb || ka == kb && a == h.first
+}
+
+// Len is how many elements are in the heap.
+func (h *Indexed) Len() int { return len(h.heap) }
+
+// Fix adds v, or moves it up to its place after its key fell.
+func (h *Indexed) Fix(v int) {
+	i := h.at[v]
+	if i < 0 {
+		i = len(h.heap)
+		h.heap = append(h.heap, v)
+	}
+	for i > 0 {
+		up := (i - 1) / 2
+		if !h.less(v, h.heap[up]) {
+			break
+		}
+		h.heap[i] = h.heap[up]
+		h.at[h.heap[i]] = i
+		i = up
+	}
+	h.heap[i], h.at[v] = v, i
+}
+
+// Pop removes the least element, which must be there, and returns it.
+func (h *Indexed) Pop() int {
+	top := h.heap[0]
+	h.at[top] = -1
+	last := h.heap[len(h.heap)-1]
+	h.heap = h.heap[:len(h.heap)-1]
+	if len(h.heap) == 0 {
+		return top
+	}
+	i := 0
+	for {
+		c := 2*i + 1
+		if c >= len(h.heap) {
+			break
+		}
+		if c+1 < len(h.heap) && h.less(h.heap[c+1], h.heap[c]) {
+			c++
+		}
+		if !h.less(h.heap[c], last) {
+			break
+		}
+		h.heap[i] = h.heap[c]
+		h.at[h.heap[i]] = i
+		i = c
+	}
+	h.heap[i], h.at[last] = last, i
+	return top
+}
+
+// Clear empties the heap.
+func (h *Indexed) Clear() {
+	for _, v := range h.heap {
+		h.at[v] = -1
+	}
+	h.heap = h.heap[:0]
+}

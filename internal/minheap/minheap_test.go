@@ -113,3 +113,46 @@ func BenchmarkPushPopFunc(b *testing.B) {
 		h = PushFunc(h, x, lessPair)
 	}
 }
+
+// Indexed pops its elements by key whatever keys fell while they waited,
+// each once, the first one ahead of its equals; Clear empties it.
+func TestIndexedPopsByKeyAfterDecreases(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for trial := 0; trial < 200; trial++ {
+		n := 1 + rng.IntN(60)
+		key := make([]float64, n)
+		first := rng.IntN(n)
+		h := NewIndexed(key, first)
+		in := map[int]bool{}
+		for step := 0; step < 3*n; step++ {
+			v := rng.IntN(n)
+			if !in[v] {
+				key[v] = float64(rng.IntN(1000))
+			} else {
+				key[v] -= float64(rng.IntN(100))
+			}
+			in[v] = true
+			h.Fix(v)
+		}
+		if h.Len() != len(in) {
+			t.Fatalf("trial %d: %d in the heap, want %d", trial, h.Len(), len(in))
+		}
+		prev := -1
+		for h.Len() > 0 {
+			v := h.Pop()
+			if !in[v] {
+				t.Fatalf("trial %d: %d popped twice", trial, v)
+			}
+			delete(in, v)
+			if prev >= 0 && (key[v] < key[prev] || key[v] == key[prev] && v == first) {
+				t.Fatalf("trial %d: %d (key %g) after %d (key %g)", trial, v, key[v], prev, key[prev])
+			}
+			prev = v
+		}
+		h.Fix(0)
+		h.Clear()
+		if h.Len() != 0 || h.at[0] != -1 {
+			t.Fatalf("trial %d: Clear left %d", trial, h.Len())
+		}
+	}
+}

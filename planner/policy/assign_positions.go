@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"math"
 	"slices"
+
+	"github.com/caravan-gpu/caravan/internal/minheap"
 )
 
 // assignPositions solves AlloX's matching: row r placed on model m in
@@ -76,8 +78,10 @@ type positionSolver struct {
 	via       []int // the row it moves
 	done      []bool
 	touched   []int // the groups (and sink) this search set a distance for
-	heap      []int // the groups with a distance not yet done, by distance (the sink first on a tie)
-	at        []int // each group's index in heap, -1 when not there
+	// heap holds the groups with a distance not yet done, by distance, the
+	// sink first on a tie (a path that ends there need not move a full
+	// group's rows).
+	heap *minheap.Indexed
 }
 
 type rankChange struct {
@@ -131,10 +135,10 @@ func newPositionSolver(rowTimes [][]float64, width []int) *positionSolver {
 	s.across = make([][]acrossRow, s.groups*s.models)
 	s.pot, s.dist = make([]float64, s.groups+1), make([]float64, s.groups+1)
 	s.prev, s.via, s.done = make([]int, s.groups+1), make([]int, s.groups), make([]bool, s.groups+1)
-	s.at = make([]int, s.groups+1)
 	for v := range s.dist {
-		s.dist[v], s.prev[v], s.at[v] = math.Inf(1), -1, -1
+		s.dist[v], s.prev[v] = math.Inf(1), -1
 	}
+	s.heap = minheap.NewIndexed(s.dist, s.groups)
 	return s
 }
 
@@ -174,17 +178,18 @@ func (s *positionSolver) time(r, m int) float64 { return s.times[r*s.models+m] }
 func (s *positionSolver) add(r int) {
 	sink := s.groups
 	for _, v := range s.touched {
-		s.dist[v], s.prev[v], s.done[v], s.at[v] = math.Inf(1), -1, false, -1
+		s.dist[v], s.prev[v], s.done[v] = math.Inf(1), -1, false
 	}
-	s.touched, s.heap = s.touched[:0], s.heap[:0]
+	s.touched = s.touched[:0]
+	s.heap.Clear()
 	for m := range s.width {
 		if t := s.time(r, m); s.width[m] > 0 && !math.IsInf(t, 1) {
 			lo, hi := s.ranks(r, m)
 			s.enter(m, lo, hi, t, r, -1, 0)
 		}
 	}
-	for len(s.heap) > 0 {
-		g := s.pop()
+	for s.heap.Len() > 0 {
+		g := s.heap.Pop()
 		s.done[g] = true
 		if g == sink {
 			break
@@ -281,7 +286,7 @@ func (s *positionSolver) relax(v, from, row int, d float64) {
 		s.touched = append(s.touched, v)
 	}
 	s.dist[v], s.prev[v] = d, from
-	s.push(v)
+	s.heap.Fix(v)
 	if v == s.groups {
 		return
 	}
@@ -290,60 +295,6 @@ func (s *positionSolver) relax(v, from, row int, d float64) {
 	if len(s.members[v]) < s.width[s.groupModel[v]] {
 		s.relax(s.groups, v, -1, d+s.pot[v]-s.pot[s.groups])
 	}
-}
-
-// before orders the heap: by distance, the sink first on a tie (a path
-// that ends there need not move a full group's rows).
-func (s *positionSolver) before(a, b int) bool {
-	return s.dist[a] < s.dist[b] || s.dist[a] == s.dist[b] && a == s.groups
-}
-
-// push puts v in the heap or moves it up after its distance fell.
-func (s *positionSolver) push(v int) {
-	i := s.at[v]
-	if i < 0 {
-		i = len(s.heap)
-		s.heap = append(s.heap, v)
-	}
-	for i > 0 {
-		up := (i - 1) / 2
-		if !s.before(v, s.heap[up]) {
-			break
-		}
-		s.heap[i] = s.heap[up]
-		s.at[s.heap[i]] = i
-		i = up
-	}
-	s.heap[i], s.at[v] = v, i
-}
-
-// pop takes the nearest group out of the heap.
-func (s *positionSolver) pop() int {
-	top := s.heap[0]
-	s.at[top] = -1
-	last := s.heap[len(s.heap)-1]
-	s.heap = s.heap[:len(s.heap)-1]
-	if len(s.heap) == 0 {
-		return top
-	}
-	i := 0
-	for {
-		c := 2*i + 1
-		if c >= len(s.heap) {
-			break
-		}
-		if c+1 < len(s.heap) && s.before(s.heap[c+1], s.heap[c]) {
-			c++
-		}
-		if !s.before(s.heap[c], last) {
-			break
-		}
-		s.heap[i] = s.heap[c]
-		s.at[s.heap[i]] = i
-		i = c
-	}
-	s.heap[i], s.at[last] = last, i
-	return top
 }
 
 // expand relaxes the edges out of group g: one of its rows moves.
