@@ -55,7 +55,7 @@ func (p *Planner) Handler() http.Handler {
 		}
 		e, ok := p.Explain(job)
 		if !ok {
-			http.Error(w, "job "+job+" is not managed by the planner (no caravan.policy meta, no managed namespace, or no GPU request)", http.StatusNotFound)
+			http.Error(w, "job "+job+" is not in the planner's last round: it is not managed (no caravan.policy meta, no managed namespace, or no GPU request), or it was registered since that round", http.StatusNotFound)
 			return
 		}
 		e.Group = p.jobGroup(cluster.Key(e.Namespace, e.Job))

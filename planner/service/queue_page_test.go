@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -109,6 +110,17 @@ func TestQueuePaging(t *testing.T) {
 	var e plannerapi.Explain
 	getJSON(t, srv.URL+"/v1/explain/detector", &e)
 	must.Eq(t, "Vision", e.Group)
+
+	// A job the last round did not see may be unmanaged or newer than the
+	// round: the answer says both.
+	resp, err := http.Get(srv.URL + "/v1/explain/newcomer")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	must.NoError(t, err)
+	must.Eq(t, http.StatusNotFound, resp.StatusCode)
+	must.StrContains(t, string(body), "job newcomer is not in the planner's last round")
+	must.StrContains(t, string(body), "registered since that round")
 }
 
 func without(jobs []string, drop string) []string {
