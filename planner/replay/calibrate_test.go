@@ -203,7 +203,7 @@ func TestSharedRunTime(t *testing.T) {
 // A gang's tasks start one after another: the spread counts each task, and
 // the job after the gang is measured less the spread of all its tasks.
 // The gang makes progress once its last task has started, so each task's
-// run overhead is measured from there.
+// run overhead is measured from there, and the job is charged its last.
 func TestAGangsTasksAreSpreadAndRunFromTheLastStart(t *testing.T) {
 	ideal := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "gang", GPUs: 3, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
@@ -232,27 +232,15 @@ func TestAGangsTasksAreSpreadAndRunFromTheLastStart(t *testing.T) {
 	overhead, n = measured.RunOverhead(ideal)
 	must.Eq(t, 2, n)
 	must.Eq(t, 2.0, overhead)
-}
 
-// A job finishes with its last task, and the simulator charges a run's
-// overhead once: a gang whose tasks' exits were seen apart is charged its
-// last, not the mean of its tasks (which came to 4.75 here).
-func TestRunOverheadIsAJobsLastTask(t *testing.T) {
-	ideal := &sim.Result{Jobs: []sim.JobResult{
-		{ID: "gang", GPUs: 3, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
-		{ID: "lone", GPUs: 1, Arrival: 0, Start: 0, Finish: 100, GPUModel: "V100"},
-	}}
-	live := &sim.Result{Jobs: []sim.JobResult{
-		{ID: "gang", GPUs: 3, Arrival: 0, Start: 2, Finish: 118, GPUModel: "V100"},
-		{ID: "lone", GPUs: 1, Arrival: 0, Start: 2, Finish: 104, GPUModel: "V100"},
-	}}
-	measured := Live{Jobs: live, Tasks: [][]TaskRun{
-		{{Start: 2, End: 105}, {Start: 3, End: 106}, {Start: 4, End: 118}},
-		{{Start: 2, End: 104}},
-	}}
-	overhead, n := measured.RunOverhead(ideal)
+	// A job finishes with its last task, and the simulator charges a
+	// run's overhead once: a gang whose tasks' exits were seen apart is
+	// charged its last, not the mean of its tasks (4.75 here).
+	measured.IndependentWorkers = false
+	measured.Tasks[0] = []TaskRun{{Start: 2, End: 105}, {Start: 3, End: 106}, {Start: 4, End: 118}}
+	overhead, n = measured.RunOverhead(ideal)
 	must.Eq(t, 2, n)
-	must.Eq(t, 8.0, overhead, must.Sprint("the gang's last task 14 s over its work from its last start at 4, the lone job 2"))
+	must.Eq(t, 8.0, overhead, must.Sprint("the gang's last task 14 s over its work from its last start at 4, after 2"))
 }
 
 // Where Nomad kept the planner's release, a start is timed from the event
