@@ -152,27 +152,11 @@ func (q *keyedQueue) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]ke
 				keys = append(keys, rankGPUs{extra[k].K3, extra[k].gpus})
 			}
 		}
-		slices.SortFunc(keys, func(a, b rankGPUs) int {
-			if a.k2 < b.k2 {
-				return -1
-			}
-			if a.k2 > b.k2 {
-				return 1
-			}
-			return 0
-		})
 		q.keys = keys
 		widest := q.sizes[len(q.sizes)-1]
-		held, at := 0, -1
-		for k := range keys {
-			if held += int(keys[k].gpus); held > free-widest {
-				break
-			}
-			at = k
-		}
-		if at >= 0 && at+1 < len(keys) {
-			// Ahead of every job of key keys[at+1].k2.
-			pivot := keyedItem{RankOf: policy.RankOf[int32, int32]{K1: q.lastQ, K3: keys[at+1].k2, Arrival: math.Inf(-1), Job: -1}}
+		if k2, ok := keyPastFull(keys, free-widest); ok {
+			// Ahead of every job of key k2.
+			pivot := keyedItem{RankOf: policy.RankOf[int32, int32]{K1: q.lastQ, K3: k2, Arrival: math.Inf(-1), Job: -1}}
 			ahead = q.rankTail(extra, &pivot)
 		}
 		if ahead > free {
@@ -233,7 +217,9 @@ func (q *keyedQueue) rankTail(extra []keyedItem, th *keyedItem) int {
 			first := t.Arrival < th.Arrival || t.Arrival == th.Arrival && t.Job < th.Job
 			before = now < t.expire && (t.K3 < th.K3 || t.K3 == th.K3 && first) || zero && first
 		}
-		if !before {
+		// A key whose bound never expires was worked out past every
+		// sample: its index is zero for good, and the key exact.
+		if !before && !math.IsInf(t.expire, 1) {
 			s.settle(&s.jobs[t.Job])
 			t.K3 = q.indexKey(int(t.Job))
 			q.bound(t)
@@ -254,4 +240,44 @@ func (q *keyedQueue) rankTail(extra []keyedItem, th *keyedItem) int {
 		}
 	}
 	return ahead
+}
+
+// keyPastFull is the least key k2 whose jobs, with those of every key
+// below it, hold more than limit GPUs; ok when some job's key is below it
+// and the jobs of keys below fit in limit. A weighted selection, in time
+// linear in len(keys) where a sort took n log n: it reorders keys.
+func keyPastFull(keys []rankGPUs, limit int) (k2 float64, ok bool) {
+	below := 0 // GPUs of the keys left of keys[lo:hi], all below them
+	lo, hi := 0, len(keys)
+	for lo < hi {
+		pivot := keys[lo+(hi-lo)/2].k2
+		// Three ways: keys[lo:lt] below the pivot, keys[lt:gt] equal,
+		// keys[gt:hi] above.
+		lt, gt, under, at := lo, hi, 0, 0
+		for i := lo; i < gt; {
+			switch k := keys[i]; {
+			case k.k2 < pivot:
+				keys[lt], keys[i] = k, keys[lt]
+				under += int(k.gpus)
+				lt++
+				i++
+			case k.k2 > pivot:
+				gt--
+				keys[gt], keys[i] = k, keys[gt]
+			default:
+				at += int(k.gpus)
+				i++
+			}
+		}
+		switch {
+		case below+under > limit:
+			hi = lt
+		case below+under+at > limit:
+			return pivot, below+under > 0
+		default:
+			below += under + at
+			lo = gt
+		}
+	}
+	return 0, false // every job fits
 }

@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,4 +180,42 @@ func TestTailSettlesWhenRoundsWould(t *testing.T) {
 		Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{1}})}, jobs)
 	must.Eq(t, 1, with.Jobs[0].Preemptions)
 	must.EqOp(t, bits(without), bits(with))
+}
+
+// TestKeyPastFullMatchesASortedScan checks the weighted selection against
+// sorting the keys and adding up their GPUs in order, on keys with many
+// ties and limits below, within and past their total.
+func TestKeyPastFullMatchesASortedScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for trial := 0; trial < 2000; trial++ {
+		keys := make([]rankGPUs, rng.IntN(40))
+		total := 0
+		for k := range keys {
+			keys[k] = rankGPUs{k2: -float64(rng.IntN(1 + rng.IntN(12))), gpus: int32(1 + rng.IntN(8))}
+			total += int(keys[k].gpus)
+		}
+		limit := rng.IntN(total+10) - 5
+		sorted := slices.Clone(keys)
+		slices.SortStableFunc(sorted, func(a, b rankGPUs) int { return cmp.Compare(a.k2, b.k2) })
+		wantKey, wantOK, held := 0.0, false, 0
+		for k := range sorted {
+			if held+int(sorted[k].gpus) > limit {
+				// The first key past limit; ok when keys below it hold any.
+				below := 0
+				for _, s := range sorted {
+					if s.k2 < sorted[k].k2 {
+						below += int(s.gpus)
+					}
+				}
+				wantKey, wantOK = sorted[k].k2, below > 0
+				break
+			}
+			held += int(sorted[k].gpus)
+		}
+		gotKey, gotOK := keyPastFull(keys, limit)
+		must.Eq(t, wantOK, gotOK, must.Sprintf("trial %d: keys %v limit %d", trial, sorted, limit))
+		if wantOK {
+			must.Eq(t, wantKey, gotKey, must.Sprintf("trial %d: keys %v limit %d", trial, sorted, limit))
+		}
+	}
 }
