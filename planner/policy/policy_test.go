@@ -1134,6 +1134,49 @@ func TestIndexPositiveUntil(t *testing.T) {
 	must.Eq(t, math.Inf(-1), none.RisesUntil(nil))
 }
 
+// The floor FloorUntil gives holds at every attained service up to its
+// bound, at the bound's edge too, and reaches further than the next
+// sample in a good share of trials (where it spares a new index).
+func TestIndexFloorUntil(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 13))
+	far := 0
+	for trial := 0; trial < 400; trial++ {
+		var sizes []float64
+		spread := []float64{0.5, 1, 2}[rng.IntN(3)]
+		for k := 0; k < 1+rng.IntN(300); k++ {
+			sizes = append(sizes, math.Round(math.Exp(rng.NormFloat64()*spread+7)))
+		}
+		d := NewSizeDistribution(sizes)
+		delta := float64(1 + rng.IntN(3000))
+		var h IndexHint
+		a := rng.Float64() * d.sorted[len(d.sorted)-1]
+		index := d.GittinsFrom(a, delta, &h)
+		floor, until := h.FloorUntil(d, index)
+		label := must.Sprintf("trial %d a %v index %v floor %v until %v", trial, a, index, floor, until)
+		_, other := h.FloorUntil(NewSizeDistribution(sizes), index)
+		must.Eq(t, math.Inf(-1), other, label)
+		if math.IsInf(until, -1) {
+			continue
+		}
+		must.Greater(t, 0, floor, label)
+		must.LessEq(t, index, floor, label)
+		if until > d.sampleAt(d.firstAbove(a)) {
+			far++
+		}
+		for step := 0; step < 50 && a < until; step++ {
+			b := a + (until-a)*rng.Float64()
+			if step == 0 {
+				b = math.Nextafter(until, math.Inf(-1))
+			}
+			must.GreaterEq(t, floor, d.Gittins(b, delta), must.Sprintf("trial %d from %v to %v, until %v, floor %v", trial, a, b, until, floor))
+		}
+	}
+	must.Greater(t, 40, far)
+	var none IndexHint
+	_, until := none.FloorUntil(nil, 1)
+	must.Eq(t, math.Inf(-1), until)
+}
+
 // A distribution grown by With is the one built from all its samples at
 // once: the same sorted samples, prefix sums and buckets.
 func TestSizeDistributionWithIsAllAtOnce(t *testing.T) {

@@ -251,6 +251,41 @@ func (h *IndexHint) RisesUntil(d *SizeDistribution) float64 {
 	return until
 }
 
+// FloorUntil is a floor under the index of a job whose lookups ended at
+// h, for the sizes d, where index is the index they gave, and the attained
+// service below which it holds. The index falls only as the attained
+// service passes a sample, which leaves the quantum's window: while no
+// more than a quarter of the samples the index counted have left it, it
+// counts at least the other three quarters, and its divisor only shrinks.
+// Where the index is worked out anew each time the attained service
+// passes the next sample, that bounds it for many samples at once. The
+// floor is lowered by the divisor's rounding (as PositiveUntil bounds it)
+// and a few units in the last place. It is 0 and until -Inf where h's
+// terms are not of d or count no sample, or where rounding could cancel
+// a quantum.
+func (h *IndexHint) FloorUntil(d *SizeDistribution, index float64) (floor, until float64) {
+	none := math.Inf(-1)
+	if d == nil || h.of != d || h.done <= 0 || !(index > 0) {
+		return 0, none
+	}
+	n, counted := len(d.sorted), int(h.done)
+	left := counted / 4 // samples that may leave the window
+	rounding := d.divisorRounding()
+	if h.delta <= rounding {
+		return 0, none
+	}
+	divisor := h.done / index * (1 + 0x1p-50)
+	floor = float64(counted-left) / (divisor + 2*rounding) * (1 - 0x1p-48)
+	if !(floor > 0) {
+		return 0, none
+	}
+	// Below sample h.lo+left, at most left samples have left the window;
+	// below last-delta, the last sample lies beyond the window, so the
+	// divisor keeps a quantum that rounding cannot cancel.
+	last := d.sorted[n-1]
+	return floor, min(d.sorted[int(h.lo)+left], last-h.delta) - 1e-9*(last+h.delta)
+}
+
 // PositiveUntil is the attained service below which the index of a job
 // whose lookups ended at h, for the sizes d, stays above zero: the
 // largest sample of its last quantum's window stays in the window, and a
@@ -260,13 +295,19 @@ func (h *IndexHint) PositiveUntil(d *SizeDistribution) float64 {
 	if d == nil || h.of != d || h.done <= 0 || int(h.hi) >= len(d.sorted) || h.hi <= h.lo {
 		return math.Inf(-1)
 	}
-	n := len(d.sorted)
-	// A bound on the rounding of the divisor's terms, each within the
-	// sum of all samples (prefix sums of n terms, a product, two sums).
-	if rounding := 4 * float64(n+4) * 0x1p-52 * d.prefix[n]; h.delta <= rounding {
+	if h.delta <= d.divisorRounding() {
 		return math.Inf(-1)
 	}
+	n := len(d.sorted)
 	last := d.sorted[n-1]
 	margin := 1e-9 * (last + h.delta)
 	return min(d.sorted[h.hi-1], last-h.delta) - margin
+}
+
+// divisorRounding bounds the rounding of a Gittins index's divisor: its
+// terms are each within the sum of all samples (prefix sums of n terms, a
+// product, two sums).
+func (d *SizeDistribution) divisorRounding() float64 {
+	n := len(d.sorted)
+	return 4 * float64(n+4) * 0x1p-52 * d.prefix[n]
 }

@@ -236,7 +236,8 @@ func (q *keyedQueue) relearn() {
 			q.rekey()
 			for k := range q.tail {
 				// Worked out with other sizes.
-				q.tail[k].expire, q.tail[k].positive = math.Inf(-1), math.Inf(-1)
+				t := &q.tail[k]
+				t.expire, t.positive, t.floorUntil = math.Inf(-1), math.Inf(-1), math.Inf(-1)
 			}
 			for k := range q.ran {
 				// Ranked by index, running jobs carry the one they were

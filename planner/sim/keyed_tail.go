@@ -16,6 +16,8 @@ import (
 type tailItem struct {
 	keyedItem
 	expire, positive float64
+	// Until floorUntil its index is at least floor (IndexHint.FloorUntil).
+	floor, floorUntil float64
 }
 
 // rankGPUs is a running job's key within its queue, and its GPUs.
@@ -33,6 +35,8 @@ func (q *keyedQueue) bound(t *tailItem) {
 	h := &q.indices[t.Job].hint
 	t.expire = q.reaches(js, h.RisesUntil(q.ranked))
 	t.positive = q.reaches(js, h.PositiveUntil(q.ranked))
+	floor, until := h.FloorUntil(q.ranked, -q.indices[t.Job].key)
+	t.floor, t.floorUntil = floor, q.reaches(js, until)
 }
 
 // done takes js, settled lazily and now done, out of the tail's count;
@@ -66,7 +70,7 @@ func (q *keyedQueue) tidyTail() {
 func (q *keyedQueue) toTail(it *keyedItem) {
 	s := q.sim
 	js := &s.jobs[it.Job]
-	t := tailItem{keyedItem: *it, expire: math.Inf(-1), positive: math.Inf(-1)}
+	t := tailItem{keyedItem: *it, expire: math.Inf(-1), positive: math.Inf(-1), floorUntil: math.Inf(-1)}
 	t.wake = math.Inf(1) // it stays in the last queue (RunWake)
 	if q.ranked == nil {
 		// Under 2D-LAS the tail is in rank order: by its jobs' numbers.
@@ -198,7 +202,8 @@ func (q *keyedQueue) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]ke
 // its index now only where it may not rank before th. It surely does if
 // its index has not fallen since it ranked before th (expire); or if th's
 // index is zero, and its own is above zero (positive) or it arrived first
-// (no index is below zero). On a congested cluster the first waiting job
+// (no index is below zero); or if its floor (floorUntil) is above th's
+// index. On a congested cluster the first waiting job
 // of the last queue is mostly one past every learned size, of index zero.
 func (q *keyedQueue) rankTail(extra []keyedItem, th *keyedItem) int {
 	s := q.sim
@@ -215,15 +220,22 @@ func (q *keyedQueue) rankTail(extra []keyedItem, th *keyedItem) int {
 			before = true
 		} else {
 			first := t.Arrival < th.Arrival || t.Arrival == th.Arrival && t.Job < th.Job
-			before = now < t.expire && (t.K3 < th.K3 || t.K3 == th.K3 && first) || zero && first
+			before = now < t.expire && (t.K3 < th.K3 || t.K3 == th.K3 && first) || zero && first ||
+				now < t.floorUntil && t.floor > -th.K3
 		}
-		// A key whose bound never expires was worked out past every
-		// sample: its index is zero for good, and the key exact.
-		if !before && !math.IsInf(t.expire, 1) {
+		if !before {
+			// It may leave the tail, and the walk bounds its index anew
+			// from its attained service: settle it.
 			s.settle(&s.jobs[t.Job])
-			t.K3 = q.indexKey(int(t.Job))
-			q.bound(t)
-			before = t.Before(&th.RankOf)
+			// An index of zero stays zero until its bound expires (no
+			// sample enters the quantum's window before then; past every
+			// sample, it never expires): that key is exact, and so is its
+			// rank.
+			if !(now < t.expire && t.K3 == 0) {
+				t.K3 = q.indexKey(int(t.Job))
+				q.bound(t)
+				before = t.Before(&th.RankOf)
+			}
 		}
 		q.isAhead[k] = before
 		if before {
