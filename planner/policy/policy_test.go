@@ -1097,6 +1097,21 @@ func TestIndexRisesUntil(t *testing.T) {
 	must.Greater(t, 200, bounded)
 }
 
+// randomIndexLookup is a Gittins index looked up at a random attained
+// service within a random size sample (log-normal, of one of three
+// spreads, with repeats) for a random quantum, and the hint it left.
+func randomIndexLookup(rng *rand.Rand) (sizes []float64, d *SizeDistribution, delta, a float64, h IndexHint, index float64) {
+	spread := []float64{0.5, 1, 2}[rng.IntN(3)]
+	for k := 0; k < 1+rng.IntN(300); k++ {
+		sizes = append(sizes, math.Round(math.Exp(rng.NormFloat64()*spread+7)))
+	}
+	d = NewSizeDistribution(sizes)
+	delta = float64(1 + rng.IntN(3000))
+	a = rng.Float64() * d.sorted[len(d.sorted)-1]
+	index = d.GittinsFrom(a, delta, &h)
+	return sizes, d, delta, a, h, index
+}
+
 // The index stays above zero while the attained service grows below
 // PositiveUntil, which often lies beyond the next sample (where the index
 // may fall); it bounds nothing for other sizes.
@@ -1104,16 +1119,7 @@ func TestIndexPositiveUntil(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 3))
 	far := 0
 	for trial := 0; trial < 300; trial++ {
-		var sizes []float64
-		spread := []float64{0.5, 1, 2}[rng.IntN(3)]
-		for k := 0; k < 1+rng.IntN(300); k++ {
-			sizes = append(sizes, math.Round(math.Exp(rng.NormFloat64()*spread+7)))
-		}
-		d := NewSizeDistribution(sizes)
-		delta := float64(1 + rng.IntN(3000))
-		var h IndexHint
-		a := rng.Float64() * d.sorted[len(d.sorted)-1]
-		index := d.GittinsFrom(a, delta, &h)
+		sizes, d, delta, a, h, index := randomIndexLookup(rng)
 		until := h.PositiveUntil(d)
 		label := must.Sprintf("trial %d a %v index %v until %v", trial, a, index, until)
 		must.Eq(t, math.Inf(-1), h.PositiveUntil(NewSizeDistribution(sizes)), label)
@@ -1141,16 +1147,7 @@ func TestIndexFloorUntil(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 13))
 	far := 0
 	for trial := 0; trial < 400; trial++ {
-		var sizes []float64
-		spread := []float64{0.5, 1, 2}[rng.IntN(3)]
-		for k := 0; k < 1+rng.IntN(300); k++ {
-			sizes = append(sizes, math.Round(math.Exp(rng.NormFloat64()*spread+7)))
-		}
-		d := NewSizeDistribution(sizes)
-		delta := float64(1 + rng.IntN(3000))
-		var h IndexHint
-		a := rng.Float64() * d.sorted[len(d.sorted)-1]
-		index := d.GittinsFrom(a, delta, &h)
+		sizes, d, delta, a, h, index := randomIndexLookup(rng)
 		floor, until := h.FloorUntil(d, index)
 		label := must.Sprintf("trial %d a %v index %v floor %v until %v", trial, a, index, floor, until)
 		_, other := h.FloorUntil(NewSizeDistribution(sizes), index)

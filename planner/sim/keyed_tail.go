@@ -203,8 +203,8 @@ func (q *keyedQueue) splitTail(run []keyedItem, r, free int, h *keyedItem) ([]ke
 // its index has not fallen since it ranked before th (expire); or if th's
 // index is zero, and its own is above zero (positive) or it arrived first
 // (no index is below zero); or if its floor (floorUntil) is above th's
-// index. On a congested cluster the first waiting job
-// of the last queue is mostly one past every learned size, of index zero.
+// index. On a congested cluster the first waiting job of the last queue is
+// mostly one past every learned size, of index zero.
 func (q *keyedQueue) rankTail(extra []keyedItem, th *keyedItem) int {
 	s := q.sim
 	q.isAhead = slices.Grow(q.isAhead[:0], len(q.tail)+len(extra))[:len(q.tail)+len(extra)]
