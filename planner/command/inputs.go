@@ -19,7 +19,7 @@ import (
 type traceFlags struct {
 	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
 	queueCuts, weights, sizes                                                    string
-	promoteKnob, fairness, migrationCost                                         float64
+	promoteKnob, fairness, migrationCost, synergyLease                           float64
 	offeredLoad                                                                  setFloat
 	jobs                                                                         int
 	seed                                                                         uint64
@@ -162,7 +162,7 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 		return nil, 2, fmt.Errorf("flag -cluster: %w", err) // a malformed nNgG or mix
 	}
 	in.cfg = policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias",
-		MigrationCost: f.migrationCost}
+		MigrationCost: f.migrationCost, SynergyLease: f.synergyLease}
 	in.cfg.QueueCuts, _ = parseCuts(f.queueCuts)
 	if f.jobSizes != "" {
 		if in.cfg.JobSizes, err = trace.LoadJobSizes(f.jobSizes); err != nil {

@@ -66,6 +66,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -throughputs FILE    Gavel simulation_throughputs.json
   -sensitivity FILE    Synergy sensitivity.csv (jobs without a model get
                        one at random, seeded)
+  -synergy-lease S     Synergy's lease: at each multiple of S seconds its
+                       sizer places every running job again, as the
+                       reference does (300 there); a job it moves pays
+                       -migration-cost (default 0: jobs keep their GPUs)
   -weights W1,W2,...   give every job a weight drawn from the list at
                        random, seeded (default: the trace's, else 1)
   -lanes N             split every GPU into N lanes (for pack)
@@ -130,6 +134,7 @@ func (c *simCommand) Run(args []string) int {
 	f.policies = policy.Default
 	fs.StringVar(&f.compat, "compat", "", "")
 	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
+	fs.Float64Var(&f.synergyLease, "synergy-lease", 0, "")
 	fs.StringVar(&f.weights, "weights", "", "")
 	fs.StringVar(&f.out, "out", "", "")
 	fs.StringVar(&f.plot, "plot", "", "")
@@ -186,6 +191,10 @@ func (f *simFlags) check() string {
 		return "flag -gang-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
+	case !seconds(f.synergyLease):
+		return "flag -synergy-lease must be a non-negative number of seconds"
+	case f.synergyLease > 0 && f.sensitivity == "":
+		return "flag -synergy-lease is Synergy's: it needs -sensitivity and a synergy sizer"
 	}
 	return ""
 }

@@ -42,6 +42,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "teleport"}, "flag -policy"},
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "-1"}, "flag -migration-cost"},
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "NaN"}, "flag -migration-cost"},
+		{[]string{"-cluster", "n1g4", "-policy", "synergy", "-synergy-lease", "-300"}, "flag -synergy-lease must be"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-synergy-lease", "300"}, "flag -synergy-lease is Synergy's: it needs -sensitivity"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
 		{[]string{"-cluster", "n0g4", "-policy", "las"}, "flag -cluster"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-load", "NaN"}, "flag -load"},

@@ -133,7 +133,18 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	if w, ok := p.Order.(Waker); ok {
 		r.Wake = min(r.Wake, w.Wake(s, r))
 	}
+	if w, ok := p.Size.(Waker); ok {
+		r.Wake = min(r.Wake, w.Wake(s, r))
+	}
 	return r
+}
+
+// ReplacesRunning says the policy places running jobs again on a clock of
+// its own (Synergy's lease), so that its wake-ups call for a round even
+// when no job waits.
+func (p *Policy) ReplacesRunning() bool {
+	z, ok := p.Size.(synergySizer)
+	return ok && z.lease > 0
 }
 
 // sortOrder sorts r.Order by the orderer's keys, then arrival, then job

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -33,6 +34,11 @@ type Config struct {
 	// migrate step moves it to another GPU model (default
 	// DefaultMigrationCost).
 	MigrationCost float64
+	// SynergyLease is the lease in seconds after which Synergy's sizer
+	// places every running job again, as its reference does each round
+	// (300 s there); leases end together at multiples of it. 0: running
+	// jobs keep their GPUs.
+	SynergyLease float64
 }
 
 // Default is the policy the planner and caravan sim run unless told
@@ -133,7 +139,10 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			if cfg.Sensitivity == nil {
 				return nil, fmt.Errorf("policy %q: %s sizing needs a sensitivity table", name, part)
 			}
-			p.Size = synergySizer{sens: cfg.Sensitivity, tune: part != "synergy-greedy"}
+			if !(cfg.SynergyLease >= 0) || math.IsInf(cfg.SynergyLease, 0) {
+				return nil, fmt.Errorf("policy %q: the Synergy lease must be a number of seconds, 0 or more (got %g)", name, cfg.SynergyLease)
+			}
+			p.Size = synergySizer{sens: cfg.Sensitivity, tune: part != "synergy-greedy", lease: cfg.SynergyLease}
 		default:
 			_, placers, sizers := Steps()
 			return nil, fmt.Errorf("policy %q: unknown step %q (placers: %s; sizers: %s; or %s)",

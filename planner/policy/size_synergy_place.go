@@ -2,6 +2,7 @@ package policy
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -19,13 +20,45 @@ import (
 //     with free GPUs down to it, so a job with GPUs always runs.
 //
 // As in the reference, every round sizes every job anew; running jobs keep
-// their GPUs (caravan does not move them) and, under an order that does not
-// preempt, are sized before the jobs that start. A job's speedup is its
-// profiled throughput at what it got over that at its proportional share,
-// 0 with no CPU. Lane jobs are not sized.
+// their GPUs and, under an order that does not preempt, are sized before
+// the jobs that start. With a lease, as the reference runs it, a running
+// job whose lease has ended gives its GPUs back and is placed again in
+// rank order with the jobs that start: it may move (Decision.Migrate, on
+// the same model), or, under GREEDY, wait. A job's speedup is its profiled
+// throughput at what it got over that at its proportional share, 0 with no
+// CPU. Lane jobs are not sized.
 type synergySizer struct {
-	sens *Sensitivity
-	tune bool
+	sens  *Sensitivity
+	tune  bool
+	lease float64 // seconds; 0: running jobs keep their GPUs
+}
+
+// leasePeriod is the lease a time t falls in. Leases end together, at
+// multiples of the lease, as the reference's rounds do; the slack keeps a
+// round woken at a lease's end, a rounding error early, in the next one.
+func (z synergySizer) leasePeriod(t float64) float64 {
+	return math.Floor(t/z.lease + 1e-9)
+}
+
+// leaseEnded says running job i, which the placer keeps on known GPUs,
+// took them in a lease that has ended.
+func (z synergySizer) leaseEnded(s *Snapshot, i int, d *Decision) bool {
+	j := &s.Jobs[i]
+	return z.lease > 0 && j.State == Running && d.Run && !d.Lane && len(d.Slots) > 0 &&
+		z.leasePeriod(s.Now) > z.leasePeriod(j.Placed)
+}
+
+// Wake is the end of the current lease, when a job runs on whole GPUs.
+func (z synergySizer) Wake(s *Snapshot, r *Result) float64 {
+	if z.lease <= 0 {
+		return inf
+	}
+	for i := range r.Decisions {
+		if d := &r.Decisions[i]; d.Run && !d.Lane {
+			return (z.leasePeriod(s.Now)+1)*z.lease - s.Now
+		}
+	}
+	return inf
 }
 
 func (z synergySizer) Name() string {
@@ -70,6 +103,7 @@ type synAlloc struct {
 	g     int
 	grid  *sensGrid
 	parts []synPart
+	held  []Slot // the GPUs it held before its lease ended
 }
 
 func (a *synAlloc) onNodes() int { return len(a.parts) }
@@ -93,6 +127,8 @@ type synRound struct {
 	c       *capacity
 	sv      []synServer
 	biggest [][2]float64 // per model: most CPUs and memory of one of its nodes
+	heldBy  map[Slot]int // whole GPUs given back at a lease's end: the job that held each
+	cands   []int        // fewestFreeFirst's, reused: valid until its next call
 }
 
 const synEps = 1e-9
@@ -115,12 +151,29 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 		sv.cpu, sv.mem = node.CPUs, node.MemoryGB
 		sv.fairCPU, sv.fairMem = node.CPUs/gpus, node.MemoryGB/gpus
 	}
-	// GPUs that running jobs keep, or that the placer picked, are taken.
+	// GPUs that running jobs keep, or that the placer picked, are taken;
+	// those of the running jobs whose lease ended are given back.
+	var relet map[int][]Slot // the GPUs each of them held
 	for i := range r.Decisions {
-		if d := &r.Decisions[i]; d.Run {
-			for _, sl := range d.Slots {
-				rd.takeGPU(sl)
+		d := &r.Decisions[i]
+		if !d.Run {
+			continue
+		}
+		if z.leaseEnded(s, i, d) {
+			if relet == nil {
+				relet = make(map[int][]Slot)
 			}
+			relet[i], d.Slots = d.Slots, nil
+			if rd.heldBy == nil {
+				rd.heldBy = make(map[Slot]int)
+			}
+			for _, sl := range relet[i] {
+				rd.heldBy[Slot{Node: sl.Node, GPU: sl.GPU, Lane: -1}] = i
+			}
+			continue
+		}
+		for _, sl := range d.Slots {
+			rd.takeGPU(sl)
 		}
 	}
 	// The order of sizing: running jobs on no known GPUs claim some first;
@@ -135,12 +188,13 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 		}
 	}
 	running := func(i int) bool { return s.Jobs[i].State == Running && r.Decisions[i].Run }
-	first(func(i int) bool { return running(i) && len(r.Decisions[i].Slots) == 0 })
+	isRelet := func(i int) bool { _, ok := relet[i]; return ok }
+	first(func(i int) bool { return running(i) && len(r.Decisions[i].Slots) == 0 && !isRelet(i) })
 	if !preemptive {
 		first(func(i int) bool { return running(i) && len(r.Decisions[i].Slots) > 0 })
-		first(func(i int) bool { return !running(i) })
+		first(func(i int) bool { return !running(i) || isRelet(i) })
 	} else {
-		first(func(i int) bool { return !running(i) || len(r.Decisions[i].Slots) > 0 })
+		first(func(i int) bool { return !running(i) || len(r.Decisions[i].Slots) > 0 || isRelet(i) })
 	}
 
 	var allocs []*synAlloc
@@ -151,7 +205,20 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 			continue
 		}
 		a := &synAlloc{job: i, g: max(j.GPUs, 1), grid: z.sens.grid(j.Model, j.GPUs)}
-		switch {
+		switch held, ok := relet[i]; {
+		case ok:
+			// Its lease ended: placed again on its model, as a start is.
+			a.held = held
+			if m := c.find(d.GPUModel); m < 0 || !rd.size(a, d, m) {
+				d.Run, d.Slots = false, nil
+				d.Reason = r.join(d.Reason, "; its lease ended, and its CPU and memory demand fits no server with free GPUs")
+				freed = true
+				continue
+			}
+			if !sameSlots(held, d.Slots) {
+				d.Migrate = true
+				d.Reason = r.join(d.Reason, "; its lease ended: placed again on other GPUs")
+			}
 		case j.State == Running && d.Run:
 			ok := rd.size(a, d, -1)
 			switch {
@@ -209,6 +276,19 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 			}
 		}
 	}
+}
+
+// sameSlots says a and b hold the same GPUs, in any order.
+func sameSlots(a, b []Slot) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, sl := range a {
+		if !slices.Contains(b, sl) {
+			return false
+		}
+	}
+	return true
 }
 
 // takeGPU marks a slot's GPU taken (a lane's GPU once).
@@ -401,8 +481,38 @@ func (rd *synRound) hold(a *synAlloc, p synPart, sh synShare) {
 // places: a multi-GPU job on one server where it all fits, the one with
 // the fewest free GPUs; else GPU by GPU from the servers with the fewest
 // free GPUs that fit one more. It takes them and records them in d.Slots.
+//
+// A job placed again at its lease's end goes first, among servers with as
+// many free GPUs, to one it held GPUs on, and there takes those GPUs: the
+// reference's GPUs are alike, and here a move costs a restart.
 func (rd *synRound) place(a *synAlloc, d *Decision, m int, sh synShare) bool {
+	// GPU by GPU it fits where the servers' room adds up to its GPUs, and
+	// on one server only if so: a queue of thousands that GREEDY skips
+	// is told so without a sort.
+	room := 0
+	for n := range rd.sv {
+		if k := len(rd.sv[n].free[m]); k > 0 {
+			room += min(k, rd.fits(n, sh))
+		}
+	}
+	if room < a.g {
+		return false
+	}
 	cands := rd.fewestFreeFirst(m)
+	if a.held != nil {
+		heldOn := func(n int) int {
+			if slices.ContainsFunc(a.held, func(sl Slot) bool { return sl.Node == n }) {
+				return 0
+			}
+			return 1
+		}
+		slices.SortStableFunc(cands, func(x, y int) int {
+			if c := cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])); c != 0 {
+				return c
+			}
+			return cmp.Compare(heldOn(x), heldOn(y))
+		})
+	}
 	var parts []synPart
 	if a.g > 1 {
 		for _, n := range cands {
@@ -430,25 +540,50 @@ func (rd *synRound) place(a *synAlloc, d *Decision, m int, sh synShare) bool {
 	d.Slots = nil
 	for _, p := range parts {
 		sv := &rd.sv[p.node]
-		for _, g := range sv.free[m][:p.gpus] {
+		free := rd.heldFirst(sv.free[m], a, p.node)
+		for _, g := range free[:p.gpus] {
 			d.Slots = append(d.Slots, Slot{Node: p.node, GPU: g, Lane: -1})
 		}
-		sv.free[m] = sv.free[m][p.gpus:]
+		sv.free[m] = free[p.gpus:]
+		if rd.heldBy != nil {
+			slices.Sort(sv.free[m])
+		}
 		rd.hold(a, p, sh)
 	}
 	return true
 }
 
+// heldFirst orders the free GPUs of node n, in place, for job a to take
+// at a lease's end: those it held first, then those no job held, then
+// those another job held, so that no job moves to make room for nothing.
+func (rd *synRound) heldFirst(free []int, a *synAlloc, n int) []int {
+	if rd.heldBy == nil {
+		return free
+	}
+	rank := func(g int) int {
+		switch i, ok := rd.heldBy[Slot{Node: n, GPU: g, Lane: -1}]; {
+		case ok && i == a.job:
+			return 0
+		case !ok:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(free, func(x, y int) int { return cmp.Compare(rank(x), rank(y)) })
+	return free
+}
+
 // fewestFreeFirst lists the servers with free GPUs of model m, those with
 // the fewest first (stable on server order).
 func (rd *synRound) fewestFreeFirst(m int) []int {
-	var cands []int
+	cands := rd.cands[:0]
 	for n := range rd.sv {
 		if len(rd.sv[n].free[m]) > 0 {
 			cands = append(cands, n)
 		}
 	}
 	slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])) })
+	rd.cands = cands
 	return cands
 }
 

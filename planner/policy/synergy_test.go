@@ -237,33 +237,7 @@ func TestSynergyTuneRunsEveryJobThePlacerRuns(t *testing.T) {
 	sens := synergyTable(t)
 	for seed := range uint64(500) {
 		rng := rand.New(rand.NewPCG(seed, 5))
-		s := &Snapshot{Now: 100}
-		for n := range 1 + rng.IntN(4) {
-			g := []int{2, 4, 8}[rng.IntN(3)]
-			node := synergyNode(g, float64(1+rng.IntN(g*6)))
-			node.ID = fmt.Sprint("n", n)
-			s.Nodes = append(s.Nodes, node)
-		}
-		used := map[Slot]bool{}
-		for k := range 2 + rng.IntN(12) {
-			j := synergyJob(fmt.Sprint("j", k), float64(k), []int{1, 1, 2, 4}[rng.IntN(4)], []string{"cpu", "flat"}[rng.IntN(2)])
-			j.Remaining = float64(10 + rng.IntN(100))
-			if n := rng.IntN(len(s.Nodes)); rng.IntN(2) == 0 {
-				var slots []Slot
-				for g := range s.Nodes[n].GPUs {
-					if sl := (Slot{Node: n, GPU: g, Lane: -1}); len(slots) < j.GPUs && !used[sl] {
-						slots = append(slots, sl)
-					}
-				}
-				if len(slots) == j.GPUs {
-					for _, sl := range slots {
-						used[sl] = true
-					}
-					j.State, j.GPUModel, j.Placement, j.Attained = Running, "V100", slots, float64(rng.IntN(50))
-				}
-			}
-			s.Jobs = append(s.Jobs, j)
-		}
+		s := randomSynergyQueue(rng, 100, nil)
 		for _, placement := range []string{"fjf+count", "las+count", "fjf+consolidated", "las+pack"} {
 			alone := plan(t, placement, Config{}, s)
 			tuned := plan(t, placement+"+synergy-tune", Config{Sensitivity: sens}, s)
@@ -273,4 +247,149 @@ func TestSynergyTuneRunsEveryJobThePlacerRuns(t *testing.T) {
 			}
 		}
 	}
+}
+
+// At a lease's end every running job is placed again, as Synergy's
+// reference does each round. Two nodes of 2 GPUs and 8 cores (4 per GPU):
+// cpu jobs A and B share node 0, and flat job C has node 1's first GPU.
+// Within the lease nothing moves: TUNE holds A and B at their share (4
+// cores each), GREEDY squeezes B into the 2 cores A leaves. At its end A
+// keeps its GPU and takes its 6 cores, B moves to node 1, where its 6
+// fit, onto the GPU no job held, and C keeps its own.
+func TestSynergyLeasePlacesRunningJobsAgain(t *testing.T) {
+	running := func(id string, arrival float64, model string, node int) Job {
+		j := synergyJob(id, arrival, 1, model)
+		j.State, j.GPUModel, j.Placed = Running, "V100", arrival
+		j.Placement = []Slot{{Node: node, GPU: int(arrival) % 2, Lane: -1}}
+		return j
+	}
+	within := map[string]map[string]sized{
+		"synergy-tune":   {"A": {true, 4, 1}, "B": {true, 4, 1}, "C": {true, 1, 1}},
+		"synergy-greedy": {"A": {true, 6, 1.5}, "B": {true, 2, 0.5}, "C": {true, 1, 1}},
+	}
+	for _, sizer := range []string{"synergy-tune", "synergy-greedy"} {
+		for _, tc := range []struct {
+			now, wake float64
+			want      map[string]sized
+			slots     [][]Slot
+		}{
+			{100, 200, within[sizer], [][]Slot{{{0, 0, -1}}, {{0, 1, -1}}, {{1, 0, -1}}}},
+			{300, 300, map[string]sized{"A": {true, 6, 1.5}, "B": {true, 6, 1.5}, "C": {true, 1, 1}},
+				[][]Slot{{{0, 0, -1}}, {{1, 1, -1}}, {{1, 0, -1}}}},
+		} {
+			t.Run(fmt.Sprint(sizer, "/", tc.now), func(t *testing.T) {
+				s := &Snapshot{Now: tc.now, Nodes: []Node{synergyNode(2, 8), synergyNode(2, 8)}}
+				s.Jobs = []Job{running("A", 0, "cpu", 0), running("B", 1, "cpu", 0), running("C", 2, "flat", 1)}
+				r := plan(t, "fjf+count+"+sizer, Config{Sensitivity: synergyTable(t), SynergyLease: 300}, s)
+				must.Eq(t, tc.want, sizes(s, r))
+				for i, d := range r.Decisions {
+					must.Eq(t, tc.slots[i], d.Slots, must.Sprintf("job %s", s.Jobs[i].ID))
+					moved := !slices.Equal(d.Slots, s.Jobs[i].Placement)
+					must.Eq(t, moved, d.Migrate, must.Sprintf("job %s: %s", s.Jobs[i].ID, d.Reason))
+					must.Eq(t, "V100", d.GPUModel)
+				}
+				must.Eq(t, tc.wake, r.Wake)
+
+				// With no lease, the end of one changes nothing.
+				r = plan(t, "fjf+count+"+sizer, Config{Sensitivity: synergyTable(t)}, s)
+				must.Eq(t, within[sizer], sizes(s, r))
+				must.Eq(t, inf, r.Wake)
+			})
+		}
+	}
+}
+
+// Placed again at a lease's end, on random clusters and queues, the
+// running jobs and those that start hold whole GPUs of their own, as many
+// as they asked for, on their model; only a job whose lease ended moves;
+// and TUNE still runs every job the placement alone runs.
+func TestSynergyLeaseKeepsEveryGPUToOneJob(t *testing.T) {
+	sens := synergyTable(t)
+	for seed := range uint64(500) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		s := randomSynergyQueue(rng, 450, func(j *Job) {
+			j.Placed = float64(rng.IntN(450)) // a lease of 300: those placed before 300 are placed again
+		})
+		for _, order := range []string{"fjf+count", "las+count"} {
+			alone := plan(t, order, Config{}, s)
+			for _, sizer := range []string{"synergy-tune", "synergy-greedy"} {
+				r := plan(t, order+"+"+sizer, Config{Sensitivity: sens, SynergyLease: 300}, s)
+				held := map[Slot]string{}
+				for i, d := range r.Decisions {
+					j := &s.Jobs[i]
+					why := must.Sprintf("seed %d, %s+%s: job %s (placed at %g): %s", seed, order, sizer, j.ID, j.Placed, d.Reason)
+					if sizer == "synergy-tune" {
+						must.Eq(t, alone.Decisions[i].Run, d.Run, why)
+					}
+					must.True(t, !d.Migrate || (j.State == Running && j.Placed < 300), why)
+					if !d.Run {
+						continue
+					}
+					must.SliceLen(t, j.GPUs, d.Slots, why)
+					for _, sl := range d.Slots {
+						must.MapNotContainsKey(t, held, sl, why)
+						held[sl] = j.ID
+					}
+				}
+			}
+		}
+	}
+}
+
+// A job placed again at its lease's end stays where it was when nothing
+// calls for a move: on the server it held, among servers with as many free
+// GPUs, and on its own GPUs there, not the first free ones.
+func TestSynergyLeaseKeepsAJobWhereItWas(t *testing.T) {
+	s := &Snapshot{Now: 300, Nodes: []Node{synergyNode(2, 8), synergyNode(2, 8)}}
+	one := synergyJob("one", 0, 1, "cpu")
+	one.State, one.GPUModel, one.Placement = Running, "V100", []Slot{{Node: 1, GPU: 1, Lane: -1}}
+	s.Jobs = []Job{one}
+	for _, sizer := range []string{"synergy-tune", "synergy-greedy"} {
+		r := plan(t, "fjf+count+"+sizer, Config{Sensitivity: synergyTable(t), SynergyLease: 300}, s)
+		must.Eq(t, one.Placement, r.Decisions[0].Slots, must.Sprint(sizer))
+		must.False(t, r.Decisions[0].Migrate, must.Sprint(sizer))
+		must.Eq(t, 6, r.Decisions[0].CPUs, must.Sprint(sizer))
+	}
+	for _, lease := range []float64{-300, math.NaN(), math.Inf(1)} {
+		_, err := Parse("synergy", Config{Sensitivity: synergyTable(t), SynergyLease: lease})
+		must.ErrorContains(t, err, "the Synergy lease must be")
+	}
+}
+
+// randomSynergyQueue is a random cluster (servers of 2 to 8 GPUs with 1 to
+// 6 cores per GPU, some starved of cores) and queue (running and waiting
+// jobs of one to four GPUs, CPU-hungry and not); running is called on
+// each running job.
+func randomSynergyQueue(rng *rand.Rand, now float64, running func(j *Job)) *Snapshot {
+	s := &Snapshot{Now: now}
+	for n := range 1 + rng.IntN(4) {
+		g := []int{2, 4, 8}[rng.IntN(3)]
+		node := synergyNode(g, float64(1+rng.IntN(g*6)))
+		node.ID = fmt.Sprint("n", n)
+		s.Nodes = append(s.Nodes, node)
+	}
+	used := map[Slot]bool{}
+	for k := range 2 + rng.IntN(12) {
+		j := synergyJob(fmt.Sprint("j", k), float64(k), []int{1, 1, 2, 4}[rng.IntN(4)], []string{"cpu", "flat"}[rng.IntN(2)])
+		j.Remaining = float64(10 + rng.IntN(100))
+		if n := rng.IntN(len(s.Nodes)); rng.IntN(2) == 0 {
+			var slots []Slot
+			for g := range s.Nodes[n].GPUs {
+				if sl := (Slot{Node: n, GPU: g, Lane: -1}); len(slots) < j.GPUs && !used[sl] {
+					slots = append(slots, sl)
+				}
+			}
+			if len(slots) == j.GPUs {
+				for _, sl := range slots {
+					used[sl] = true
+				}
+				j.State, j.GPUModel, j.Placement, j.Attained = Running, "V100", slots, float64(rng.IntN(50))
+				if running != nil {
+					running(&j)
+				}
+			}
+		}
+		s.Jobs = append(s.Jobs, j)
+	}
+	return s
 }

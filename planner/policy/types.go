@@ -122,6 +122,9 @@ type Job struct {
 	Placement []Slot
 	// GPUModel is the model a running job is on, for count-only callers.
 	GPUModel string
+	// Placed is when a running job took its current GPUs (it started or
+	// moved), on Now's clock. Synergy's lease reads it; 0 if unknown.
+	Placed float64
 
 	// Throughput is optional work rate per GPU model (any unit, e.g.
 	// steps/s for the job's GPU count). Heterogeneity-aware steps use it;

@@ -61,3 +61,53 @@ func BenchmarkSynthetic(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSynergy is Synergy's sizing on its own cluster (64 servers of
+// 8 GPUs, 24 cores and 500 GB) over the Philly-derived trace, each job
+// given a model of sensitivity.csv at random as `caravan sim -seed 1`
+// gives it: the proportional share, TUNE and GREEDY under fjf and 2D-LAS,
+// the sizers with the reference's 300 s lease too. avg÷prop is the
+// average JCT over that of the same order's proportional share
+// (docs/simulator.md, Synergy sizing). Minutes a run; it skips when the
+// shared data is absent.
+func BenchmarkSynergy(b *testing.B) {
+	jobs, err := trace.LoadJobs(sharedData(b, "philly/philly.csv"), "philly")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sens, err := trace.LoadSensitivity(sharedData(b, "synergy/sensitivity.csv"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	trace.AssignModels(jobs, sens.Models(), 1)
+	cl := trace.Cluster{Name: "synergy64", Groups: []trace.NodeGroup{{Count: 64, GPUModel: "V100", GPUs: 8, CPUs: 24, MemoryGB: 500}}}
+	for _, order := range []string{"fjf", "las"} {
+		proportional := 0.0
+		for _, sizing := range []struct {
+			name, step string
+			lease      float64
+		}{{"proportional", "", 0}, {"tune", "+count+synergy-tune", 0}, {"greedy", "+count+synergy-greedy", 0},
+			{"tune-lease300", "+count+synergy-tune", 300}, {"greedy-lease300", "+count+synergy-greedy", 300}} {
+			b.Run(order+"/"+sizing.name, func(b *testing.B) {
+				p, err := policy.Parse(order+sizing.step, policy.Config{Sensitivity: sens, SynergyLease: sizing.lease})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					res, err := Run(Config{Cluster: cl, Policy: p, MigrationCost: policy.DefaultMigrationCost}, jobs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if sizing.step == "" {
+						proportional = res.Summary.AvgJCT
+					}
+					b.ReportMetric(res.Summary.AvgJCT, "avgJCT_s")
+					b.ReportMetric(float64(res.Summary.Migrations), "moves")
+					if proportional > 0 {
+						b.ReportMetric(res.Summary.AvgJCT/proportional, "avg÷prop")
+					}
+				}
+			})
+		}
+	}
+}

@@ -149,6 +149,7 @@ func refreshJob(dst, src *policy.Job) {
 	dst.State = src.State
 	dst.Attained, dst.Executed, dst.Wait = src.Attained, src.Executed, src.Wait
 	dst.PrevQueue, dst.PrevRank = src.PrevQueue, src.PrevRank
+	dst.Placed = src.Placed
 	if dst.GPUModel != src.GPUModel {
 		dst.GPUModel = src.GPUModel
 	}
@@ -210,14 +211,14 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	js.State = policy.Running
 	js.Wait = 0
 	js.GPUModel = d.GPUModel
-	js.Placement = d.Slots
+	js.Placement, js.Placed = d.Slots, s.now
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	s.pending--
 	if !js.started {
 		js.started, js.start = true, s.now
 	} else if s.cfg.PreemptionCost > 0 {
-		js.work += s.cfg.PreemptionCost * s.baseRate(js)
+		js.work += s.cfg.PreemptionCost * s.wallRate(js)
 	}
 	latency := s.cfg.StartLatency
 	js.gangTail = 0
@@ -245,7 +246,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	}
 	js.idleEnd = js.work
 	if idle := latency + s.cfg.RunOverhead; idle > 0 {
-		js.work += idle * s.baseRate(js)
+		js.work += idle * s.wallRate(js)
 	}
 	js.latency = latency
 	js.laneShare = 0
@@ -321,22 +322,22 @@ func (s *simulator) preempt(i int) {
 	}
 }
 
-// migrate moves a running job to d's GPU model: it stops and starts again
-// there, losing MigrationCost seconds of run time on the new model and
+// migrate moves a running job to d's GPU model (or, Synergy's lease, to
+// other GPUs of its own): it stops and starts again there, losing MigrationCost seconds of run time on the new model and
 // paying every start's latency and overhead.
 func (s *simulator) migrate(i int, d *policy.Decision) {
 	js := &s.jobs[i]
 	s.settle(js)
 	s.setBusy(-s.gpuUse(js))
 	js.GPUModel = d.GPUModel
-	js.Placement = d.Slots
+	js.Placement, js.Placed = d.Slots, s.now
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	js.migrations++
 	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting
-	js.work += s.cfg.MigrationCost * s.baseRate(js)
+	js.work += s.cfg.MigrationCost * s.wallRate(js)
 	js.idleEnd = js.work
-	js.work += (s.cfg.StartLatency + s.cfg.RunOverhead) * s.baseRate(js)
+	js.work += (s.cfg.StartLatency + s.cfg.RunOverhead) * s.wallRate(js)
 	js.latency, js.gangTail = s.cfg.StartLatency, 0
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)
@@ -355,6 +356,17 @@ func (s *simulator) baseRate(js *jobState) float64 {
 		slow = min(slow, r)
 	}
 	return slow
+}
+
+// wallRate is the work a running job does in a second, so that time it
+// spends idle (a start, a restart) is charged as that much work: its rate
+// on its model times its Synergy speedup, which scales how fast it
+// trains, not how long it takes to start.
+func (s *simulator) wallRate(js *jobState) float64 {
+	if js.speedup > 0 {
+		return s.baseRate(js) * js.speedup
+	}
+	return s.baseRate(js)
 }
 
 // reschedule recomputes a running job's rate and finish event.

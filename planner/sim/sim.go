@@ -103,7 +103,7 @@ type JobResult struct {
 	// rounds that preempted it (a live replay's are when Nomad stopped
 	// its tasks).
 	Stops      []float64
-	Migrations int    // moves to another GPU model while running
+	Migrations int    // moves while running: to another GPU model, or (Synergy's lease) other GPUs
 	GPUModel   string // model it finished on
 	// Model is the job's own (a Synergy sensitivity's), "" when none.
 	Model string
@@ -196,7 +196,7 @@ func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 		return nil, fmt.Errorf("sim: cluster %q has no GPUs", cfg.Cluster.Name)
 	}
 	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes),
-		recordHistory: cfg.Policy.ReadsHistory()}
+		recordHistory: cfg.Policy.ReadsHistory(), replaces: cfg.Policy.ReplacesRunning()}
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
@@ -247,6 +247,9 @@ type simulator struct {
 	changes []int // planRound scratch: the decisions that start or resize a job
 	gpus    int
 	model   string // the only GPU model, or "" for a mixed cluster
+	// replaces says the policy places running jobs again when it wakes
+	// (Policy.ReplacesRunning), so a wake-up counts when nothing waits.
+	replaces bool
 	// nextRank is beyond every rank given so far (see startArrivals).
 	nextRank int
 	rounds   int
@@ -365,7 +368,7 @@ func (s *simulator) run() {
 		if len(s.laneWakes) > 0 {
 			t = min(t, s.laneWakes[0].Key)
 		}
-		if s.pending > 0 || s.cfg.Compat {
+		if s.pending > 0 || s.cfg.Compat || s.replaces {
 			t = min(t, s.wakeAt)
 		}
 		if math.IsInf(t, 1) {
@@ -381,7 +384,7 @@ func (s *simulator) run() {
 			arrived = true
 		}
 		woke := t >= s.wakeAt
-		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates())) && !s.frozen() && !s.queuedBehind(changed, woke) {
+		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates()) || (woke && s.replaces)) && !s.frozen() && !s.queuedBehind(changed, woke) {
 			if !arrived || (waited && !s.pastWaiting(changed, woke)) || !s.startArrivals(first, s.next) {
 				s.planRound()
 			}

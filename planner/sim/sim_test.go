@@ -418,6 +418,50 @@ func TestSynergySizingFinishesEveryJob(t *testing.T) {
 	must.Less(t, avg["fjf"], avg["fjf+count+synergy-tune"])
 }
 
+// Synergy's lease in the simulator: two servers of 2 GPUs and 8 cores (4
+// per GPU). Flat jobs X (short) and Y take server 0; cpu jobs A and B then
+// share server 1, where TUNE holds both at their share. X finishes at 100
+// with nothing waiting. With a lease of 300 s, a round comes at 300 all
+// the same: A moves to X's GPU, where its 6 cores fit, paying the
+// migration cost once, B takes the 6 A left, and both finish sooner. With
+// no lease nothing moves.
+func TestSynergyLeaseMovesASqueezedJobWhenNothingWaits(t *testing.T) {
+	var rows []policy.SensitivityRow
+	for _, c := range []float64{1, 3, 6} {
+		for _, m := range []float64{62.5, 125} {
+			rows = append(rows, policy.SensitivityRow{Model: "cpu", GPUs: 1, CPUsPerGPU: c, MemGBPerGPU: m, Throughput: c / 3},
+				policy.SensitivityRow{Model: "flat", GPUs: 1, CPUsPerGPU: c, MemGBPerGPU: m, Throughput: 1})
+		}
+	}
+	sens, err := policy.NewSensitivity(rows)
+	must.NoError(t, err)
+	cl := trace.Cluster{Name: "2x2", Groups: []trace.NodeGroup{{Count: 2, GPUModel: "V100", GPUs: 2, CPUs: 8, MemoryGB: 250}}}
+	jobs := []trace.Job{
+		{ID: "X", Arrival: 0, GPUs: 1, Duration: 100, Model: "flat"},
+		{ID: "Y", Arrival: 0, GPUs: 1, Duration: 10000, Model: "flat"},
+		{ID: "A", Arrival: 10, GPUs: 1, Duration: 6000, Model: "cpu"},
+		{ID: "B", Arrival: 20, GPUs: 1, Duration: 6000, Model: "cpu"},
+	}
+	run := func(lease float64) *Result {
+		p := mustPolicy(t, "fjf+count+synergy-tune", policy.Config{Sensitivity: sens, SynergyLease: lease})
+		res, err := Run(Config{Cluster: cl, Policy: p, MigrationCost: 30, checkSnapshot: true}, jobs)
+		must.NoError(t, err)
+		must.NoError(t, res.snapErr)
+		return res
+	}
+	kept, leased := run(0), run(300)
+	for k, want := range []int{0, 0, 1, 0} {
+		must.Eq(t, 0, kept.Jobs[k].Migrations, must.Sprintf("no lease: job %s", jobs[k].ID))
+		must.Eq(t, want, leased.Jobs[k].Migrations, must.Sprintf("lease: job %s", jobs[k].ID))
+	}
+	// A: 15 s of work by 20 at 1.5×, then 280 at 1×; from 300, 30 s to
+	// move and the rest at 1.5×. B: 280 at 1×, the rest at 1.5×.
+	must.Eq(t, 6005, kept.Jobs[2].Finish)
+	must.InDelta(t, 300+30+(6000-15-280)/1.5, leased.Jobs[2].Finish, 1e-6)
+	must.InDelta(t, 300+(6000-280)/1.5, leased.Jobs[3].Finish, 1e-6)
+	must.Eq(t, kept.Jobs[1].Finish, leased.Jobs[1].Finish, must.Sprint("Y keeps its GPU"))
+}
+
 func init() {
 	compareKeptSnapshot = func(s *simulator) error {
 		for k, i := range s.active {
