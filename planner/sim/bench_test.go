@@ -66,10 +66,11 @@ func BenchmarkSynthetic(b *testing.B) {
 // 8 GPUs, 24 cores and 500 GB) over the Philly-derived trace, each job
 // given a model of sensitivity.csv at random as `caravan sim -seed 1`
 // gives it: the proportional share, TUNE and GREEDY under fjf and 2D-LAS,
-// the sizers with the reference's 300 s lease too. avg÷prop is the
-// average JCT over that of the same order's proportional share
-// (docs/simulator.md, Synergy sizing). Minutes a run; it skips when the
-// shared data is absent.
+// the sizers with the reference's 300 s lease too, where a move costs 1 s
+// (the reference's are free). avg÷prop is the average JCT over that of
+// the same order's proportional share (docs/simulator.md, Synergy's
+// lease). Up to 8 minutes a run; it skips when the shared data is
+// absent.
 func BenchmarkSynergy(b *testing.B) {
 	jobs, err := trace.LoadJobs(sharedData(b, "philly/philly.csv"), "philly")
 	if err != nil {
@@ -94,7 +95,7 @@ func BenchmarkSynergy(b *testing.B) {
 					b.Fatal(err)
 				}
 				for b.Loop() {
-					res, err := Run(Config{Cluster: cl, Policy: p, MigrationCost: policy.DefaultMigrationCost}, jobs)
+					res, err := Run(Config{Cluster: cl, Policy: p, MigrationCost: 1}, jobs)
 					if err != nil {
 						b.Fatal(err)
 					}
