@@ -10,6 +10,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/policy"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
 	"github.com/caravan-gpu/caravan/planner/trace"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -71,9 +72,12 @@ type PlanningBlock struct {
 	MinInterval string   `hcl:"min_interval,optional"`
 	Settle      string   `hcl:"settle,optional"`
 	// MigrationCost is what the migrate step charges a move, a duration.
-	MigrationCost string    `hcl:"migration_cost,optional"`
-	QueueCuts     []float64 `hcl:"queue_cuts,optional"`
-	PromoteKnob   float64   `hcl:"promote_knob,optional"`
+	MigrationCost string `hcl:"migration_cost,optional"`
+	// StopWait bounds how long a round that preempts waits for Nomad to
+	// mark the stopped allocations stopped before it writes its starts.
+	StopWait    string    `hcl:"stop_wait,optional"`
+	QueueCuts   []float64 `hcl:"queue_cuts,optional"`
+	PromoteKnob float64   `hcl:"promote_knob,optional"`
 	// JobSizes is 2D-Gittins' fixed job-size sample, the file that
 	// caravan sim -job-sizes takes; JobSizesScale multiplies its values.
 	JobSizes      string   `hcl:"job_sizes,optional"`
@@ -111,8 +115,11 @@ type Settings struct {
 	// MigrationCost is the run time a job moved to another GPU model loses
 	// (the migrate step weighs it against the move's gain).
 	MigrationCost time.Duration
-	QueueCuts     []float64
-	PromoteKnob   float64
+	// StopWait bounds a round's wait, after its preemptions, for Nomad to
+	// mark the stopped allocations stopped (rewrite.Writer.StopWait).
+	StopWait    time.Duration
+	QueueCuts   []float64
+	PromoteKnob float64
 	// JobSizes, when set, is 2D-Gittins' fixed size distribution: the
 	// planner then does not learn from completed jobs, as caravan sim
 	// -job-sizes does not.
@@ -159,8 +166,8 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	})
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: policy.Default, Interval: 10 * time.Second, MinInterval: time.Second,
-		MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
-		MaxWrites:     250, WriteBurst: 100, Writers: 16}
+		MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)), StopWait: rewrite.DefaultStopWait,
+		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -272,6 +279,9 @@ func (p *PlanningBlock) apply(s *Settings, bad badField) error {
 	}
 	if s.MigrationCost, err = duration(p.MigrationCost, s.MigrationCost); err != nil || s.MigrationCost <= 0 {
 		return bad("planning.migration_cost", "must be a positive duration like \"30s\", got %q", p.MigrationCost)
+	}
+	if s.StopWait, err = duration(p.StopWait, s.StopWait); err != nil || s.StopWait <= 0 {
+		return bad("planning.stop_wait", "must be a positive duration like \"5s\", got %q", p.StopWait)
 	}
 	for i, cut := range p.QueueCuts {
 		if cut <= 0 || i > 0 && cut <= p.QueueCuts[i-1] {

@@ -97,7 +97,7 @@ func New(cfg *Settings, nomad nomadx.Client, consul consulx.Client, log hclog.Lo
 	}
 	p := &Planner{
 		cfg: cfg, nomad: nomad, consul: consul, log: log, policy: pol,
-		writer:    &rewrite.Writer{Nomad: nomad, Limiter: rewrite.NewLimiter(cfg.MaxWrites, cfg.WriteBurst)},
+		writer:    &rewrite.Writer{Nomad: nomad, Limiter: rewrite.NewLimiter(cfg.MaxWrites, cfg.WriteBurst), StopWait: cfg.StopWait},
 		metrics:   newMetrics(),
 		explain:   map[string]*plannerapi.Explain{},
 		records:   map[string][]plannerapi.Record{},

@@ -21,6 +21,7 @@ import (
 	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/pointer"
@@ -296,6 +297,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`planning { job_sizes_scale = 0.5 }`:      "planning.job_sizes_scale",
 		`planning { settle = "-1s" }`:             "planning.settle",
 		`planning { settle = "1m" }`:              "planning.settle",
+		`planning { stop_wait = "0s" }`:           "planning.stop_wait",
+		`planning { stop_wait = "a while" }`:      "planning.stop_wait",
 	}
 	for src, want := range cases {
 		_, err := ParseConfig("planner.hcl", []byte(src))
@@ -324,6 +327,15 @@ func TestConfigJobSizes(t *testing.T) {
 	must.Eq(t, 1.0/(50+50), s.JobSizes.Gittins(50, 50))
 	_, err = ParseConfig("planner.hcl", []byte(fmt.Sprintf("planning {\n job_sizes = %q\n job_sizes_scale = -1\n}\n", path)))
 	must.ErrorContains(t, err, "planning.job_sizes_scale")
+}
+
+// planning.stop_wait reaches the writer that waits for a round's stops.
+func TestConfigStopWait(t *testing.T) {
+	for src, want := range map[string]time.Duration{``: rewrite.DefaultStopWait, `planning { stop_wait = "12s" }`: 12 * time.Second} {
+		p, err := New(settings(t, src), nomadxtest.New(), nil, nil)
+		must.NoError(t, err)
+		must.Eq(t, want, p.writer.StopWait, must.Sprint(src))
+	}
 }
 
 // A job whose allocation completed while Nomad still lists it as running is
