@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -186,6 +187,9 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 			return nil, 2, fmt.Errorf("flag -policy: %w", err)
 		}
 		in.policies = append(in.policies, p)
+	}
+	if f.synergyLease > 0 && !slices.ContainsFunc(in.policies, (*policy.Policy).ReplacesRunning) {
+		return nil, 2, errors.New("flag -synergy-lease: no policy in -policy has a synergy sizer to keep it")
 	}
 	in.traceName = f.trace
 	if f.trace == "" || f.format == "synthetic" {

@@ -191,8 +191,8 @@ func (f *simFlags) check() string {
 		return "flag -gang-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
-	case !seconds(f.synergyLease):
-		return "flag -synergy-lease must be a non-negative number of seconds"
+	case !seconds(f.synergyLease) || f.synergyLease > 0 && f.synergyLease < 1:
+		return "flag -synergy-lease must be 0 (no lease) or at least 1 second"
 	case f.synergyLease > 0 && f.sensitivity == "":
 		return "flag -synergy-lease is Synergy's: it needs -sensitivity and a synergy sizer"
 	}

@@ -43,6 +43,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "-1"}, "flag -migration-cost"},
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "NaN"}, "flag -migration-cost"},
 		{[]string{"-cluster", "n1g4", "-policy", "synergy", "-synergy-lease", "-300"}, "flag -synergy-lease must be"},
+		{[]string{"-cluster", "n1g4", "-policy", "synergy", "-synergy-lease", "0.001"}, "flag -synergy-lease must be 0 (no lease) or at least 1 second"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-synergy-lease", "300"}, "flag -synergy-lease is Synergy's: it needs -sensitivity"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-bogus"}, "bogus"},
 		{[]string{"-cluster", "n0g4", "-policy", "las"}, "flag -cluster"},
@@ -64,6 +65,17 @@ func TestSimUsageErrors(t *testing.T) {
 			must.StrContains(t, stderr, tc.want)
 		})
 	}
+}
+
+// -synergy-lease with no policy whose sizer keeps it is a usage error.
+func TestSimSynergyLeaseNeedsASynergySizer(t *testing.T) {
+	sens := filepath.Join(t.TempDir(), "s.csv")
+	must.NoError(t, os.WriteFile(sens, []byte("model,gpus,cpus_per_gpu,mem_gb_per_gpu,normalized_throughput\nm,1,1,62.5,1\n"), 0o644))
+	code, _, stderr := runSim(t, "-cluster", "n1g4", "-policy", "las,fjf+count+synergy-greedy", "-jobs", "20", "-sensitivity", sens, "-synergy-lease", "300")
+	must.Eq(t, 0, code, must.Sprint(stderr))
+	code, _, stderr = runSim(t, "-cluster", "n1g4", "-policy", "las", "-jobs", "20", "-sensitivity", sens, "-synergy-lease", "300")
+	must.Eq(t, 2, code)
+	must.StrContains(t, stderr, "flag -synergy-lease: no policy in -policy has a synergy sizer")
 }
 
 // -migration-cost reaches both the migrate step and the simulator's

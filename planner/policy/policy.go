@@ -41,8 +41,9 @@ type Placer interface {
 // Sizer sets CPUs, MemoryGB and Speedup for the decisions with Run true.
 // It may place them on concrete GPUs (Slots), start a job the placer left
 // waiting or leave one it started waiting, when host resources decide
-// where jobs fit; it preempts only under a preemptive order, and under a
-// blocking one starts no job behind one that waits.
+// where jobs fit; it preempts only under a preemptive order or at the end
+// of a lease it keeps (Synergy's), and under a blocking order starts no
+// job behind one that waits.
 type Sizer interface {
 	Name() string
 	Size(s *Snapshot, r *Result, preemptive, blocking bool)

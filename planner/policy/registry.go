@@ -139,8 +139,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			if cfg.Sensitivity == nil {
 				return nil, fmt.Errorf("policy %q: %s sizing needs a sensitivity table", name, part)
 			}
-			if !(cfg.SynergyLease >= 0) || math.IsInf(cfg.SynergyLease, 0) {
-				return nil, fmt.Errorf("policy %q: the Synergy lease must be a number of seconds, 0 or more (got %g)", name, cfg.SynergyLease)
+			if l := cfg.SynergyLease; l != 0 && !(l >= 1) || math.IsInf(l, 0) {
+				return nil, fmt.Errorf("policy %q: the Synergy lease must be 0 (none) or at least 1 second (got %g)", name, l)
 			}
 			p.Size = synergySizer{sens: cfg.Sensitivity, tune: part != "synergy-greedy", lease: cfg.SynergyLease}
 		default:

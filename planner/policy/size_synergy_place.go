@@ -210,11 +210,12 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 			// Its lease ended: placed again on its model, as a start is.
 			a.held = held
 			if m := c.find(d.GPUModel); m < 0 || !rd.size(a, d, m) {
-				d.Run, d.Slots = false, nil
+				d.Run, d.GPUModel, d.Slots = false, "", nil
 				d.Reason = r.join(d.Reason, "; its lease ended, and its CPU and memory demand fits no server with free GPUs")
-				freed = true
+				freed, blocked = true, blocking
 				continue
 			}
+			d.Renewed = true
 			if !sameSlots(held, d.Slots) {
 				d.Migrate = true
 				d.Reason = r.join(d.Reason, "; its lease ended: placed again on other GPUs")
@@ -351,9 +352,12 @@ func (rd *synRound) size(a *synAlloc, d *Decision, m int) bool {
 	if fixed {
 		parts = rd.partsOf(d.Slots)
 	} else if m < 0 {
-		// A running job on GPUs we do not know: it holds GPUs of its
-		// model, taken here like a start's.
-		m = rd.c.runningModel(rd.s, &rd.s.Jobs[a.job])
+		// A running job on GPUs we do not know: it holds GPUs of the
+		// model it runs on (the one a migration moves it to), taken here
+		// like a start's.
+		if m = rd.c.find(d.GPUModel); m < 0 {
+			m = rd.c.runningModel(rd.s, &rd.s.Jobs[a.job])
+		}
 		if m < 0 {
 			return false
 		}

@@ -350,7 +350,7 @@ func TestSynergyLeaseKeepsAJobWhereItWas(t *testing.T) {
 		must.False(t, r.Decisions[0].Migrate, must.Sprint(sizer))
 		must.Eq(t, 6, r.Decisions[0].CPUs, must.Sprint(sizer))
 	}
-	for _, lease := range []float64{-300, math.NaN(), math.Inf(1)} {
+	for _, lease := range []float64{-300, 0.5, math.NaN(), math.Inf(1)} {
 		_, err := Parse("synergy", Config{Sensitivity: synergyTable(t), SynergyLease: lease})
 		must.ErrorContains(t, err, "the Synergy lease must be")
 	}
@@ -392,4 +392,43 @@ func randomSynergyQueue(rng *rand.Rand, now float64, running func(j *Job)) *Snap
 		s.Jobs = append(s.Jobs, j)
 	}
 	return s
+}
+
+// A job evicted at its lease's end blocks a strict FIFO queue as a job
+// skipped at its start does: one server of 3 GPUs and 13 cores; P (2
+// GPUs, cpu) starts with its 12 cores, R (running, cpu) finds 1 core and
+// waits, and W, a flat job behind it, does not start on R's GPU under
+// fifo, where it does under fjf.
+func TestSynergyLeaseEvictionBlocksFIFO(t *testing.T) {
+	s := &Snapshot{Now: 300, Nodes: []Node{synergyNode(3, 13)}}
+	r0 := synergyJob("R", 1, 1, "cpu")
+	r0.State, r0.GPUModel, r0.Placement = Running, "V100", []Slot{{Node: 0, GPU: 0, Lane: -1}}
+	s.Jobs = []Job{synergyJob("P", 0, 2, "cpu"), r0, synergyJob("W", 2, 1, "flat")}
+	for order, wRuns := range map[string]bool{"fifo": false, "fjf": true} {
+		r := plan(t, order+"+count+synergy-greedy", Config{Sensitivity: synergyTable(t), SynergyLease: 300}, s)
+		must.True(t, r.Decisions[0].Run, must.Sprint(order))
+		must.False(t, r.Decisions[1].Run, must.Sprint(order, ": ", r.Decisions[1].Reason))
+		must.Eq(t, "", r.Decisions[1].GPUModel, must.Sprint(order))
+		must.Eq(t, wRuns, r.Decisions[2].Run, must.Sprint(order, ": ", r.Decisions[2].Reason))
+	}
+}
+
+// A job the migrate step moves is sized on the model it moves to: one
+// V100 server and one K80 server, a job on the K80 ten times faster on the
+// V100 moves there, and its GPU and cores are the V100 server's.
+func TestSynergySizesAMigrationOnItsNewModel(t *testing.T) {
+	nodes := migrationCluster(1, 1, 0)
+	for n := range nodes {
+		nodes[n].CPUs, nodes[n].MemoryGB, nodes[n].Healthy = 6, 125, true
+	}
+	j := onModel("a", "K80", 1e5, steep)
+	j.Model, j.Placement = "cpu", []Slot{{Node: 1, GPU: 0, Lane: -1}}
+	s := &Snapshot{Now: 10, Nodes: nodes, Jobs: []Job{j}}
+	for _, lease := range []float64{0, 300} {
+		r := plan(t, "fjf+migrate+synergy-tune", Config{Sensitivity: synergyTable(t), SynergyLease: lease}, s)
+		d := r.Decisions[0]
+		must.True(t, d.Migrate)
+		must.Eq(t, "V100", d.GPUModel)
+		must.Eq(t, []Slot{{Node: 0, GPU: 0, Lane: -1}}, d.Slots, must.Sprint(d.Reason))
+	}
 }

@@ -231,8 +231,12 @@ type Decision struct {
 	// Wait: the starvation knob moved it back to the top queue.
 	Promoted bool
 	// Migrate says a running job moves to GPUModel: the caller stops it
-	// and starts it there (see Migration).
+	// and starts it there (see Migration), or, Synergy's lease, to the
+	// other GPUs of its model in Slots.
 	Migrate bool
+	// Renewed says a running job's lease ended and it was placed again:
+	// the caller sets its Placed to Now, whether it moved or not.
+	Renewed bool
 	Lane    bool // runs on a lane (co-located) rather than whole GPUs
 
 	// Sort keys set by the Orderer, compared in turn, lower first.

@@ -34,6 +34,9 @@ func (s *simulator) planRound() {
 		if d.Promoted {
 			js.Attained, js.Executed, js.Wait, js.promoWait = 0, 0, 0, 0
 		}
+		if d.Renewed {
+			js.Placed = s.now // its lease renewed, where it is or where it moves
+		}
 		switch {
 		case js.State == policy.Running && !d.Run:
 			s.preempt(i)

@@ -426,29 +426,13 @@ func TestSynergySizingFinishesEveryJob(t *testing.T) {
 // migration cost once, B takes the 6 A left, and both finish sooner. With
 // no lease nothing moves.
 func TestSynergyLeaseMovesASqueezedJobWhenNothingWaits(t *testing.T) {
-	var rows []policy.SensitivityRow
-	for _, c := range []float64{1, 3, 6} {
-		for _, m := range []float64{62.5, 125} {
-			rows = append(rows, policy.SensitivityRow{Model: "cpu", GPUs: 1, CPUsPerGPU: c, MemGBPerGPU: m, Throughput: c / 3},
-				policy.SensitivityRow{Model: "flat", GPUs: 1, CPUsPerGPU: c, MemGBPerGPU: m, Throughput: 1})
-		}
-	}
-	sens, err := policy.NewSensitivity(rows)
-	must.NoError(t, err)
-	cl := trace.Cluster{Name: "2x2", Groups: []trace.NodeGroup{{Count: 2, GPUModel: "V100", GPUs: 2, CPUs: 8, MemoryGB: 250}}}
 	jobs := []trace.Job{
 		{ID: "X", Arrival: 0, GPUs: 1, Duration: 100, Model: "flat"},
 		{ID: "Y", Arrival: 0, GPUs: 1, Duration: 10000, Model: "flat"},
 		{ID: "A", Arrival: 10, GPUs: 1, Duration: 6000, Model: "cpu"},
 		{ID: "B", Arrival: 20, GPUs: 1, Duration: 6000, Model: "cpu"},
 	}
-	run := func(lease float64) *Result {
-		p := mustPolicy(t, "fjf+count+synergy-tune", policy.Config{Sensitivity: sens, SynergyLease: lease})
-		res, err := Run(Config{Cluster: cl, Policy: p, MigrationCost: 30, checkSnapshot: true}, jobs)
-		must.NoError(t, err)
-		must.NoError(t, res.snapErr)
-		return res
-	}
+	run := func(lease float64) *Result { return runSynergyLease(t, jobs, lease) }
 	kept, leased := run(0), run(300)
 	for k, want := range []int{0, 0, 1, 0} {
 		must.Eq(t, 0, kept.Jobs[k].Migrations, must.Sprintf("no lease: job %s", jobs[k].ID))
@@ -460,6 +444,49 @@ func TestSynergyLeaseMovesASqueezedJobWhenNothingWaits(t *testing.T) {
 	must.InDelta(t, 300+30+(6000-15-280)/1.5, leased.Jobs[2].Finish, 1e-6)
 	must.InDelta(t, 300+(6000-280)/1.5, leased.Jobs[3].Finish, 1e-6)
 	must.Eq(t, kept.Jobs[1].Finish, leased.Jobs[1].Finish, must.Sprint("Y keeps its GPU"))
+}
+
+// A job that stays where it was at a lease's end has its lease renewed:
+// rounds before the next end leave it alone. Flat jobs R and Q start at 0
+// on server 0, Z at 1 on server 1, and nothing moves at 300. Q ends at
+// 350 and W arrives at 400: had Z's lease not been renewed at 300, that
+// round would place it again, on Q's old GPU beside R (the server with
+// fewer free GPUs). Z ends at 501, before the next lease.
+func TestSynergyLeaseRenewsAJobThatStays(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "R", Arrival: 0, GPUs: 1, Duration: 5000, Model: "flat"},
+		{ID: "Q", Arrival: 0, GPUs: 1, Duration: 350, Model: "flat"},
+		{ID: "Z", Arrival: 1, GPUs: 1, Duration: 500, Model: "flat"},
+		{ID: "W", Arrival: 400, GPUs: 1, Duration: 1000, Model: "flat"},
+	}
+	res := runSynergyLease(t, jobs, 300)
+	for k := range jobs {
+		must.Eq(t, 0, res.Jobs[k].Migrations, must.Sprintf("job %s", jobs[k].ID))
+	}
+	must.Eq(t, 501, res.Jobs[2].Finish)
+}
+
+// runSynergyLease runs jobs under fjf+count+synergy-tune with a lease on
+// two servers of 2 GPUs and 8 cores (4 per GPU), a move costing 30 s,
+// checking the kept Snapshot every round. Model "cpu" trains in
+// proportion to its cores up to 6 per GPU, "flat" wants 1.
+func runSynergyLease(t *testing.T, jobs []trace.Job, lease float64) *Result {
+	t.Helper()
+	var rows []policy.SensitivityRow
+	for _, c := range []float64{1, 3, 6} {
+		for _, m := range []float64{62.5, 125} {
+			rows = append(rows, policy.SensitivityRow{Model: "cpu", GPUs: 1, CPUsPerGPU: c, MemGBPerGPU: m, Throughput: c / 3},
+				policy.SensitivityRow{Model: "flat", GPUs: 1, CPUsPerGPU: c, MemGBPerGPU: m, Throughput: 1})
+		}
+	}
+	sens, err := policy.NewSensitivity(rows)
+	must.NoError(t, err)
+	cl := trace.Cluster{Name: "2x2", Groups: []trace.NodeGroup{{Count: 2, GPUModel: "V100", GPUs: 2, CPUs: 8, MemoryGB: 250}}}
+	p := mustPolicy(t, "fjf+count+synergy-tune", policy.Config{Sensitivity: sens, SynergyLease: lease})
+	res, err := Run(Config{Cluster: cl, Policy: p, MigrationCost: 30, checkSnapshot: true}, jobs)
+	must.NoError(t, err)
+	must.NoError(t, res.snapErr)
+	return res
 }
 
 func init() {
