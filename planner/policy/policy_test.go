@@ -1126,18 +1126,26 @@ func TestIndexPositiveUntil(t *testing.T) {
 		if until > d.sampleAt(d.firstAbove(a)) {
 			far++
 		}
-		for step := 0; step < 50 && a < until; step++ {
-			b := a + (until-a)*rng.Float64()
-			if step == 0 {
-				b = math.Nextafter(until, math.Inf(-1))
-			}
+		servicesBelow(rng, a, until, func(b float64) {
 			must.Greater(t, 0, d.Gittins(b, delta), must.Sprintf("trial %d from %v to %v, until %v", trial, a, b, until))
-		}
+		})
 	}
 	must.Greater(t, 40, far)
 	var none IndexHint // no sizes yet: no bound
 	must.Eq(t, math.Inf(-1), none.PositiveUntil(nil))
 	must.Eq(t, math.Inf(-1), none.RisesUntil(nil))
+}
+
+// servicesBelow calls check at up to 50 attained services from a to just
+// below until: the edge first, then drawn at random.
+func servicesBelow(rng *rand.Rand, a, until float64, check func(b float64)) {
+	for step := 0; step < 50 && a < until; step++ {
+		b := a + (until-a)*rng.Float64()
+		if step == 0 {
+			b = math.Nextafter(until, math.Inf(-1))
+		}
+		check(b)
+	}
 }
 
 // The floor FloorUntil gives holds at every attained service up to its
@@ -1160,13 +1168,9 @@ func TestIndexFloorUntil(t *testing.T) {
 		if until > d.sampleAt(d.firstAbove(a)) {
 			far++
 		}
-		for step := 0; step < 50 && a < until; step++ {
-			b := a + (until-a)*rng.Float64()
-			if step == 0 {
-				b = math.Nextafter(until, math.Inf(-1))
-			}
+		servicesBelow(rng, a, until, func(b float64) {
 			must.GreaterEq(t, floor, d.Gittins(b, delta), must.Sprintf("trial %d from %v to %v, until %v, floor %v", trial, a, b, until, floor))
-		}
+		})
 	}
 	must.Greater(t, 40, far)
 	var none IndexHint

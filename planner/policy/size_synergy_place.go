@@ -502,21 +502,7 @@ func (rd *synRound) place(a *synAlloc, d *Decision, m int, sh synShare) bool {
 	if room < a.g {
 		return false
 	}
-	cands := rd.fewestFreeFirst(m)
-	if a.held != nil {
-		heldOn := func(n int) int {
-			if slices.ContainsFunc(a.held, func(sl Slot) bool { return sl.Node == n }) {
-				return 0
-			}
-			return 1
-		}
-		slices.SortStableFunc(cands, func(x, y int) int {
-			if c := cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])); c != 0 {
-				return c
-			}
-			return cmp.Compare(heldOn(x), heldOn(y))
-		})
-	}
+	cands := rd.fewestFreeFirst(m, a.held)
 	var parts []synPart
 	if a.g > 1 {
 		for _, n := range cands {
@@ -578,15 +564,28 @@ func (rd *synRound) heldFirst(free []int, a *synAlloc, n int) []int {
 }
 
 // fewestFreeFirst lists the servers with free GPUs of model m, those with
-// the fewest first (stable on server order).
-func (rd *synRound) fewestFreeFirst(m int) []int {
+// the fewest first, then those holding a GPU of held (stable on server
+// order).
+func (rd *synRound) fewestFreeFirst(m int, held []Slot) []int {
 	cands := rd.cands[:0]
 	for n := range rd.sv {
 		if len(rd.sv[n].free[m]) > 0 {
 			cands = append(cands, n)
 		}
 	}
-	slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])) })
+	heldOn := func(n int) bool { return slices.ContainsFunc(held, func(sl Slot) bool { return sl.Node == n }) }
+	slices.SortStableFunc(cands, func(x, y int) int {
+		if c := cmp.Compare(len(rd.sv[x].free[m]), len(rd.sv[y].free[m])); c != 0 || held == nil {
+			return c
+		}
+		switch hx, hy := heldOn(x), heldOn(y); {
+		case hx && !hy:
+			return -1
+		case hy && !hx:
+			return 1
+		}
+		return 0
+	})
 	rd.cands = cands
 	return cands
 }
@@ -602,7 +601,7 @@ func (rd *synRound) underused(m, g int) []synPart {
 			}
 		}
 	}
-	cands := rd.fewestFreeFirst(m)
+	cands := rd.fewestFreeFirst(m, nil)
 	var parts []synPart
 	for _, n := range cands {
 		k := min(len(rd.sv[n].free[m]), g)

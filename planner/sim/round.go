@@ -326,8 +326,9 @@ func (s *simulator) preempt(i int) {
 }
 
 // migrate moves a running job to d's GPU model (or, Synergy's lease, to
-// other GPUs of its own): it stops and starts again there, losing MigrationCost seconds of run time on the new model and
-// paying every start's latency and overhead.
+// other GPUs of its own): it stops and starts again there, losing
+// MigrationCost seconds of run time on the new model and paying every
+// start's latency and overhead.
 func (s *simulator) migrate(i int, d *policy.Decision) {
 	js := &s.jobs[i]
 	s.settle(js)
