@@ -1,6 +1,9 @@
 package policy
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // History is what the caller has seen of finished jobs: each one's group
 // (the team, virtual cluster or user that submitted it), GPU count and
@@ -22,6 +25,9 @@ type History struct {
 	byGPUs  map[int]*sizeWindow
 	all     *sizeWindow
 	count   int
+	// windows counts the windows made: a RemainingMemo made before a
+	// window it would consult existed is stale.
+	windows int
 }
 
 // DefaultHistoryWindow is how many recent sizes History keeps per key.
@@ -62,6 +68,7 @@ func (h *History) Len() int {
 }
 
 func (h *History) newWindow() *sizeWindow {
+	h.windows++
 	return &sizeWindow{ring: make([]float64, 0, h.window)}
 }
 
@@ -89,26 +96,119 @@ const minTail = 10
 // a job larger than nearly all recorded), the job is expected to use as
 // much again as it has (ok is then false), as 2D-LAS would rank it.
 func (h *History) ExpectedRemaining(group string, gpus int, a float64) (rem float64, ok bool) {
-	if h != nil {
-		gpus = max(gpus, 1)
-		if w := h.byGroup[group][gpus]; w != nil {
-			if r, n := w.meanAbove(a); n >= minTail {
-				return r, true
-			}
+	return h.ExpectedRemainingMemo(group, gpus, a, nil)
+}
+
+// RemainingMemo keeps what ExpectedRemaining found for one job, so that
+// asking again for the same job, at the same or a larger attained
+// service, mostly costs a few comparisons: a key it passed over still has
+// too few sizes above while its least trusted size stays at or below the
+// service (sizeWindow.trustBelow); the key it used gives a constant less
+// the service while unchanged and no size is crossed. The zero value is
+// empty.
+type RemainingMemo struct {
+	keys    [3]*sizeWindow // the job's keys, narrowest first; nil where none yet
+	level   int8           // the key used; 3: none
+	filled  bool
+	windows int     // History.windows then: a key made since is not in keys
+	version uint32  // the used key's version then
+	scale   float64 // the job's GPUs
+	// mean is the used key's mean of the sizes above the attained service
+	// (in service per GPU in the overall key), valid while the service
+	// (per GPU there) stays below until.
+	mean, until float64
+}
+
+// ExpectedRemainingMemo is ExpectedRemaining, to the bit, for a job whose
+// attained service never falls between calls with the same memo (nil:
+// none). A memo belongs to one job of one group and GPU count.
+func (h *History) ExpectedRemainingMemo(group string, gpus int, a float64, m *RemainingMemo) (rem float64, ok bool) {
+	if h == nil {
+		return max(a, 1), false
+	}
+	gpus = max(gpus, 1)
+	var local RemainingMemo
+	switch {
+	case m == nil: // each key looked up only if reached
+		m = &local
+		m.scale = float64(gpus)
+	case m.fresh(h, a):
+		if m.level == 3 {
+			return max(a, 1), false
 		}
-		if w := h.byGPUs[gpus]; w != nil {
-			if r, n := w.meanAbove(a); n >= minTail {
-				return r, true
-			}
+		if m.level < 2 {
+			return m.mean - a, true
 		}
-		if w := h.all; w != nil {
-			scale := float64(gpus)
-			if r, n := w.meanAbove(a / scale); n >= minTail {
-				return r * scale, true
+		return (m.mean - a/m.scale) * m.scale, true
+	case !m.filled || m.windows != h.windows:
+		*m = RemainingMemo{keys: [3]*sizeWindow{h.key(0, group, gpus), h.key(1, group, gpus), h.key(2, group, gpus)},
+			filled: true, windows: h.windows, scale: float64(gpus)}
+	}
+	for l := range 3 {
+		w := m.keys[l]
+		if m == &local {
+			w = h.key(l, group, gpus)
+		}
+		if w == nil {
+			continue
+		}
+		b := a
+		if l == 2 {
+			b = a / m.scale
+		}
+		if r, n, mean, until := w.meanAboveFrom(b); n >= minTail {
+			m.level, m.version, m.mean, m.until = int8(l), w.version, mean, until
+			if l == 2 {
+				return r * m.scale, true
+			}
+			return r, true
+		}
+	}
+	m.level = 3
+	return max(a, 1), false
+}
+
+// key is the window of a job's key at level l (0: its group and GPU
+// count, 1: its GPU count, 2: every job), or nil.
+func (h *History) key(l int, group string, gpus int) *sizeWindow {
+	switch l {
+	case 0:
+		return h.byGroup[group][gpus]
+	case 1:
+		return h.byGPUs[gpus]
+	}
+	return h.all
+}
+
+// Holds says the memo still gives ExpectedRemaining for attained service
+// a in h, with nothing looked up again.
+func (m *RemainingMemo) Holds(h *History, a float64) bool { return h != nil && m.fresh(h, a) }
+
+// fresh says m holds for attained service a in h.
+func (m *RemainingMemo) fresh(h *History, a float64) bool {
+	if !m.filled || m.windows != h.windows {
+		return false
+	}
+	for l := range m.level {
+		// Passed over: too few sizes above the service then, and still.
+		if w := m.keys[l]; w != nil {
+			b := a
+			if l == 2 {
+				b = a / m.scale
+			}
+			if b < w.trustBelow {
+				return false
 			}
 		}
 	}
-	return max(a, 1), false
+	if m.level == 3 {
+		return true
+	}
+	b := a
+	if m.level == 2 {
+		b = a / m.scale
+	}
+	return m.keys[m.level].version == m.version && b < m.until
 }
 
 // sizeWindow is a ring of recent sizes, kept sorted alongside with
@@ -118,9 +218,17 @@ type sizeWindow struct {
 	next   int
 	sorted []float64
 	prefix []float64 // prefix[i] = sum(sorted[:i])
+	// version counts the sizes added: a RemainingMemo that used it
+	// before is stale.
+	version uint32
+	// trustBelow is the least attained service with fewer than minTail
+	// sizes above it (−Inf with fewer than minTail sizes): its minTail-th
+	// largest size.
+	trustBelow float64
 }
 
 func (w *sizeWindow) add(v float64) {
+	w.version++
 	// from is the first position whose size changed; the sums before it
 	// hold, and the ones after are summed again in the same order.
 	from := len(w.sorted)
@@ -144,19 +252,32 @@ func (w *sizeWindow) add(v float64) {
 	for _, s := range w.sorted[from:] {
 		w.prefix = append(w.prefix, w.prefix[len(w.prefix)-1]+s)
 	}
+	w.trustBelow = math.Inf(-1)
+	if n := len(w.sorted); n >= minTail {
+		w.trustBelow = w.sorted[n-minTail]
+	}
 }
 
 // meanAbove is the mean of (v − a) over the sizes v above a, and how many
 // there are.
 func (w *sizeWindow) meanAbove(a float64) (float64, int) {
+	r, n, _, _ := w.meanAboveFrom(a)
+	return r, n
+}
+
+// meanAboveFrom is meanAbove, with the mean of the sizes above a (mean)
+// and the least of them (until): for every b in [a, until) the sizes
+// above b are the same, and meanAbove(b) is mean − b.
+func (w *sizeWindow) meanAboveFrom(a float64) (r float64, above int, mean, until float64) {
 	n := len(w.sorted)
 	i, found := slices.BinarySearch(w.sorted, a)
 	for found && i < n && w.sorted[i] <= a {
 		i++
 	}
-	above := n - i
+	above = n - i
 	if above == 0 {
-		return 0, 0
+		return 0, 0, 0, inf
 	}
-	return (w.prefix[n]-w.prefix[i])/float64(above) - a, above
+	mean = (w.prefix[n] - w.prefix[i]) / float64(above)
+	return mean - a, above, mean, w.sorted[i]
 }

@@ -19,13 +19,24 @@ type predictOrder struct{}
 func (predictOrder) Name() string     { return "predict" }
 func (predictOrder) Preemptive() bool { return true }
 
+// predictKey is j's key: its predicted remaining GPU-time, less for a
+// running job; ok is false where the history is too thin to predict.
+func predictKey(h *History, j *Job, m *RemainingMemo) (key float64, ok bool) {
+	rem, ok := h.ExpectedRemainingMemo(j.Group, j.GPUs, j.Attained, m)
+	if j.State == Running {
+		rem /= runningBias
+	}
+	return rem, ok
+}
+
+func (predictOrder) key(h *History, j *Job, m *RemainingMemo) float64 {
+	k, _ := predictKey(h, j, m)
+	return k
+}
+
 func (predictOrder) Order(s *Snapshot, ds []Decision) float64 {
 	for i := range ds {
-		j := &s.Jobs[i]
-		rem, ok := s.History.ExpectedRemaining(j.Group, j.GPUs, j.Attained)
-		if j.State == Running {
-			rem /= runningBias
-		}
+		rem, ok := predictKey(s.History, &s.Jobs[i], nil)
 		ds[i].k1 = rem
 		ds[i].Reason = "shortest predicted remaining GPU-time first"
 		if !ok {

@@ -16,7 +16,7 @@ func (shortestRemainingOrder) Preemptive() bool      { return true }
 func (shortestRemainingOrder) keyFallsWhileRunning() {}
 
 // key is the remaining time, times the GPUs under srsf.
-func (o shortestRemainingOrder) key(j *Job) float64 {
+func (o shortestRemainingOrder) key(_ *History, j *Job, _ *RemainingMemo) float64 {
 	k := j.bestTime()
 	if o.gpuTime {
 		k *= float64(max(j.GPUs, 1))
@@ -30,7 +30,7 @@ func (o shortestRemainingOrder) Order(s *Snapshot, ds []Decision) float64 {
 		reason = "shortest remaining GPU-time first"
 	}
 	for i := range ds {
-		ds[i].k1 = o.key(&s.Jobs[i])
+		ds[i].k1 = o.key(nil, &s.Jobs[i], nil)
 		ds[i].Reason = reason
 	}
 	return inf

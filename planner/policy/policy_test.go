@@ -858,19 +858,22 @@ func TestRanksByKeyIsARound(t *testing.T) {
 	}{
 		{"srsf", true}, {"srtf", true}, {"srsf+fastest", true},
 		{"srsf+consolidated", false}, {"srsf+earliest", false}, {"las", false}, {"gittins", false},
-		{"fifo", false}, {"fjf", false}, {"hare", false}, {"predict", false},
+		{"fifo", false}, {"fjf", false}, {"hare", false}, {"predict", true}, {"predict+consolidated", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := Parse(tc.name, Config{})
 			must.NoError(t, err)
 			must.Eq(t, tc.want, p.RanksByKey())
-			must.Eq(t, tc.want || strings.HasPrefix(tc.name, "srsf+"), p.RankKey() != nil)
+			must.Eq(t, tc.want || strings.HasPrefix(tc.name, "srsf+") || strings.HasPrefix(tc.name, "predict+"), p.RankKey() != nil)
 			if !tc.want {
 				return
 			}
 			rng := rand.New(rand.NewPCG(3, 5))
 			for round := 0; round < 400; round++ {
-				s := &Snapshot{Nodes: randomV100Nodes(rng)}
+				s := &Snapshot{Nodes: randomV100Nodes(rng), History: NewHistory(20)}
+				for range rng.IntN(200) {
+					s.History.Add(fmt.Sprint("g", rng.IntN(3)), 1<<rng.IntN(4), float64(rng.IntN(40)))
+				}
 				total := 8 * len(s.Nodes)
 				free := total
 				for k := 0; k < 40; k++ {
@@ -878,6 +881,7 @@ func TestRanksByKeyIsARound(t *testing.T) {
 					if rng.IntN(8) > 0 {
 						j.Remaining = float64(rng.IntN(30))
 					}
+					j.Group, j.Attained = fmt.Sprint("g", rng.IntN(4)), float64(rng.IntN(3)*rng.IntN(20))
 					if rng.IntN(2) == 0 && j.GPUs <= free {
 						j.State, j.GPUModel = Running, "V100"
 						free -= j.GPUs
@@ -891,7 +895,7 @@ func TestRanksByKeyIsARound(t *testing.T) {
 				key := p.RankKey()
 				slices.SortStableFunc(order, func(a, b int) int {
 					ja, jb := &s.Jobs[a], &s.Jobs[b]
-					return cmp.Or(cmp.Compare(key(ja), key(jb)), cmp.Compare(ja.Arrival, jb.Arrival))
+					return cmp.Or(cmp.Compare(key(s.History, ja, nil), key(s.History, jb, nil)), cmp.Compare(ja.Arrival, jb.Arrival))
 				})
 				want, left := map[int]bool{}, total
 				for _, i := range order {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -202,4 +203,88 @@ func TestOnlyPredictReadsHistory(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, name == "predict", p.ReadsHistory(), must.Sprint(name))
 	}
+}
+
+// A memo gives ExpectedRemaining's answer to the bit, and Holds only
+// while it may: random histories growing between lookups, jobs of several
+// groups and GPU counts whose attained service rises (by steps that land
+// on recorded sizes too), windows made after a memo was, and jobs that
+// fall to a broader key or past every key.
+func TestRemainingMemoMatchesALookup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 4))
+	for trial := 0; trial < 200; trial++ {
+		h := NewHistory(5 + rng.IntN(60))
+		type tracked struct {
+			group string
+			gpus  int
+			a     float64
+			memo  RemainingMemo
+		}
+		jobs := make([]tracked, 12)
+		for k := range jobs {
+			jobs[k] = tracked{group: string(rune('a' + rng.IntN(3))), gpus: 1 << rng.IntN(3)}
+		}
+		var sizes []float64
+		held, looked := 0, 0
+		for step := 0; step < 300; step++ {
+			if rng.IntN(6) == 0 {
+				v := float64(1 + rng.IntN(60))
+				if rng.IntN(2) == 0 {
+					v = rng.Float64() * 100
+				}
+				gpus := 1 << rng.IntN(3)
+				sizes = append(sizes, v, v/float64(gpus)) // as its keys keep it
+				h.Add(string(rune('a'+rng.IntN(4))), gpus, v)
+			}
+			for k := range jobs {
+				j := &jobs[k]
+				switch rng.IntN(8) {
+				case 0: // waits
+				case 1: // finishes; another job takes its place
+					*j = tracked{group: string(rune('a' + rng.IntN(3))), gpus: 1 << rng.IntN(3)}
+				case 2, 3:
+					if len(sizes) > 0 { // lands on a recorded size (whole, or per GPU in the overall key)
+						v := sizes[rng.IntN(len(sizes))]
+						if rng.IntN(2) == 0 {
+							v *= float64(j.gpus)
+						}
+						j.a = max(j.a, v)
+					}
+				default:
+					j.a += rng.Float64()
+				}
+				holds := j.memo.Holds(h, j.a)
+				want, wantOK := h.ExpectedRemaining(j.group, j.gpus, j.a)
+				got, gotOK := h.ExpectedRemainingMemo(j.group, j.gpus, j.a, &j.memo)
+				if math.Float64bits(want) != math.Float64bits(got) || wantOK != gotOK {
+					t.Fatalf("trial %d step %d job %d at %v: %v %v from the memo, %v %v looked up", trial, step, k, j.a, got, gotOK, want, wantOK)
+				}
+				if holds {
+					held++
+				}
+				looked++
+				if !j.memo.Holds(h, j.a) {
+					t.Fatalf("trial %d step %d job %d: a memo just filled does not hold", trial, step, k)
+				}
+			}
+		}
+		must.Greater(t, 0, held)
+		must.Less(t, looked, held)
+	}
+}
+
+// A memo filled from an empty History reads no window, so only the count
+// of windows made tells that sizes came since.
+func TestRemainingMemoSeesTheFirstWindows(t *testing.T) {
+	h := NewHistory(0)
+	var m RemainingMemo
+	rem, ok := h.ExpectedRemainingMemo("a", 1, 0, &m)
+	must.Eq(t, 1, rem)
+	must.False(t, ok)
+	must.True(t, m.Holds(h, 0))
+	historyOf(h, "a", 1, repeat(5, minTail)...)
+	must.False(t, m.Holds(h, 0))
+	rem, ok = h.ExpectedRemainingMemo("a", 1, 0, &m)
+	must.Eq(t, 5, rem)
+	must.True(t, ok)
 }

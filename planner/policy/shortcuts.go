@@ -81,9 +81,13 @@ func (p *Policy) CanStartArrivalsPastWaiting() bool {
 }
 
 // keyed is implemented by preemptive orderers without wake-ups that rank
-// each job by a key of its own alone, which stays the same while the job
-// waits: the remaining (GPU-)time.
-type keyed interface{ key(j *Job) float64 }
+// each job by a key of its own and the History alone, which stays the
+// same while the job waits and the History is unchanged: the remaining
+// (GPU-)time, known or predicted. The memo, nil or the job's own, only
+// makes asking again cheaper (History.ExpectedRemainingMemo).
+type keyed interface {
+	key(h *History, j *Job, m *RemainingMemo) float64
+}
 
 // RanksByKey says a round of p on a cluster of one GPU model, with whole
 // GPUs and no job limited to some models, runs exactly the jobs a
@@ -91,9 +95,10 @@ type keyed interface{ key(j *Job) float64 }
 // of RankKey, then arrival, then index in the Snapshot, each one that the
 // GPUs not yet taken hold runs (a running job keeps its GPUs, a pending
 // one starts) and every other one waits (a running one is preempted). A
-// job's key does not change while it waits, so a caller may keep the
-// pending jobs ordered from round to round and carry out the round without
-// a Snapshot of every job.
+// job's key does not change while it waits and the History is unchanged
+// (where the policy ReadsHistory, a memo says whether it did), so a
+// caller may keep the pending jobs ordered from round to round and carry
+// out the round without a Snapshot of every job.
 func (p *Policy) RanksByKey() bool {
 	_, keys := p.Order.(keyed)
 	_, fits := p.Place.(firstFit)
@@ -101,8 +106,9 @@ func (p *Policy) RanksByKey() bool {
 }
 
 // RankKey is the key of an order that ranks by one (lower ranks first;
-// see RanksByKey), or nil.
-func (p *Policy) RankKey() func(j *Job) float64 {
+// see RanksByKey), or nil. It reads h, the Snapshot's History, and the
+// job's own memo m, which may be nil.
+func (p *Policy) RankKey() func(h *History, j *Job, m *RemainingMemo) float64 {
 	if o, ok := p.Order.(keyed); ok {
 		return o.key
 	}

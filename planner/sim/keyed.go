@@ -27,21 +27,28 @@ import (
 // running, and after those that waited), as an arrival is numbered when
 // it arrives. Jobs that keep running keep their numbers.
 type keyedQueue struct {
-	sizes     []int                     // GPU counts, ascending
-	waiting   [][]keyedItem             // per size: a heap of waiting jobs, least first
-	stamp     []int32                   // per job: its one current heap entry (see waitingHead)
-	ran       []keyedItem               // the jobs the last round kept running (but the tail), in rank order
-	started   []int                     // the jobs started since, out of a round
-	pend      []waitCounters            // the pending jobs' counters
-	arrived   []int                     // arrivals not in the heaps yet: most start before a round
-	items     []keyedItem               // round scratch
-	fresh     []keyedItem               // round scratch
-	merged    []keyedItem               // round scratch
-	preempt   []int                     // round scratch
-	unordered []keyedItem               // round scratch
-	starts    []int                     // round scratch
-	key       func(*policy.Job) float64 // the policy's RankKey, or nil
-	byQueue   bool                      // rule is the order (RanksByQueue)
+	sizes     []int                                                             // GPU counts, ascending
+	waiting   [][]keyedItem                                                     // per size: a heap of waiting jobs, least first
+	stamp     []int32                                                           // per job: its one current heap entry (see waitingHead)
+	ran       []keyedItem                                                       // the jobs the last round kept running (but the tail), in rank order
+	started   []int                                                             // the jobs started since, out of a round
+	pend      []waitCounters                                                    // the pending jobs' counters
+	arrived   []int                                                             // arrivals not in the heaps yet: most start before a round
+	items     []keyedItem                                                       // round scratch
+	fresh     []keyedItem                                                       // round scratch
+	merged    []keyedItem                                                       // round scratch
+	preempt   []int                                                             // round scratch
+	unordered []keyedItem                                                       // round scratch
+	starts    []int                                                             // round scratch
+	key       func(*policy.History, *policy.Job, *policy.RemainingMemo) float64 // the policy's RankKey, or nil
+	// memos are, per job, what its key's History lookups found, where the
+	// key reads the History (predict); nil otherwise.
+	memos []policy.RemainingMemo
+	// historyAt is the History's length when the waiting jobs' keys were
+	// last checked against it (checkKeys).
+	historyAt int
+	stale     []int // round scratch
+	byQueue   bool  // rule is the order (RanksByQueue)
 	rule      policy.QueueRule
 	// ranked is the size distribution 2D-Gittins ranks by (the waiting
 	// jobs' keys were worked out with it), or nil while it ranks as
@@ -111,6 +118,9 @@ func newKeyedQueue(s *simulator) *keyedQueue {
 	jobs, p := s.jobs, s.cfg.Policy
 	q := &keyedQueue{sim: s, stamp: make([]int32, len(jobs)), key: p.RankKey()}
 	q.rule, q.byQueue = p.RanksByQueue()
+	if q.key != nil && s.recordHistory {
+		q.memos = make([]policy.RemainingMemo, len(jobs))
+	}
 	q.lastQ = math.NaN() // equal to no key
 	if q.byQueue {
 		q.lastQ = float64(q.rule.Last())
@@ -155,8 +165,13 @@ func (q *keyedQueue) appendKeyed(items []keyedItem, i int) []keyedItem {
 	it := &items[len(items)-1]
 	it.Arrival, it.Job, it.gpus = js.Arrival, int32(i), int32(js.GPUs)
 	if !q.byQueue {
-		setRemaining(&js.Job, js)
-		it.K1 = q.key(&js.Job)
+		var memo *policy.RemainingMemo
+		if q.memos != nil {
+			memo = &q.memos[i] // predict: no duration read
+		} else {
+			setRemaining(&js.Job, js)
+		}
+		it.K1 = q.key(s.snap.History, &js.Job, memo)
 		return items
 	}
 	qi := q.rule.Queue(&js.Job)
@@ -212,6 +227,38 @@ func (q *keyedQueue) rekey() {
 	q.arrived = q.arrived[:0]
 }
 
+// checkKeys puts again in the heaps, with their keys now, the waiting
+// jobs whose keys read windows of the History that jobs finished since
+// have changed (or that a lookup now reads where it did not). Each one
+// pushed again leaves a stale entry behind (waitingHead skips it); where
+// they would outnumber the waiting jobs, the heaps are made anew.
+func (q *keyedQueue) checkKeys() {
+	s := q.sim
+	h := s.snap.History
+	if q.memos == nil || h.Len() == q.historyAt {
+		return
+	}
+	q.historyAt = h.Len()
+	stale := q.stale[:0]
+	for _, c := range q.pend {
+		if i := int(c.job); !q.memos[i].Holds(h, s.jobs[i].Attained) {
+			stale = append(stale, i)
+		}
+	}
+	q.stale = stale
+	entries := 0
+	for _, w := range q.waiting {
+		entries += len(w)
+	}
+	if entries+len(stale) > 2*len(q.pend)+64 {
+		q.rekey()
+		return
+	}
+	for _, i := range stale {
+		q.push(i)
+	}
+}
+
 // push puts waiting job i in its size's heap.
 func (q *keyedQueue) push(i int) {
 	s := q.sim
@@ -232,11 +279,12 @@ func (q *keyedQueue) reinsert(it keyedItem) {
 // ranksBefore orders a size's heap of waiting jobs.
 func ranksBefore(a, b *keyedItem) bool { return a.Before(&b.RankOf) }
 
-// waitingHead is the waiting job first in size k's heap, or nil. Today a
-// job leaves the heaps only by being popped there (jobs the arrival
-// shortcut starts have not entered them, and rekey empties them), so no
-// entry goes stale; the check keeps a job that started another way, or
-// was pushed again, from being started twice.
+// waitingHead is the waiting job first in size k's heap, or nil. A job
+// leaves the heaps only by being popped there (jobs the arrival shortcut
+// starts have not entered them, and rekey empties them); an entry goes
+// stale where checkKeys pushes its job again with a new key. The check
+// skips those, and keeps a job that started another way from being
+// started twice.
 func (q *keyedQueue) waitingHead(k int) *keyedItem {
 	s := q.sim
 	for h := q.waiting[k]; len(h) > 0; h = q.waiting[k] {
@@ -280,3 +328,5 @@ func (q *keyedQueue) entry() int {
 
 // compareRanks orders items by rank, for slices.SortFunc.
 func compareRanks(a, b keyedItem) int { return policy.CompareRanks(a.RankOf, b.RankOf) }
+
+var HackChecked, HackPushed int

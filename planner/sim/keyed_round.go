@@ -218,6 +218,7 @@ func (q *keyedQueue) round() {
 	q.sim.rounds++
 	q.relearn()
 	q.admitArrivals()
+	q.checkKeys()
 	kept, wake := q.walk(q.runningInOrder())
 	q.carryOut(kept, wake)
 }

@@ -67,7 +67,8 @@ func bits(r *Result) string {
 // clusters, srsf, srtf and 2D-LAS and 2D-Gittins with several queue cuts
 // (one crossed twice at once, an entry queue above 0), preset sizes and
 // their own quantum, start costs, and jobs given in steps when Gavel's
-// throughputs are at hand.
+// throughputs are at hand; and predict, whose keys read the history of
+// jobs of three groups as they finish.
 func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 	var tp *trace.Throughputs
 	if path, err := shareddata.Path("gavel/simulation_throughputs.json"); err == nil {
@@ -76,7 +77,7 @@ func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 		must.NoError(t, err)
 	}
 	cutSets := [][]float64{nil, {500, 5000}, {0, 300}, {300, 300}, {1e-12}, {100, 200, 400, 800}, {10, 11, 12}}
-	names := []string{"srtf", "srsf", "srsf+fastest", "las", "las+fastest", "gittins", "gittins/sizes", "gittins/delta"}
+	names := []string{"srtf", "srsf", "srsf+fastest", "las", "las+fastest", "gittins", "gittins/sizes", "gittins/delta", "predict", "predict"}
 	specs := []string{"n1g1", "n1g4", "n2g4", "n3g8", "5xV100", "13xV100"}
 	costs := []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7}}
 	types := []string{"ResNet-18 (batch size 16)", "ResNet-50 (batch size 64)", "Transformer (batch size 16)"}
@@ -97,6 +98,11 @@ func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 		}
 		cost := costs[rng.IntN(len(costs))]
 		jobs := randomTrace(rng, 20+rng.IntN(300), cl.GPUs())
+		if name == "predict" {
+			for k := range jobs {
+				jobs[k].Group = string(rune('a' + rng.IntN(3)))
+			}
+		}
 		steps := tp != nil && spec != "n1g1" && rng.IntN(3) == 0
 		if steps {
 			for k := range jobs {
