@@ -42,8 +42,12 @@ func NewHistory(window int) *History {
 	return &History{window: window, byGroup: map[string]map[int]*sizeWindow{}, byGPUs: map[int]*sizeWindow{}}
 }
 
-// Add records a finished job.
+// Add records a finished job; a service that is not a number is not
+// recorded.
 func (h *History) Add(group string, gpus int, service float64) {
+	if math.IsNaN(service) {
+		return
+	}
 	gpus = max(gpus, 1)
 	byGPU := h.byGroup[group]
 	if byGPU == nil {
@@ -69,7 +73,7 @@ func (h *History) Len() int {
 
 func (h *History) newWindow() *sizeWindow {
 	h.windows++
-	return &sizeWindow{ring: make([]float64, 0, h.window)}
+	return &sizeWindow{ring: make([]float64, 0, h.window), trustBelow: math.Inf(-1)}
 }
 
 // windowIn is m's window for gpus, made if missing.
@@ -107,12 +111,12 @@ func (h *History) ExpectedRemaining(group string, gpus int, a float64) (rem floa
 // the service while unchanged and no size is crossed. The zero value is
 // empty.
 type RemainingMemo struct {
+	h       *History       // whose lookup it keeps
 	keys    [3]*sizeWindow // the job's keys, narrowest first; nil where none yet
 	level   int8           // the key used; 3: none
-	filled  bool
-	windows int     // History.windows then: a key made since is not in keys
-	version uint32  // the used key's version then
-	scale   float64 // the job's GPUs
+	windows int            // History.windows then: a window made since, for any key, may be one of the job's
+	version uint32         // the used key's version then
+	scale   float64        // the job's GPUs
 	// mean is the used key's mean of the sizes above the attained service
 	// (in service per GPU in the overall key), valid while the service
 	// (per GPU there) stays below until.
@@ -121,7 +125,8 @@ type RemainingMemo struct {
 
 // ExpectedRemainingMemo is ExpectedRemaining, to the bit, for a job whose
 // attained service never falls between calls with the same memo (nil:
-// none). A memo belongs to one job of one group and GPU count.
+// none). A memo belongs to one job of one group and GPU count, and one
+// History.
 func (h *History) ExpectedRemainingMemo(group string, gpus int, a float64, m *RemainingMemo) (rem float64, ok bool) {
 	if h == nil {
 		return max(a, 1), false
@@ -140,9 +145,9 @@ func (h *History) ExpectedRemainingMemo(group string, gpus int, a float64, m *Re
 			return m.mean - a, true
 		}
 		return (m.mean - a/m.scale) * m.scale, true
-	case !m.filled || m.windows != h.windows:
-		*m = RemainingMemo{keys: [3]*sizeWindow{h.key(0, group, gpus), h.key(1, group, gpus), h.key(2, group, gpus)},
-			filled: true, windows: h.windows, scale: float64(gpus)}
+	case m.h != h || m.windows != h.windows:
+		*m = RemainingMemo{h: h, keys: [3]*sizeWindow{h.key(0, group, gpus), h.key(1, group, gpus), h.key(2, group, gpus)},
+			windows: h.windows, scale: float64(gpus)}
 	}
 	for l := range 3 {
 		w := m.keys[l]
@@ -152,11 +157,7 @@ func (h *History) ExpectedRemainingMemo(group string, gpus int, a float64, m *Re
 		if w == nil {
 			continue
 		}
-		b := a
-		if l == 2 {
-			b = a / m.scale
-		}
-		if r, n, mean, until := w.meanAboveFrom(b); n >= minTail {
+		if r, n, mean, until := w.meanAbove(m.service(l, a)); n >= minTail {
 			m.level, m.version, m.mean, m.until = int8(l), w.version, mean, until
 			if l == 2 {
 				return r * m.scale, true
@@ -186,29 +187,29 @@ func (m *RemainingMemo) Holds(h *History, a float64) bool { return h != nil && m
 
 // fresh says m holds for attained service a in h.
 func (m *RemainingMemo) fresh(h *History, a float64) bool {
-	if !m.filled || m.windows != h.windows {
+	if m.h != h || m.windows != h.windows {
 		return false
 	}
 	for l := range m.level {
-		// Passed over: too few sizes above the service then, and still.
-		if w := m.keys[l]; w != nil {
-			b := a
-			if l == 2 {
-				b = a / m.scale
-			}
-			if b < w.trustBelow {
-				return false
-			}
+		// Passed over: too few sizes above the service then, and still (a
+		// NaN service is never held).
+		if w := m.keys[l]; w != nil && !(m.service(int(l), a) >= w.trustBelow) {
+			return false
 		}
 	}
 	if m.level == 3 {
 		return true
 	}
-	b := a
-	if m.level == 2 {
-		b = a / m.scale
+	return m.keys[m.level].version == m.version && m.service(int(m.level), a) < m.until
+}
+
+// service is attained service a as key level l keeps it: per GPU in the
+// overall key.
+func (m *RemainingMemo) service(l int, a float64) float64 {
+	if l == 2 {
+		return a / m.scale
 	}
-	return m.keys[m.level].version == m.version && b < m.until
+	return a
 }
 
 // sizeWindow is a ring of recent sizes, kept sorted alongside with
@@ -258,21 +259,20 @@ func (w *sizeWindow) add(v float64) {
 	}
 }
 
-// meanAbove is the mean of (v − a) over the sizes v above a, and how many
-// there are.
-func (w *sizeWindow) meanAbove(a float64) (float64, int) {
-	r, n, _, _ := w.meanAboveFrom(a)
-	return r, n
-}
-
-// meanAboveFrom is meanAbove, with the mean of the sizes above a (mean)
-// and the least of them (until): for every b in [a, until) the sizes
-// above b are the same, and meanAbove(b) is mean − b.
-func (w *sizeWindow) meanAboveFrom(a float64) (r float64, above int, mean, until float64) {
+// meanAbove is the mean of (v − a) over the sizes v above a (r), how many
+// there are, their own mean, and the least of them (until): for every b
+// in [a, until) the sizes above b are the same, and r is mean − b.
+func (w *sizeWindow) meanAbove(a float64) (r float64, above int, mean, until float64) {
 	n := len(w.sorted)
-	i, found := slices.BinarySearch(w.sorted, a)
-	for found && i < n && w.sorted[i] <= a {
-		i++
+	// The first size above a: the window holds no NaN (History.Add).
+	i, hi := 0, n
+	for i < hi {
+		m := int(uint(i+hi) >> 1)
+		if w.sorted[m] <= a {
+			i = m + 1
+		} else {
+			hi = m
+		}
 	}
 	above = n - i
 	if above == 0 {

@@ -212,17 +212,25 @@ func TestOnlyPredictReadsHistory(t *testing.T) {
 // fall to a broader key or past every key.
 func TestRemainingMemoMatchesALookup(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 4))
-	for trial := 0; trial < 200; trial++ {
-		h := NewHistory(5 + rng.IntN(60))
+	for trial := 0; trial < 300; trial++ {
+		// Every third trial: one or two groups, windows about minTail
+		// long, so that evictions flip the narrow keys in and out of trust.
+		groups, h := 3, NewHistory(5+rng.IntN(60))
+		if trial%3 == 0 {
+			groups, h = 1+rng.IntN(2), NewHistory(minTail-1+rng.IntN(5))
+		}
 		type tracked struct {
 			group string
 			gpus  int
 			a     float64
 			memo  RemainingMemo
 		}
+		newJob := func() tracked {
+			return tracked{group: string(rune('a' + rng.IntN(groups))), gpus: []int{0, 1, 2, 4}[rng.IntN(4)]}
+		}
 		jobs := make([]tracked, 12)
 		for k := range jobs {
-			jobs[k] = tracked{group: string(rune('a' + rng.IntN(3))), gpus: 1 << rng.IntN(3)}
+			jobs[k] = newJob()
 		}
 		var sizes []float64
 		held, looked := 0, 0
@@ -234,19 +242,19 @@ func TestRemainingMemoMatchesALookup(t *testing.T) {
 				}
 				gpus := 1 << rng.IntN(3)
 				sizes = append(sizes, v, v/float64(gpus)) // as its keys keep it
-				h.Add(string(rune('a'+rng.IntN(4))), gpus, v)
+				h.Add(string(rune('a'+rng.IntN(groups+1))), gpus, v)
 			}
 			for k := range jobs {
 				j := &jobs[k]
 				switch rng.IntN(8) {
 				case 0: // waits
 				case 1: // finishes; another job takes its place
-					*j = tracked{group: string(rune('a' + rng.IntN(3))), gpus: 1 << rng.IntN(3)}
+					*j = newJob()
 				case 2, 3:
 					if len(sizes) > 0 { // lands on a recorded size (whole, or per GPU in the overall key)
 						v := sizes[rng.IntN(len(sizes))]
 						if rng.IntN(2) == 0 {
-							v *= float64(j.gpus)
+							v *= float64(max(j.gpus, 1))
 						}
 						j.a = max(j.a, v)
 					}
@@ -287,4 +295,30 @@ func TestRemainingMemoSeesTheFirstWindows(t *testing.T) {
 	rem, ok = h.ExpectedRemainingMemo("a", 1, 0, &m)
 	must.Eq(t, 5, rem)
 	must.True(t, ok)
+}
+
+// A NaN attained service is never held: the lookup's answer, ok too, once
+// a key it passed over gains its tenth size.
+func TestRemainingMemoHoldsNoNaN(t *testing.T) {
+	h := historyOf(NewHistory(0), "a", 1, repeat(5, minTail-1)...)
+	var m RemainingMemo
+	h.ExpectedRemainingMemo("a", 1, math.NaN(), &m)
+	h.Add("a", 1, 5)
+	want, wantOK := h.ExpectedRemaining("a", 1, math.NaN())
+	got, gotOK := h.ExpectedRemainingMemo("a", 1, math.NaN(), &m)
+	must.Eq(t, math.Float64bits(want), math.Float64bits(got))
+	must.Eq(t, wantOK, gotOK)
+}
+
+// A memo belongs to one History: another of as many windows does not hold
+// it.
+func TestRemainingMemoBelongsToOneHistory(t *testing.T) {
+	short := historyOf(NewHistory(0), "a", 1, repeat(5, minTail)...)
+	long := historyOf(NewHistory(0), "a", 1, repeat(50, minTail)...)
+	var m RemainingMemo
+	rem, _ := short.ExpectedRemainingMemo("a", 1, 0, &m)
+	must.Eq(t, 5, rem)
+	must.False(t, m.Holds(long, 0))
+	rem, _ = long.ExpectedRemainingMemo("a", 1, 0, &m)
+	must.Eq(t, 50, rem)
 }

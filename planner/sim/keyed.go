@@ -229,9 +229,10 @@ func (q *keyedQueue) rekey() {
 
 // checkKeys puts again in the heaps, with their keys now, the waiting
 // jobs whose keys read windows of the History that jobs finished since
-// have changed (or that a lookup now reads where it did not). Each one
-// pushed again leaves a stale entry behind (waitingHead skips it); where
-// they would outnumber the waiting jobs, the heaps are made anew.
+// have changed (or that a lookup now reads where it did not: a window
+// made for any group or GPU count breaks every memo). Each one pushed again
+// leaves a stale entry behind (waitingHead skips it); where the heaps'
+// entries would pass twice the waiting jobs (and 64), they are made anew.
 func (q *keyedQueue) checkKeys() {
 	s := q.sim
 	h := s.snap.History
@@ -328,5 +329,3 @@ func (q *keyedQueue) entry() int {
 
 // compareRanks orders items by rank, for slices.SortFunc.
 func compareRanks(a, b keyedItem) int { return policy.CompareRanks(a.RankOf, b.RankOf) }
-
-var HackChecked, HackPushed int

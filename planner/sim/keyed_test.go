@@ -68,7 +68,7 @@ func bits(r *Result) string {
 // (one crossed twice at once, an entry queue above 0), preset sizes and
 // their own quantum, start costs, and jobs given in steps when Gavel's
 // throughputs are at hand; and predict, whose keys read the history of
-// jobs of three groups as they finish.
+// jobs of three to six groups as they finish.
 func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 	var tp *trace.Throughputs
 	if path, err := shareddata.Path("gavel/simulation_throughputs.json"); err == nil {
@@ -99,8 +99,15 @@ func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 		cost := costs[rng.IntN(len(costs))]
 		jobs := randomTrace(rng, 20+rng.IntN(300), cl.GPUs())
 		if name == "predict" {
+			// Three to six groups, the last only in the second half, so
+			// that new windows appear while jobs wait.
+			groups := 3 + rng.IntN(4)
 			for k := range jobs {
-				jobs[k].Group = string(rune('a' + rng.IntN(3)))
+				g := rng.IntN(groups - 1)
+				if k >= len(jobs)/2 && rng.IntN(4) == 0 {
+					g = groups - 1
+				}
+				jobs[k].Group = string(rune('a' + g))
 			}
 		}
 		steps := tp != nil && spec != "n1g1" && rng.IntN(3) == 0

@@ -31,10 +31,11 @@ type Summary struct {
 
 func (s *simulator) result() *Result {
 	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds, snapErr: s.snapErr}
-	res.Jobs = make([]JobResult, 0, len(s.jobs))
+	res.Jobs = make([]JobResult, len(s.jobs))
 	for i := range s.jobs {
 		js := &s.jobs[i]
-		jr := JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
+		jr := &res.Jobs[i] // filled in place: a copy of each costs more
+		*jr = JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
 			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, Stops: js.stops, Migrations: js.migrations, GPUModel: js.GPUModel,
 			Nodes: js.nodes, Model: js.Model}
 		if !js.done {
@@ -43,7 +44,6 @@ func (s *simulator) result() *Result {
 			jr.Finish = js.finish
 			jr.JCT = js.finish - js.Arrival
 		}
-		res.Jobs = append(res.Jobs, jr)
 	}
 	res.Summary = Summarize(s.cfg.Policy.Name, s.gpus, res.Jobs, s.busyArea)
 	return res
