@@ -205,6 +205,7 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 			return nil, 1, err
 		}
 		if s, ok := f.sample(); ok {
+			s.Seconds = in.fastestSeconds
 			if in.jobs, err = trace.Sample(in.jobs, s); err != nil {
 				return nil, 2, fmt.Errorf("sample of %s: %w", f.trace, err)
 			}
@@ -219,13 +220,30 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 	return in, 0, nil
 }
 
+// fastestSeconds is a job given in steps' run time on the cluster's
+// fastest model for it, by the throughputs; 0 without them.
+func (in *traceInputs) fastestSeconds(j *trace.Job) float64 {
+	if in.tputs == nil || j.Steps <= 0 || j.JobType == "" {
+		return 0
+	}
+	best := 0.0
+	for _, g := range in.cluster.Groups {
+		best = max(best, in.tputs.Solo(g.GPUModel, j.JobType, max(j.GPUs, 1)))
+	}
+	if best <= 0 {
+		return 0
+	}
+	return j.Steps / best
+}
+
 // sample is the sample the flags cut from a trace file, if any.
 func (f *traceFlags) sample() (trace.SampleOptions, bool) {
 	s := trace.SampleOptions{Group: f.group, MaxDuration: f.maxDuration, MaxGPUs: f.maxGPUs, Skip: f.skip, Take: f.take}
 	if f.offeredLoad.set {
 		s.Load = f.offeredLoad.v
 	}
-	return s, s != trace.SampleOptions{}
+	cut := s.Group != "" || s.MaxDuration != 0 || s.MaxGPUs != 0 || s.Skip != 0 || s.Take != 0 || s.Load != 0
+	return s, cut
 }
 
 // sampleName names the sample in reports, flag by flag.

@@ -55,9 +55,13 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -cluster SPEC        cluster spec file (Tiresias CSV or PAI machine spec),
                        nNgG (e.g. n32g4), or a mix like 32xV100,32xP100
   -policy P[,P2...]    shorthand (` + strings.Join(policy.Names(), ", ") + `)
-                       or ORDER[+PLACER][+migrate][+SIZER], e.g.
-                       las+match+synergy; migrate moves running jobs to
-                       the GPU model where they add most throughput
+                       or ORDER[+PLACER][+migrate|+migrate-blind|+rotate]
+                       [+SIZER], e.g. las+match+synergy; migrate moves
+                       running jobs to the GPU model where they add most
+                       throughput (migrate-blind without reading their
+                       remaining work); rotate draws every running job's
+                       model again each 360 s round, blind to speed, as
+                       an agnostic Gavel policy re-allocates
                        (default ` + policy.Default + `)
   -compat tiresias     follow Tiresias' reference simulator
   -job-sizes FILE      2D-Gittins size sample (default: learn online)

@@ -36,6 +36,37 @@ type Migration struct {
 	Cost float64
 	// MinGain is the damping (0: DefaultMigrationGain).
 	MinGain float64
+	// Blind never reads a job's remaining work, which a live planner
+	// does not know: a job is expected to run as long again as it has run
+	// (Job.Executed, at least blindHorizon), at its speed now, and the cost
+	// of a move is spread over that.
+	Blind bool
+}
+
+// blindHorizon is the least run time a blind Migration expects a job to
+// have left: a job that has just started is worth a move once it has run
+// a Gavel round, not sooner.
+const blindHorizon = DefaultRotationPeriod
+
+// blindTimes is a job's expected remaining time on model (t) and on its
+// fastest model (best) for a blind Migration, with at its model now: the
+// time it has run, at least blindHorizon, at its speed on at.
+func (j *Job) blindTimes(at, model string) (t, best float64) {
+	now, on, fastest := j.rateOn(at), j.rateOn(model), 0.0
+	for _, r := range j.Throughput {
+		fastest = max(fastest, r)
+	}
+	work := max(j.Executed, blindHorizon) * now
+	return work / on, work / fastest
+}
+
+// rateOn is the job's rate on model: its throughput there, else its
+// slowest known.
+func (j *Job) rateOn(model string) float64 {
+	if r := j.Throughput[model]; r > 0 {
+		return r
+	}
+	return j.slowestRate()
 }
 
 func (m *Migration) cost() float64 {
@@ -109,7 +140,8 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 		g := max(j.GPUs, 1)
 		free[at] -= g
 		running := j.State == Running
-		if (!running && len(d.Slots) > 0) || math.IsInf(j.bestTime(), 1) || j.RemainingWork <= 0 || len(j.Throughput) == 0 {
+		known := !math.IsInf(j.bestTime(), 1) && j.RemainingWork > 0
+		if (!running && len(d.Slots) > 0) || len(j.Throughput) == 0 || j.slowestRate() <= 0 || !m.Blind && !known {
 			continue
 		}
 		base := len(values)
@@ -120,6 +152,9 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 		best := j.bestTime()
 		for k, model := range c.models {
 			t := j.timeOn(model)
+			if m.Blind {
+				t, best = j.blindTimes(c.models[at], model)
+			}
 			if !j.allows(model) || g > c.total[k] || math.IsInf(t, 1) || t <= 0 {
 				mv.value[k] = math.Inf(-1)
 				continue

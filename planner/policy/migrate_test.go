@@ -173,3 +173,42 @@ func TestMigrationSettles(t *testing.T) {
 	must.Eq(t, []int{2, 0, 0, 0, 0, 0}, perRound)
 	must.Eq(t, map[string][]string{"b": {"K80"}, "c": {"V100"}}, moves)
 }
+
+// A blind migration decides the same whatever the remaining work and
+// time say (a live planner knows neither), and moves on throughputs and
+// the time a job has run.
+func TestBlindMigrationReadsNoRemainingWork(t *testing.T) {
+	cases := []struct {
+		name     string
+		executed float64 // the running job's run time so far
+		rates    map[string]float64
+		moves    bool
+	}{
+		// Expected to run 360 s more on the K80, 36 s on the V100: the 30 s
+		// move and the damping take more than it saves.
+		{"just started, ten times faster on the free V100: not yet", 0, steep, false},
+		{"run for an hour, ten times faster there", 3600, steep, true},
+		{"run for a day, ten times faster there", 86400, steep, true},
+		{"barely faster there: damped", 86400, flat, false},
+		// 360 s expected on the K80 against 180 s and the 30 s move.
+		{"just started, twice as fast there", 0, map[string]float64{"V100": 2, "K80": 1}, true},
+		{"run for a day, a tenth faster there", 86400, map[string]float64{"V100": 1.1, "K80": 1}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var models []string
+			for _, work := range []float64{1, 20, 1e9} { // 1: a live planner's unit, unknown
+				j := onModel("a", "K80", work, tc.rates)
+				j.Executed = tc.executed
+				j.Remaining = work / 7
+				s := &Snapshot{Now: 10, Nodes: migrationCluster(1, 1, 0), Jobs: []Job{j}}
+				r := plan(t, "fjf+migrate-blind", Config{}, s)
+				d := r.Decisions[0]
+				must.Eq(t, d.GPUModel == "V100", d.Migrate)
+				models = append(models, d.GPUModel)
+			}
+			must.Eq(t, []string{models[0], models[0], models[0]}, models)
+			must.Eq(t, tc.moves, models[0] == "V100")
+		})
+	}
+}

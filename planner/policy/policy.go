@@ -57,7 +57,11 @@ type Policy struct {
 	Size  Sizer // nil: no sizing
 	// Migrate, when set, re-decides after placement which GPU model each
 	// job that runs is on, moving running jobs (see Migration).
-	Migrate  *Migration
+	Migrate *Migration
+	// Rotate, when set, draws again once a period which GPU model each job
+	// that runs is on, blind to speed: the agnostic baseline as Gavel
+	// re-allocates it every round (see Rotation).
+	Rotate   *Rotation
 	Blocking bool // strict FIFO: stop at the first pending job that does not fit
 }
 
@@ -126,6 +130,9 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	if p.Migrate != nil {
 		p.Migrate.apply(s, r)
 	}
+	if p.Rotate != nil {
+		p.Rotate.apply(s, r)
+	}
 	if p.Size != nil {
 		p.Size.Size(s, r, p.Order.Preemptive(), p.Blocking)
 	}
@@ -137,15 +144,18 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	if w, ok := p.Size.(Waker); ok {
 		r.Wake = min(r.Wake, w.Wake(s, r))
 	}
+	if p.Rotate != nil {
+		r.Wake = min(r.Wake, p.Rotate.wake(s, r))
+	}
 	return r
 }
 
 // ReplacesRunning says the policy places running jobs again on a clock of
-// its own (Synergy's lease), so that its wake-ups call for a round even
-// when no job waits.
+// its own (Synergy's lease, a Rotation), so that its wake-ups call for a
+// round even when no job waits.
 func (p *Policy) ReplacesRunning() bool {
 	z, ok := p.Size.(synergySizer)
-	return ok && z.lease > 0
+	return ok && z.lease > 0 || p.Rotate != nil
 }
 
 // sortOrder sorts r.Order by the orderer's keys, then arrival, then job

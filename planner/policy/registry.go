@@ -84,9 +84,16 @@ func Steps() (orders, placers, sizers []string) {
 // the placer, e.g. "las+migrate" or "fjf+match+migrate".
 const migrateStep = "migrate"
 
+// migrateBlindStep adds a Migration that never reads remaining work.
+const migrateBlindStep = "migrate-blind"
+
+// rotateStep adds a Rotation, the agnostic baseline's re-allocation every
+// round, e.g. "las+rotate"; it excludes migrateStep.
+const rotateStep = "rotate"
+
 // Parse builds a policy from a name: a shorthand (see Shorthands) or a
-// composition ORDER[+PLACER][+migrate][+SIZER], for example
-// "las+match+synergy", "gittins+pack" or "las+migrate". The placer defaults
+// composition ORDER[+PLACER][+migrate|+migrate-blind|+rotate][+SIZER], for example
+// "las+match+synergy", "gittins+pack", "las+migrate" or "las+rotate". The placer defaults
 // to count.
 func Parse(name string, cfg Config) (*Policy, error) {
 	full := strings.ToLower(strings.TrimSpace(name))
@@ -133,8 +140,16 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			p.Place = matchPlacer{fairness: cfg.Fairness}
 		case "pack":
 			p.Place = packPlacer{coloc: cfg.Colocation}
-		case migrateStep:
-			p.Migrate = &Migration{Cost: cfg.MigrationCost}
+		case migrateStep, migrateBlindStep:
+			if p.Rotate != nil || p.Migrate != nil {
+				return nil, fmt.Errorf("policy %q: %s, %s and %s each move running jobs between models; take one", name, migrateStep, migrateBlindStep, rotateStep)
+			}
+			p.Migrate = &Migration{Cost: cfg.MigrationCost, Blind: part == migrateBlindStep}
+		case rotateStep:
+			if p.Migrate != nil {
+				return nil, fmt.Errorf("policy %q: %s, %s and %s each move running jobs between models; take one", name, migrateStep, migrateBlindStep, rotateStep)
+			}
+			p.Rotate = &Rotation{}
 		case "synergy", "synergy-tune", "synergy-greedy":
 			if cfg.Sensitivity == nil {
 				return nil, fmt.Errorf("policy %q: %s sizing needs a sensitivity table", name, part)
@@ -145,8 +160,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			p.Size = synergySizer{sens: cfg.Sensitivity, tune: part != "synergy-greedy", lease: cfg.SynergyLease}
 		default:
 			_, placers, sizers := Steps()
-			return nil, fmt.Errorf("policy %q: unknown step %q (placers: %s; sizers: %s; or %s)",
-				name, part, strings.Join(placers, ", "), strings.Join(sizers, ", "), migrateStep)
+			return nil, fmt.Errorf("policy %q: unknown step %q (placers: %s; sizers: %s; or %s, %s, %s)",
+				name, part, strings.Join(placers, ", "), strings.Join(sizers, ", "), migrateStep, migrateBlindStep, rotateStep)
 		}
 	}
 	return p, nil

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -109,6 +110,71 @@ func BenchmarkSynergy(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkHeterogeneity runs Gavel's msr-seed0 6214e9 trace (2,000 jobs in
+// steps) with Gavel's throughputs on Gavel's 108-GPU shape, at the trace's
+// own load and at 58 busy GPUs (fastest-model time), 80% of what the shape
+// carries when every job runs on each model in proportion to its GPUs: each
+// order agnostic and re-allocated every round (+rotate), against the same
+// order aware without reading remaining work (+migrate-blind), with moves
+// costing 1 s and 30 s. It skips when the shared data is absent.
+func BenchmarkHeterogeneity(b *testing.B) {
+	jobs, err := trace.LoadJobs(sharedData(b, "gavel/traces/msr-seed0/6214e9.trace"), "gavel")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp, err := trace.LoadThroughputs(sharedData(b, "gavel/simulation_throughputs.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl, err := trace.ParseShorthand("36xV100,36xP100,36xK80")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fastest := func(j *trace.Job) float64 {
+		best := 0.0
+		for _, g := range cl.Groups {
+			best = max(best, tp.Solo(g.GPUModel, j.JobType, max(j.GPUs, 1)))
+		}
+		return j.Steps / best
+	}
+	loaded, err := trace.Sample(jobs, trace.SampleOptions{Load: 58, Seconds: fastest})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, load := range []struct {
+		name string
+		jobs []trace.Job
+	}{{"own", jobs}, {"load58", loaded}} {
+		for _, cost := range []float64{1, 30} {
+			for _, order := range []string{"las", "fjf"} {
+				agnostic := 0.0
+				for _, step := range []string{"rotate", "migrate-blind"} {
+					b.Run(fmt.Sprintf("%s/cost%g/%s+%s", load.name, cost, order, step), func(b *testing.B) {
+						p, err := policy.Parse(order+"+"+step, policy.Config{MigrationCost: cost})
+						if err != nil {
+							b.Fatal(err)
+						}
+						for b.Loop() {
+							res, err := Run(Config{Cluster: cl, Policy: p, Throughputs: tp, MigrationCost: cost}, load.jobs)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if step == "rotate" {
+								agnostic = res.Summary.AvgJCT
+							}
+							b.ReportMetric(res.Summary.AvgJCT/86400, "avgJCT_d")
+							b.ReportMetric(float64(res.Summary.Migrations), "moves")
+							if agnostic > 0 && step != "rotate" {
+								b.ReportMetric(agnostic/res.Summary.AvgJCT, "rotate÷it")
+							}
+						}
+					})
+				}
+			}
 		}
 	}
 }

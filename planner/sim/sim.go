@@ -406,10 +406,11 @@ func (s *simulator) run() {
 }
 
 // frozen says a round cannot change anything: a policy that neither
-// preempts, shares lanes nor resizes running jobs has nothing to start
-// when every GPU is busy. Skipping those rounds keeps congested runs fast.
+// preempts, shares lanes, resizes nor places again running jobs has
+// nothing to start when every GPU is busy. Skipping those rounds keeps
+// congested runs fast.
 func (s *simulator) frozen() bool {
-	return s.maySkipRounds() && !s.cfg.Policy.Order.Preemptive() && s.busy >= float64(s.gpus)
+	return s.maySkipRounds() && !s.replaces && !s.cfg.Policy.Order.Preemptive() && s.busy >= float64(s.gpus)
 }
 
 // migrates says the policy may move running jobs between GPU models, so

@@ -661,3 +661,19 @@ func TestStartingJobsRemainingLeavesOutItsStartCosts(t *testing.T) {
 	must.Eq(t, 150.0+50+120, res.Jobs[1].Finish)
 	must.Eq(t, 0, res.Summary.Preemptions)
 }
+
+// Under a Rotation a job alone on two GPU models is drawn again every
+// period, though nothing waits, and moves about every other period; each
+// move costs it the migration cost, and nothing else does.
+func TestRotationMovesALoneJobEveryFewPeriods(t *testing.T) {
+	cl := trace.Cluster{Name: "V100+K80", Groups: []trace.NodeGroup{
+		{Count: 1, GPUModel: "V100", GPUs: 1, CPUs: 8, MemoryGB: 64},
+		{Count: 1, GPUModel: "K80", GPUs: 1, CPUs: 8, MemoryGB: 64}}}
+	jobs := []trace.Job{{ID: "long", Arrival: 0, GPUs: 1, Duration: 100 * policy.DefaultRotationPeriod}}
+	res, err := Run(Config{Cluster: cl, Policy: mustPolicy(t, "las+rotate", policy.Config{}), MigrationCost: 30, checkSnapshot: true}, jobs)
+	must.NoError(t, err)
+	must.NoError(t, res.snapErr)
+	moves := res.Jobs[0].Migrations
+	must.Between(t, 30, moves, 70)
+	must.Eq(t, jobs[0].Duration+30*float64(moves), res.Jobs[0].Finish)
+}

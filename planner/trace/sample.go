@@ -20,6 +20,10 @@ type SampleOptions struct {
 	// Load is the busy GPUs the sample offers on average: its GPU-seconds
 	// of work over the span of its arrivals. 0 keeps the arrival times.
 	Load float64
+	// Seconds is a job's run time for Load (nil, or 0 from it: its
+	// Duration): a caller with throughputs gives jobs listed in steps
+	// their time on their fastest model.
+	Seconds func(j *Job) float64
 }
 
 // Sample returns the jobs opts selects, their arrivals starting at 0. It
@@ -56,9 +60,18 @@ func Sample(jobs []Job, opts SampleOptions) ([]Job, error) {
 	work := 0.0
 	for i := range out {
 		out[i].Arrival -= first
-		work += float64(max(out[i].GPUs, 1)) * out[i].Duration
+		d := out[i].Duration
+		if opts.Seconds != nil {
+			if t := opts.Seconds(&out[i]); t > 0 {
+				d = t
+			}
+		}
+		work += float64(max(out[i].GPUs, 1)) * d
 	}
-	if span := out[len(out)-1].Arrival; opts.Load > 0 && span > 0 && work > 0 {
+	if opts.Load > 0 && !(work > 0) {
+		return nil, fmt.Errorf("load %g: the sample's jobs have no run time to offer (jobs given in steps need throughputs)", opts.Load)
+	}
+	if span := out[len(out)-1].Arrival; opts.Load > 0 && span > 0 {
 		stretch := work / opts.Load / span
 		for i := range out {
 			out[i].Arrival *= stretch

@@ -57,3 +57,21 @@ func TestSample(t *testing.T) {
 		must.Error(t, err)
 	}
 }
+
+// Jobs given in steps offer the run time Seconds gives them; without it
+// (or throughputs) a load cannot be set, and the error says so.
+func TestSampleLoadOfJobsInSteps(t *testing.T) {
+	jobs := []Job{
+		{ID: "a", Arrival: 0, GPUs: 2, Steps: 1000, JobType: "r"},
+		{ID: "b", Arrival: 100, GPUs: 1, Steps: 500, JobType: "r"},
+	}
+	_, err := Sample(jobs, SampleOptions{Load: 1})
+	must.ErrorContains(t, err, "need throughputs")
+	// 10 steps/s: 2 × 100 s + 1 × 50 s = 250 GPU-s over 100 s offers 2.5
+	// GPUs; at load 1 the arrivals spread to 250 s.
+	tenPerSecond := func(j *Job) float64 { return j.Steps / 10 }
+	got, err := Sample(jobs, SampleOptions{Load: 1, Seconds: tenPerSecond})
+	must.NoError(t, err)
+	must.Eq(t, 250.0, got[1].Arrival)
+	must.Eq(t, 0.0, got[0].Duration, must.Sprint("the jobs themselves are left as listed"))
+}
