@@ -188,7 +188,7 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 		}
 		in.policies = append(in.policies, p)
 	}
-	if f.synergyLease > 0 && !slices.ContainsFunc(in.policies, (*policy.Policy).ReplacesRunning) {
+	if f.synergyLease > 0 && !slices.ContainsFunc(in.policies, (*policy.Policy).KeepsLease) {
 		return nil, 2, errors.New("flag -synergy-lease: no policy in -policy has a synergy sizer to keep it")
 	}
 	in.traceName = f.trace

@@ -81,8 +81,8 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -fairness F          AlloX fairness knob in [0,1]
   -preemption-cost S   seconds a preempted job loses on resume (default 0)
   -migration-cost S    seconds a job moved to another GPU model by the
-                       migrate step loses (checkpoint and restart; the
-                       step plans with it too; default 30)
+                       migrate or rotate step loses (checkpoint and
+                       restart; migrate plans with it too; default 30)
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)

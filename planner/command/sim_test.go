@@ -236,3 +236,30 @@ func TestSimSample(t *testing.T) {
 	must.Eq(t, 2, code)
 	must.StrContains(t, stderr, `group "zz" holds 0 jobs`)
 }
+
+// -load on a trace of jobs given in steps counts each at its fastest
+// model's time (through -throughputs): A (1,000 s on a V100) at 0 and B
+// (300 s) at 100 offer 13 busy GPUs; at -load 1.3 B arrives at 1,000 and
+// ends at 1,300. Without throughputs there is no time to offer, and the
+// error says so.
+func TestSimLoadOfJobsInSteps(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "gavel.trace")
+	must.NoError(t, os.WriteFile(tr, []byte("Steep\tcmd\t--steps\t1\t10000\t0.000000\t1\nSteep\tcmd\t--steps\t1\t3000\t100.000000\t1\n"), 0o644))
+	tp := filepath.Join(dir, "tputs.json")
+	must.NoError(t, os.WriteFile(tp, []byte(`{"v100": {"('Steep', 1)": {"null": 10}}, "k80": {"('Steep', 1)": {"null": 1}}}`), 0o644))
+	for load, makespan := range map[string]float64{"": 1000, "1.3": 1300} {
+		args := []string{"-trace", tr, "-format", "gavel", "-throughputs", tp, "-cluster", "2xV100", "-policy", "fjf", "-json"}
+		if load != "" {
+			args = append(args, "-load", load)
+		}
+		code, stdout, stderr := runSim(t, args...)
+		must.Eq(t, 0, code, must.Sprint(stderr))
+		var rep simReport
+		must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+		must.Eq(t, makespan, rep.Policies[0].Makespan, must.Sprintf("load %q", load))
+	}
+	code, _, stderr := runSim(t, "-trace", tr, "-format", "gavel", "-cluster", "2xV100", "-policy", "fjf", "-load", "1.3")
+	must.Eq(t, 2, code)
+	must.StrContains(t, stderr, "need throughputs")
+}

@@ -101,35 +101,15 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 		return
 	}
 	free := append([]int(nil), c.total...)
-	lanes := map[[2]int]bool{}
-	unplacedLanes := make([]int, len(c.models)) // lane jobs counted by model only
+	takeLaneGPUs(s, r, c, free)
 	movers, values := r.movers[:0], r.moverValues[:0]
 	defer func() { r.movers, r.moverValues = movers, values }()
 	for i := range s.Jobs {
 		d := &r.Decisions[i]
-		if !d.Run {
+		if !d.Run || d.Lane {
 			continue
 		}
 		j := &s.Jobs[i]
-		if d.Lane {
-			// Lanes count their GPU once, however many jobs share it; lane
-			// jobs placed by model only fill whole GPUs' worth of lanes,
-			// which may count more GPUs than they hold, never fewer.
-			if len(d.Slots) == 0 {
-				if mi := c.find(d.GPUModel); mi >= 0 {
-					unplacedLanes[mi]++
-				}
-			}
-			for _, sl := range d.Slots {
-				if k := [2]int{sl.Node, sl.GPU}; !lanes[k] {
-					lanes[k] = true
-					if mi := c.find(s.Nodes[sl.Node].GPUs[sl.GPU].Model); mi >= 0 {
-						free[mi]--
-					}
-				}
-			}
-			continue
-		}
 		at := c.find(d.GPUModel)
 		if at < 0 && j.State == Running {
 			at = c.runningModel(s, j)
@@ -175,9 +155,6 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 		}
 		movers = append(movers, mv)
 	}
-	for mi, n := range unplacedLanes {
-		free[mi] -= (n + c.lanes[mi] - 1) / c.lanes[mi]
-	}
 	if len(movers) == 0 {
 		return
 	}
@@ -195,6 +172,43 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 		} else {
 			d.Reason = r.join(d.Reason, "; starts on "+d.GPUModel+" instead, where it adds more throughput")
 		}
+	}
+}
+
+// takeLaneGPUs takes off free (per model) the GPUs the lane jobs that run
+// hold. Lanes count their GPU once, however many jobs share it; lane jobs
+// placed by model only fill whole GPUs' worth of lanes, which may count
+// more GPUs than they hold, never fewer.
+func takeLaneGPUs(s *Snapshot, r *Result, c *capacity, free []int) {
+	var lanes map[[2]int]bool
+	var unplaced []int // lane jobs counted by model only
+	for i := range s.Jobs {
+		d := &r.Decisions[i]
+		if !d.Run || !d.Lane {
+			continue
+		}
+		if len(d.Slots) == 0 {
+			if mi := c.find(d.GPUModel); mi >= 0 {
+				if unplaced == nil {
+					unplaced = make([]int, len(c.models))
+				}
+				unplaced[mi]++
+			}
+		}
+		for _, sl := range d.Slots {
+			if k := [2]int{sl.Node, sl.GPU}; !lanes[k] {
+				if lanes == nil {
+					lanes = map[[2]int]bool{}
+				}
+				lanes[k] = true
+				if mi := c.find(s.Nodes[sl.Node].GPUs[sl.GPU].Model); mi >= 0 {
+					free[mi]--
+				}
+			}
+		}
+	}
+	for mi, n := range unplaced {
+		free[mi] -= (n + c.lanes[mi] - 1) / c.lanes[mi]
 	}
 }
 

@@ -154,8 +154,13 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 // its own (Synergy's lease, a Rotation), so that its wake-ups call for a
 // round even when no job waits.
 func (p *Policy) ReplacesRunning() bool {
+	return p.KeepsLease() || p.Rotate != nil
+}
+
+// KeepsLease says the policy has a Synergy sizer with a lease.
+func (p *Policy) KeepsLease() bool {
 	z, ok := p.Size.(synergySizer)
-	return ok && z.lease > 0 || p.Rotate != nil
+	return ok && z.lease > 0
 }
 
 // sortOrder sorts r.Order by the orderer's keys, then arrival, then job

@@ -164,6 +164,9 @@ func Parse(name string, cfg Config) (*Policy, error) {
 				name, part, strings.Join(placers, ", "), strings.Join(sizers, ", "), migrateStep, migrateBlindStep, rotateStep)
 		}
 	}
+	if p.Rotate != nil && p.Size != nil {
+		return nil, fmt.Errorf("policy %q: %s draws running jobs' models blind, where the %s sizer places them itself; take one", name, rotateStep, p.Size.Name())
+	}
 	return p, nil
 }
 

@@ -20,7 +20,9 @@ const DefaultRotationPeriod = 360.0
 // drawn onto another model moves (Decision.Migrate) and the caller charges
 // the move; one that stays renews (Decision.Renewed). The draw is a hash
 // of the job's ID and the period's number, so a round is a pure function
-// of its Snapshot.
+// of its Snapshot. It is a baseline for the simulator: the live planner
+// does not track when a job took its GPUs (Job.Placed), so there a job may
+// be drawn again at every round of a period and move more than once.
 type Rotation struct {
 	// Period is the seconds between draws (0: DefaultRotationPeriod).
 	Period float64
@@ -35,14 +37,17 @@ func (o *Rotation) period() float64 {
 
 // drawn is one job Rotation places on a model again.
 type drawn struct {
-	job, g int
-	u      float64 // its draw in [0, 1)
+	job, g, at int     // at: its model before the draw
+	u, turn    float64 // its draw, and its turn among drawn jobs as wide, in [0, 1)
 }
 
 // apply draws the models of the jobs that run and were not drawn in this
 // period yet: those starting now, and those running since before it began.
-// Jobs on lanes or concrete GPUs, and jobs limited to some models, stay. If
-// the draws do not all fit (GPU counts per model), nothing moves this round.
+// Jobs on lanes, jobs a placer starts on concrete GPUs and jobs limited to
+// some models stay; a running job that moves loses its Slots, and the
+// caller finds it GPUs of the new model. Wider jobs are drawn first, so
+// that they find room; a job whose draw fits nowhere keeps its model if it
+// still has room there, and if not, nothing moves this round.
 func (o *Rotation) apply(s *Snapshot, r *Result) {
 	c := s.capacity()
 	if len(c.models) < 2 {
@@ -51,6 +56,7 @@ func (o *Rotation) apply(s *Snapshot, r *Result) {
 	epoch := math.Floor(s.Now / o.period())
 	from := epoch * o.period() // this period's start
 	free := append([]int(nil), c.total...)
+	takeLaneGPUs(s, r, c, free)
 	var draws []drawn
 	for i := range s.Jobs {
 		d, j := &r.Decisions[i], &s.Jobs[i]
@@ -58,28 +64,32 @@ func (o *Rotation) apply(s *Snapshot, r *Result) {
 			continue
 		}
 		at := c.find(d.GPUModel)
+		if at < 0 && j.State == Running {
+			at = c.runningModel(s, j)
+		}
 		if at < 0 {
 			continue
 		}
 		g := max(j.GPUs, 1)
-		redraw := len(d.Slots) == 0 && len(j.Models) == 0 &&
-			(j.State == Pending || j.State == Running && j.Placed < from && !d.Migrate)
+		redraw := len(j.Models) == 0 &&
+			(j.State == Pending && len(d.Slots) == 0 || j.State == Running && j.Placed < from && !d.Migrate)
 		if !redraw {
 			free[at] -= g
 			continue
 		}
-		draws = append(draws, drawn{job: i, g: g, u: unitHash(j.ID, epoch)})
+		// The turn is a hash of its own: ordered by their draws, the jobs
+		// that overflow a model would all land on the model listed next.
+		draws = append(draws, drawn{job: i, g: g, at: at, u: unitHash(j.ID, epoch, 0), turn: unitHash(j.ID, epoch, 1)})
 	}
 	if len(draws) == 0 {
 		return
 	}
-	// The widest first, so that they find room; ties in draw order.
 	slices.SortFunc(draws, func(a, b drawn) int {
 		if a.g != b.g {
 			return b.g - a.g
 		}
-		if a.u != b.u {
-			if a.u < b.u {
+		if a.turn != b.turn {
+			if a.turn < b.turn {
 				return -1
 			}
 			return 1
@@ -88,26 +98,12 @@ func (o *Rotation) apply(s *Snapshot, r *Result) {
 	})
 	to := make([]int, len(draws))
 	for k, dr := range draws {
-		total := 0
-		for m := range free {
-			if free[m] >= dr.g {
-				total += c.total[m]
+		m := drawModel(c, free, dr.g, dr.u)
+		if m < 0 {
+			if free[dr.at] < dr.g {
+				return // the draws do not fit: every job stays this round
 			}
-		}
-		if total == 0 {
-			return // a draw that fits nowhere: every job stays this round
-		}
-		pick := dr.u * float64(total)
-		m := -1
-		for mi := range free {
-			if free[mi] < dr.g {
-				continue
-			}
-			m = mi
-			if pick < float64(c.total[mi]) {
-				break
-			}
-			pick -= float64(c.total[mi])
+			m = dr.at
 		}
 		free[m] -= dr.g
 		to[k] = m
@@ -121,17 +117,45 @@ func (o *Rotation) apply(s *Snapshot, r *Result) {
 				d.GPUModel = model
 				d.Reason = r.join(d.Reason, "; starts on "+model+", drawn blind to speed (rotation)")
 			}
-		case model == d.GPUModel:
+		case to[k] == dr.at:
 			d.Renewed = true
 		default:
-			d.GPUModel, d.Migrate, d.Renewed = model, true, true
+			d.GPUModel, d.Migrate, d.Renewed, d.Slots = model, true, true, nil
 			d.Reason = r.join(d.Reason, "; moves to "+model+", drawn blind to speed (rotation)")
 		}
 	}
 }
 
-// wake is the seconds until the next period, while any job runs.
+// drawModel is the model that draw u in [0, 1) picks for a job of g GPUs,
+// with chances in proportion to the models' GPUs among those with g free;
+// -1 where none has.
+func drawModel(c *capacity, free []int, g int, u float64) int {
+	total := 0
+	for m := range free {
+		if free[m] >= g {
+			total += c.total[m]
+		}
+	}
+	pick, m := u*float64(total), -1
+	for mi := range free {
+		if free[mi] < g {
+			continue
+		}
+		m = mi // the last with room, should rounding carry pick past every model
+		if pick < float64(c.total[mi]) {
+			break
+		}
+		pick -= float64(c.total[mi])
+	}
+	return m
+}
+
+// wake is the seconds until the next period, while any job runs on a
+// cluster of several models.
 func (o *Rotation) wake(s *Snapshot, r *Result) float64 {
+	if len(s.capacity().models) < 2 {
+		return inf
+	}
 	for i := range r.Decisions {
 		if r.Decisions[i].Run {
 			p := o.period()
@@ -141,15 +165,16 @@ func (o *Rotation) wake(s *Snapshot, r *Result) float64 {
 	return inf
 }
 
-// unitHash maps a job's ID and a period's number to [0, 1).
-func unitHash(id string, epoch float64) float64 {
+// unitHash maps a job's ID, a period's number and a salt to [0, 1).
+func unitHash(id string, epoch float64, salt byte) float64 {
 	h := fnv.New64a()
 	h.Write([]byte(id))
-	var b [8]byte
+	var b [9]byte
 	e := math.Float64bits(epoch)
-	for k := range b {
+	for k := range 8 {
 		b[k] = byte(e >> (8 * k))
 	}
+	b[8] = salt
 	h.Write(b[:])
 	// splitmix64's finaliser spreads the last bytes over every bit; the
 	// top 53 bits make a float64 in [0, 1).

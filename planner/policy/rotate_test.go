@@ -140,12 +140,72 @@ func TestRotationKeepsEveryModelWithinItsGPUs(t *testing.T) {
 	}
 }
 
-func TestRotationExcludesMigration(t *testing.T) {
-	for _, name := range []string{"las+rotate+migrate", "las+migrate+rotate"} {
+func TestRotationExcludesMigrationAndSizing(t *testing.T) {
+	for _, name := range []string{"las+rotate+migrate", "las+migrate+rotate", "las+rotate+migrate-blind", "las+migrate-blind+migrate"} {
 		_, err := Parse(name, Config{})
 		must.ErrorContains(t, err, "take one")
 	}
+	sens, err := NewSensitivity([]SensitivityRow{{Model: "m", GPUs: 1, CPUsPerGPU: 3, MemGBPerGPU: 62.5, Throughput: 1}})
+	must.NoError(t, err)
+	_, err = Parse("fjf+rotate+synergy", Config{Sensitivity: sens})
+	must.ErrorContains(t, err, "take one")
 	p, err := Parse("las+migrate", Config{})
 	must.NoError(t, err)
 	must.False(t, p.ReplacesRunning())
+	p, err = Parse("fjf+count+synergy", Config{Sensitivity: sens, SynergyLease: 300})
+	must.NoError(t, err)
+	must.True(t, p.KeepsLease())
+	p, err = Parse("las+rotate", Config{})
+	must.NoError(t, err)
+	must.False(t, p.KeepsLease())
+}
+
+// GPUs that running lane jobs hold are not free to the draw: a 2-GPU job
+// on the K80s never lands on V100s whose lanes are all taken.
+func TestRotationCountsLaneGPUs(t *testing.T) {
+	p, err := Parse("las+rotate", Config{})
+	must.NoError(t, err)
+	ns := append(nodes("V100", 1, 2), wholeGPUs(nodes("K80", 1, 2))...) // the V100s have 2 lanes each
+	var jobs []Job
+	for g := range 2 {
+		for lane := range 2 {
+			j := job(fmt.Sprint("lane", g, lane), 0, 1)
+			j.State, j.GPUModel, j.Placement, j.Placed = Running, "V100", []Slot{{Node: 0, GPU: g, Lane: lane}}, -1
+			jobs = append(jobs, j)
+		}
+	}
+	wide := job("wide", 0, 2)
+	wide.State, wide.GPUModel, wide.Placed = Running, "K80", -1
+	jobs = append(jobs, wide)
+	for k := range 200 {
+		s := &Snapshot{Nodes: ns, Now: float64(k)*DefaultRotationPeriod + 1, Jobs: jobs}
+		r := p.Plan(s, nil)
+		d := r.Decisions[len(jobs)-1]
+		must.True(t, d.Run)
+		must.Eq(t, "K80", d.GPUModel, must.Sprintf("period %d", k))
+		must.False(t, d.Migrate)
+	}
+}
+
+// A running job placed on concrete GPUs (live, every running job is) is
+// drawn too; when it moves it gives up its Slots for the caller to find
+// GPUs of the new model.
+func TestRotationMovesAJobThatHoldsGPUs(t *testing.T) {
+	p, err := Parse("las+rotate", Config{})
+	must.NoError(t, err)
+	moves := 0
+	for k := range 200 {
+		j := job("placed", 0, 1)
+		j.State, j.GPUModel, j.Placed = Running, "K80", -1
+		j.Placement = []Slot{{Node: 2, GPU: 0, Lane: -1}}
+		s := &Snapshot{Nodes: rotationCluster(), Now: float64(k)*DefaultRotationPeriod + 1, Jobs: []Job{j}}
+		d := p.Plan(s, nil).Decisions[0]
+		if d.Migrate {
+			moves++
+			must.Nil(t, d.Slots)
+		} else {
+			must.Eq(t, j.Placement, d.Slots)
+		}
+	}
+	must.Between(t, 100, moves, 200)
 }

@@ -21,7 +21,7 @@ type Config struct {
 	// when it resumes (checkpoint reload); 0 by default.
 	PreemptionCost float64
 	// MigrationCost is the run time in seconds a job loses when a policy's
-	// migrate step moves it to another GPU model (checkpoint, restart),
+	// migrate or rotate step moves it to another GPU model (checkpoint, restart),
 	// charged in place of PreemptionCost; 0 by default. Set it to the cost
 	// the policy plans with (policy.Config.MigrationCost).
 	MigrationCost float64

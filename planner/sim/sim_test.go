@@ -677,3 +677,18 @@ func TestRotationMovesALoneJobEveryFewPeriods(t *testing.T) {
 	must.Between(t, 30, moves, 70)
 	must.Eq(t, jobs[0].Duration+30*float64(moves), res.Jobs[0].Finish)
 }
+
+// A policy that does not preempt still gets its rotation rounds on a full
+// cluster: two long jobs on the two GPUs of a V100 and a K80 under
+// fjf+rotate trade places now and then.
+func TestRotationRoundsOnAFullCluster(t *testing.T) {
+	cl := trace.Cluster{Name: "V100+K80", Groups: []trace.NodeGroup{
+		{Count: 1, GPUModel: "V100", GPUs: 1, CPUs: 8, MemoryGB: 64},
+		{Count: 1, GPUModel: "K80", GPUs: 1, CPUs: 8, MemoryGB: 64}}}
+	jobs := []trace.Job{{ID: "a", GPUs: 1, Duration: 50 * policy.DefaultRotationPeriod}, {ID: "b", GPUs: 1, Duration: 50 * policy.DefaultRotationPeriod}}
+	res, err := Run(Config{Cluster: cl, Policy: mustPolicy(t, "fjf+rotate", policy.Config{}), MigrationCost: 30, checkSnapshot: true}, jobs)
+	must.NoError(t, err)
+	must.NoError(t, res.snapErr)
+	must.Greater(t, 5, res.Jobs[0].Migrations)
+	must.Eq(t, res.Jobs[0].Migrations, res.Jobs[1].Migrations)
+}
