@@ -74,6 +74,7 @@ func TestTaskLaneMetricsFollowTurns(t *testing.T) {
 	conf.TimeSliceQuantum = "200ms"
 	conf.IterationGrace = "0s"
 	h, d := newHarness(t, conf)
+	events := collectEvents(t, h)
 	w := workload.Config{Iterations: 15, IterationTime: 100 * time.Millisecond, PersistentMiB: 5000, EphemeralMiB: 1000}
 	profile := TaskConfig{MemoryProfile: MemoryProfile{Persistent: "5000MiB", Ephemeral: "1000MiB"}}
 	a := workloadTask(t, h, "a", w, profile, grantEnv(laneGrant(0)))
@@ -104,8 +105,15 @@ func TestTaskLaneMetricsFollowTurns(t *testing.T) {
 	lastSuspend := scrape(t, d, "caravan_driver_task_last_suspend_seconds")
 	must.Positive(t, lastSuspend[series(a)])
 
-	must.Eq(t, 0, waitExit(t, h, a.ID, 30*time.Second).ExitCode)
-	must.Eq(t, 0, waitExit(t, h, b.ID, 30*time.Second).ExitCode)
+	for _, task := range []*drivers.TaskConfig{a, b} {
+		if code := waitExit(t, h, task.ID, 30*time.Second).ExitCode; code != 0 {
+			var told []string
+			for _, ev := range events(task.ID, "") {
+				told = append(told, ev.Message)
+			}
+			t.Fatalf("task %s exited %d; its events: %q", task.Name, code, told)
+		}
+	}
 	deadline = time.Now().Add(5 * time.Second)
 	for len(scrape(t, d, "caravan_driver_task_switches_total")) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
