@@ -264,16 +264,7 @@ func (w *sizeWindow) add(v float64) {
 // in [a, until) the sizes above b are the same, and r is mean − b.
 func (w *sizeWindow) meanAbove(a float64) (r float64, above int, mean, until float64) {
 	n := len(w.sorted)
-	// The first size above a: the window holds no NaN (History.Add).
-	i, hi := 0, n
-	for i < hi {
-		m := int(uint(i+hi) >> 1)
-		if w.sorted[m] <= a {
-			i = m + 1
-		} else {
-			hi = m
-		}
-	}
+	i := indexAbove(w.sorted, a, 0, n) // the window holds no NaN (History.Add)
 	above = n - i
 	if above == 0 {
 		return 0, 0, 0, inf

@@ -48,16 +48,10 @@ type Migration struct {
 // a Gavel round, not sooner.
 const blindHorizon = DefaultRotationPeriod
 
-// blindTimes is a job's expected remaining time on model (t) and on its
-// fastest model (best) for a blind Migration, with at its model now: the
-// time it has run, at least blindHorizon, at its speed on at.
-func (j *Job) blindTimes(at, model string) (t, best float64) {
-	now, on, fastest := j.rateOn(at), j.rateOn(model), 0.0
-	for _, r := range j.Throughput {
-		fastest = max(fastest, r)
-	}
-	work := max(j.Executed, blindHorizon) * now
-	return work / on, work / fastest
+// blindWork is the work a blind Migration expects a job on model at to
+// have left: the time it has run, at least blindHorizon, at its speed there.
+func (j *Job) blindWork(at string) float64 {
+	return max(j.Executed, blindHorizon) * j.rateOn(at)
 }
 
 // rateOn is the job's rate on model: its throughput there, else its
@@ -129,12 +123,15 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 			values = append(values, 0)
 		}
 		mv := mover{job: i, g: g, from: at, at: at, running: running, value: values[base:len(values):len(values)]}
+		if m.Blind {
+			// The same times, over the work it is expected to have left.
+			guess := *j
+			guess.RemainingWork = j.blindWork(c.models[at])
+			j = &guess
+		}
 		best := j.bestTime()
 		for k, model := range c.models {
 			t := j.timeOn(model)
-			if m.Blind {
-				t, best = j.blindTimes(c.models[at], model)
-			}
 			if !j.allows(model) || g > c.total[k] || math.IsInf(t, 1) || t <= 0 {
 				mv.value[k] = math.Inf(-1)
 				continue

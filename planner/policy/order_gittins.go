@@ -115,9 +115,15 @@ func (d *SizeDistribution) firstAbove(v float64) int {
 // searchAbove is the index of the first sample in [lo, hi) strictly
 // greater than v, or hi, by binary search.
 func (d *SizeDistribution) searchAbove(v float64, lo, hi int) int {
+	return indexAbove(d.sorted, v, lo, hi)
+}
+
+// indexAbove is the index of the first of sorted[lo:hi], ascending,
+// strictly greater than v, or hi, by binary search.
+func indexAbove(sorted []float64, v float64, lo, hi int) int {
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if d.sorted[m] <= v {
+		if sorted[m] <= v {
 			lo = m + 1
 		} else {
 			hi = m
