@@ -54,6 +54,19 @@ func (j *Job) blindWork(at string) float64 {
 	return max(j.Executed, blindHorizon) * j.rateOn(at)
 }
 
+// blindTimeOn is the run time a planner that never reads remaining work
+// expects the job to have left on model: the time it has run, at least
+// blindHorizon, at its speed where it runs now (or last ran; a job that
+// never ran, at its slowest), taken to model's speed. Without a profile,
+// model's speed is taken to be the same.
+func (j *Job) blindTimeOn(model string) float64 {
+	t := max(j.Executed, blindHorizon)
+	if from, to := j.rateOn(j.GPUModel), j.rateOn(model); from > 0 && to > 0 {
+		return t * from / to
+	}
+	return t
+}
+
 // rateOn is the job's rate on model: its throughput there, else its
 // slowest known.
 func (j *Job) rateOn(model string) float64 {

@@ -14,14 +14,23 @@ import (
 // the GPUs it waits for are planned for it, and a job ranked below it
 // uses them now only if it finishes before the planned start. Running
 // jobs keep their GPUs unless the order preempts.
-type earliestPlacer struct{}
+//
+// Blind, it never reads a job's remaining work, which a live planner does
+// not know: it expects each job to run as long again as it has (at least
+// a round), at the speeds its profile gives (Job.blindTimeOn).
+type earliestPlacer struct{ blind bool }
 
-func (earliestPlacer) Name() string { return "earliest" }
-func (earliestPlacer) countsOnly()  {}
+func (p earliestPlacer) Name() string {
+	if p.blind {
+		return earliestBlindPlacer
+	}
+	return "earliest"
+}
+func (earliestPlacer) countsOnly() {}
 
-func (earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
+func (p earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	k, undo := runningKeeper(s, r, preemptive, blocking)
-	tl := newTimeline(s, r, k)
+	tl := newTimeline(s, r, k, p.blind)
 	displaced := make(map[int]string, len(undo))
 	for _, u := range undo {
 		displaced[u.job] = u.reason
@@ -71,6 +80,7 @@ type timeline struct {
 	c     *capacity
 	k     *keeper
 	now   float64
+	blind bool                 // times are guessed (Job.blindTimeOn)
 	busy  []floatHeap          // per model: when each busy or planned GPU frees
 	holes [][]float64          // per model: end of each free-now GPU's hole
 	front []int                // kth's scratch
@@ -98,10 +108,10 @@ func (tl *timeline) note(model string, starts bool) string {
 
 // newTimeline builds the round's timeline in r's scratch timeline, whose
 // storage it reuses: a timeline per round was most of a run's allocation.
-func newTimeline(s *Snapshot, r *Result, k *keeper) *timeline {
+func newTimeline(s *Snapshot, r *Result, k *keeper, blind bool) *timeline {
 	c := s.capacity()
 	tl := &r.timeline
-	*tl = timeline{s: s, c: c, k: k, now: s.Now, busy: emptied(tl.busy, len(c.models)),
+	*tl = timeline{s: s, c: c, k: k, now: s.Now, blind: blind, busy: emptied(tl.busy, len(c.models)),
 		holes: emptied(tl.holes, len(c.models)), front: tl.front, notes: tl.notes}
 	for i := range s.Jobs {
 		if j, d := &s.Jobs[i], &r.Decisions[i]; j.State == Running && d.Run {
@@ -125,10 +135,18 @@ func (tl *timeline) running(j *Job, d *Decision) {
 	if m < 0 || d.Lane {
 		return
 	}
-	end := tl.now + j.timeOn(tl.c.models[m])
+	end := tl.now + tl.timeOn(j, tl.c.models[m])
 	for range max(j.GPUs, 1) {
 		tl.busy[m].push(end)
 	}
+}
+
+// timeOn is the run time the plan expects j to have left on model.
+func (tl *timeline) timeOn(j *Job, model string) float64 {
+	if tl.blind {
+		return j.blindTimeOn(model)
+	}
+	return j.timeOn(model)
 }
 
 // full says no job can start now: no free GPU, spare lane or hole.
@@ -151,7 +169,7 @@ func (tl *timeline) place(j *Job, d *Decision) bool {
 		if !j.allows(model) || g > tl.c.total[m] {
 			continue
 		}
-		t := j.timeOn(model)
+		t := tl.timeOn(j, model)
 		room := tl.k.room(j, m, g) + tl.holesFitting(m, tl.now+t)
 		now, finish := room >= g, tl.now+t
 		if !now {
@@ -172,7 +190,7 @@ func (tl *timeline) place(j *Job, d *Decision) bool {
 	case bestFinish >= inf:
 		return false // it would wait for GPUs of unknown end
 	}
-	t := j.timeOn(tl.c.models[best])
+	t := tl.timeOn(j, tl.c.models[best])
 	tl.reserve(best, g, bestFinish-t, bestFinish)
 	d.GPUModel = tl.c.models[best]
 	return true
@@ -181,7 +199,7 @@ func (tl *timeline) place(j *Job, d *Decision) bool {
 // startNow starts j on model m, filling holes it ends before if the free
 // GPUs and spare lanes are not enough.
 func (tl *timeline) startNow(j *Job, d *Decision, m, g int) {
-	t := j.timeOn(tl.c.models[m])
+	t := tl.timeOn(j, tl.c.models[m])
 	fromHoles := max(0, g-tl.k.room(j, m, g))
 	if fromHoles > 0 {
 		// Use the holes that end first among those long enough, keeping

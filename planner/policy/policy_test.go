@@ -86,6 +86,7 @@ func TestParse(t *testing.T) {
 		{name: "las+migrate", order: "las", place: "count", migrate: true},
 		{name: "allox+migrate", order: "fifo", place: "match", migrate: true},
 		{name: "las+earliest+migrate+synergy", order: "las", place: "earliest", migrate: true, sized: true},
+		{name: "las+earliest-blind+migrate-blind", order: "las", place: "earliest-blind", migrate: true},
 		{name: "lifo", err: `unknown order "lifo"`},
 		{name: "las+teleport", err: `unknown step "teleport"`},
 	}

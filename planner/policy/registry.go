@@ -76,13 +76,17 @@ func Names() []string {
 // Steps lists the names each composition slot accepts.
 func Steps() (orders, placers, sizers []string) {
 	return []string{"fifo", "fjf", "srtf", "srsf", "las", "gittins", "hare", "predict"},
-		[]string{"count", "consolidated", "fastest", "earliest", "match", "pack"},
+		[]string{"count", "consolidated", "fastest", "earliest", earliestBlindPlacer, "match", "pack"},
 		[]string{"synergy", "synergy-tune", "synergy-greedy"}
 }
 
 // migrateStep is the composition step that adds a Migration; it goes after
 // the placer, e.g. "las+migrate" or "fjf+match+migrate".
 const migrateStep = "migrate"
+
+// earliestBlindPlacer is the earliest placer that never reads remaining
+// work.
+const earliestBlindPlacer = "earliest-blind"
 
 // migrateBlindStep adds a Migration that never reads remaining work.
 const migrateBlindStep = "migrate-blind"
@@ -136,6 +140,8 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			p.Place = fastestPlacer{}
 		case "earliest":
 			p.Place = earliestPlacer{}
+		case earliestBlindPlacer:
+			p.Place = earliestPlacer{blind: true}
 		case "match", "allox":
 			p.Place = matchPlacer{fairness: cfg.Fairness}
 		case "pack":

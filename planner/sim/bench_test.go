@@ -119,7 +119,8 @@ func BenchmarkSynergy(b *testing.B) {
 // own load and at 58 busy GPUs (fastest-model time), 80% of what the shape
 // carries when every job runs on each model in proportion to its GPUs: each
 // order agnostic and re-allocated every round (+rotate), against the same
-// order aware without reading remaining work (+migrate-blind), with moves
+// order aware without reading remaining work (+migrate-blind, and with the
+// blind earliest placer, +earliest-blind+migrate-blind), with moves
 // costing 1 s and 30 s. It skips when the shared data is absent.
 func BenchmarkHeterogeneity(b *testing.B) {
 	jobs, err := trace.LoadJobs(sharedData(b, "gavel/traces/msr-seed0/6214e9.trace"), "gavel")
@@ -152,7 +153,7 @@ func BenchmarkHeterogeneity(b *testing.B) {
 		for _, cost := range []float64{1, 30} {
 			for _, order := range []string{"las", "fjf"} {
 				agnostic := 0.0
-				for _, step := range []string{"rotate", "migrate-blind"} {
+				for _, step := range []string{"rotate", "migrate-blind", "earliest-blind+migrate-blind"} {
 					b.Run(fmt.Sprintf("%s/cost%g/%s+%s", load.name, cost, order, step), func(b *testing.B) {
 						p, err := policy.Parse(order+"+"+step, policy.Config{MigrationCost: cost})
 						if err != nil {

@@ -102,6 +102,16 @@ var defaultMatrix = []matrixCell{
 	{name: "tiresias-60/n4g4", cluster: "n4g4", jobs: traceFile("tiresias/60_job.csv"), avg: 0.981, p99: 1.000},
 }
 
+// matrixPolicy is the policy held to the matrix: the default, or
+// CARAVAN_MATRIX_POLICY to print another's matrix (a candidate for the
+// default, or a composition) without holding it to the default's cells.
+func matrixPolicy() string {
+	if p := os.Getenv("CARAVAN_MATRIX_POLICY"); p != "" {
+		return p
+	}
+	return policy.Default
+}
+
 // TestDefaultPolicyMatrix runs 2D-LAS and the default on every cell of
 // the matrix and fails when a cell gives less than it did when the
 // default last changed (the simulator is deterministic, so a cell moves
@@ -146,20 +156,23 @@ func TestDefaultPolicyMatrix(t *testing.T) {
 					}
 					return res
 				}
-				las, it := run("las").Summary, run(policy.Default).Summary
+				las, it := run("las").Summary, run(matrixPolicy()).Summary
 				r := &row{avg: las.AvgJCT / it.AvgJCT, p99: it.P99JCT / las.P99JCT, lasAvg: las.AvgJCT, itAvg: it.AvgJCT}
 				rows[k] = r
+				if matrixPolicy() != policy.Default {
+					return
+				}
 				if r.avg < c.avg-slack {
-					t.Errorf("average JCT: 2D-LAS ÷ %s %.3f, down from %.3f", policy.Default, r.avg, c.avg)
+					t.Errorf("average JCT: 2D-LAS ÷ %s %.3f, down from %.3f", matrixPolicy(), r.avg, c.avg)
 				}
 				if r.p99 > c.p99+slack {
-					t.Errorf("p99 JCT: %s ÷ 2D-LAS %.3f, up from %.3f", policy.Default, r.p99, c.p99)
+					t.Errorf("p99 JCT: %s ÷ 2D-LAS %.3f, up from %.3f", matrixPolicy(), r.p99, c.p99)
 				}
 			})
 		}
 	})
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-28s %12s %12s %10s %10s  %s\n", "cell", "las avg", policy.Default+" avg", "las÷it", "p99 it÷las", "goal")
+	fmt.Fprintf(&b, "\n%-28s %12s %12s %10s %10s  %s\n", "cell", "las avg", matrixPolicy()+" avg", "las÷it", "p99 it÷las", "goal")
 	met, ran := 0, 0
 	for k, c := range defaultMatrix {
 		r := rows[k]
