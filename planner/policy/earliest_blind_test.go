@@ -48,19 +48,53 @@ func TestEarliestBlindWaitsForAFastGPUOnlyForAJobThatHasRunLong(t *testing.T) {
 }
 
 // blindTimeOn scales the time a job has run by its speed where it runs
-// now against the model asked about; a job that never ran is taken to
-// have run at its slowest.
+// (or last ran) against the model asked about; a job that never ran is
+// taken to have run at its slowest.
 func TestBlindTimeOn(t *testing.T) {
 	j := job("a", 0, 1)
 	j.Throughput = map[string]float64{"V100": 10, "P100": 5, "K80": 1}
-	must.Eq(t, 360.0, j.blindTimeOn("K80")) // never ran: a round at its slowest
-	must.Eq(t, 36.0, j.blindTimeOn("V100"))
-	j.GPUModel, j.Executed = "P100", 1000
-	must.Eq(t, 500.0, j.blindTimeOn("V100"))
-	must.Eq(t, 5000.0, j.blindTimeOn("K80"))
-	must.Eq(t, 5000.0, j.blindTimeOn("T4")) // unprofiled: at its slowest rate
+	must.Eq(t, 360.0, j.blindTimeOn("", "K80")) // never ran: a round at its slowest
+	must.Eq(t, 36.0, j.blindTimeOn("", "V100"))
+	must.Eq(t, 720.0, j.blindTimeOn("V100", "P100")) // a round at least, at its V100 speed
+	j.Executed = 1000
+	must.Eq(t, 500.0, j.blindTimeOn("P100", "V100"))
+	must.Eq(t, 5000.0, j.blindTimeOn("P100", "K80"))
+	must.Eq(t, 5000.0, j.blindTimeOn("P100", "T4")) // unprofiled: at its slowest rate
 	j.Throughput = nil
-	must.Eq(t, 1000.0, j.blindTimeOn("V100")) // no profile: every model alike
+	must.Eq(t, 1000.0, j.blindTimeOn("P100", "V100")) // no profile: every model alike
+}
+
+// A waiting job is guessed from the model it last ran on (Job.GPUModel),
+// and a running job from the model it holds, read from its placement
+// where its GPUModel is not given: a job that ran an hour on a V100, ten
+// times its K80 speed, is expected to need an hour more there, not a
+// tenth of one.
+func TestEarliestBlindReadsWhereAJobRan(t *testing.T) {
+	cases := []struct {
+		name    string
+		lastRan string // the waiting job's last model
+		runs    bool
+		model   string
+	}{
+		// 36,000 s on the K80 against 10,000 + 3,600 s on the V100.
+		{"ran an hour on a V100: waits for it", "V100", false, "V100"},
+		// Taken to have run at its K80 speed: 3,600 s there now against
+		// 10,000 + 360 s on the V100.
+		{"never told where it ran: the K80 now", "", true, "K80"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			busy := job("busy", 0, 1)
+			busy.State, busy.Executed, busy.Throughput = Running, 10000, steep
+			busy.Placement = []Slot{{Node: 0, GPU: 0, Lane: -1}} // the V100, told only by where it is
+			next := job("next", 1, 1)
+			next.Executed, next.Throughput, next.GPUModel = 3600, steep, tc.lastRan
+			s := &Snapshot{Now: 10, Nodes: alloxCluster("V100", "K80"), Jobs: []Job{busy, next}}
+			r := plan(t, "fjf+earliest-blind", Config{}, s)
+			must.Eq(t, tc.runs, r.Decisions[1].Run)
+			must.Eq(t, tc.model, r.Decisions[1].GPUModel)
+		})
+	}
 }
 
 // On random clusters and queues the blind placer decides the same
@@ -109,7 +143,7 @@ func TestEarliestBlindReadsNoRemainingWork(t *testing.T) {
 			}
 			return out
 		}
-		short := func(i int) float64 { return float64(1 + i) }
+		short := func(i int) float64 { return float64(i % 3) } // 0: unknown, as a live planner may give
 		long := func(i int) float64 { return 1e6 * float64(1+(i*7)%5) }
 		for _, name := range []string{"las+earliest-blind", "las+earliest-blind+migrate-blind"} {
 			must.Eq(t, decide(name, short), decide(name, long), must.Sprintf("trial %d, %s", trial, name))

@@ -55,14 +55,14 @@ func (j *Job) blindWork(at string) float64 {
 }
 
 // blindTimeOn is the run time a planner that never reads remaining work
-// expects the job to have left on model: the time it has run, at least
-// blindHorizon, at its speed where it runs now (or last ran; a job that
-// never ran, at its slowest), taken to model's speed. Without a profile,
-// model's speed is taken to be the same.
-func (j *Job) blindTimeOn(model string) float64 {
+// expects the job to have left on model to: the time it has run, at least
+// blindHorizon, at its speed on model from (where it runs, or last ran; ""
+// for a job that never ran: at its slowest), taken to to's speed. Without a
+// profile every model is taken to be as fast.
+func (j *Job) blindTimeOn(from, to string) float64 {
 	t := max(j.Executed, blindHorizon)
-	if from, to := j.rateOn(j.GPUModel), j.rateOn(model); from > 0 && to > 0 {
-		return t * from / to
+	if f, r := j.rateOn(from), j.rateOn(to); f > 0 && r > 0 {
+		return t * f / r
 	}
 	return t
 }

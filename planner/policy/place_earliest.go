@@ -29,7 +29,7 @@ func (p earliestPlacer) Name() string {
 func (earliestPlacer) countsOnly() {}
 
 func (p earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
-	k, undo := runningKeeper(s, r, preemptive, blocking)
+	k, undo := runningKeeper(s, r, preemptive, blocking, p.blind)
 	tl := newTimeline(s, r, k, p.blind)
 	displaced := make(map[int]string, len(undo))
 	for _, u := range undo {
@@ -143,10 +143,14 @@ func (tl *timeline) running(j *Job, d *Decision) {
 
 // timeOn is the run time the plan expects j to have left on model.
 func (tl *timeline) timeOn(j *Job, model string) float64 {
-	if tl.blind {
-		return j.blindTimeOn(model)
+	if !tl.blind {
+		return j.timeOn(model)
 	}
-	return j.timeOn(model)
+	from := j.GPUModel // a waiting job's: the model it last ran on
+	if j.State == Running {
+		from = tl.c.models[tl.c.runningModel(tl.s, j)]
+	}
+	return j.blindTimeOn(from, model)
 }
 
 // full says no job can start now: no free GPU, spare lane or hole.

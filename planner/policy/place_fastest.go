@@ -19,12 +19,17 @@ func (fastestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 // fastestFree is the model with room for g GPUs that runs j fastest; ties
 // go to the model with more free GPUs.
 func fastestFree(c *capacity, j *Job, free []int, g int) int {
+	return fastestFreeBy(c, j, free, g, j.timeOn)
+}
+
+// fastestFreeBy is fastestFree with j's time on each model from timeOn.
+func fastestFreeBy(c *capacity, j *Job, free []int, g int, timeOn func(model string) float64) int {
 	best, bestT := -1, inf
 	for m, f := range free {
 		if f < g || !j.allows(c.models[m]) {
 			continue
 		}
-		t := j.timeOn(c.models[m])
+		t := timeOn(c.models[m])
 		if best < 0 || t < bestT || (t == bestT && f > free[best]) {
 			best, bestT = m, t
 		}

@@ -31,7 +31,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	// job keeps its GPUs only if the pending jobs ranked above it leave
 	// room for it, each on its fastest free model as Hare would, and the
 	// matching then places the pending jobs on what is free.
-	k, undo := runningKeeper(s, r, preemptive, blocking)
+	k, undo := runningKeeper(s, r, preemptive, blocking, false)
 	var pending []int
 	for _, i := range r.Order {
 		if s.Jobs[i].State == Pending {
@@ -269,10 +269,11 @@ type preemption struct {
 
 // runningKeeper is the keeper the matching and earliest placers start
 // from: preemptive, the running jobs the pending ones ranked above them do
-// not displace, and the displaced ones; otherwise every running job.
-func runningKeeper(s *Snapshot, r *Result, preemptive, blocking bool) (*keeper, []preemption) {
+// not displace, and the displaced ones; otherwise every running job. Blind,
+// it never reads remaining work or time.
+func runningKeeper(s *Snapshot, r *Result, preemptive, blocking, blind bool) (*keeper, []preemption) {
 	if preemptive {
-		return keepRunningBelowPending(s, r, blocking)
+		return keepRunningBelowPending(s, r, blocking, blind)
 	}
 	return walkByCountKeeper(s, r, false, blocking, nil, shareLanes), nil
 }
@@ -281,13 +282,16 @@ func runningKeeper(s *Snapshot, r *Result, preemptive, blocking bool) (*keeper, 
 // running jobs the pending jobs ranked above them displace, then undoes the
 // walk's starts, and returns a keeper holding only the running jobs kept,
 // and the displaced ones in rank order.
-func keepRunningBelowPending(s *Snapshot, r *Result, blocking bool) (*keeper, []preemption) {
+func keepRunningBelowPending(s *Snapshot, r *Result, blocking, blind bool) (*keeper, []preemption) {
 	c := s.capacity()
 	reasons := make(map[int]string, len(s.Jobs))
 	for i := range s.Jobs {
 		reasons[i] = r.Decisions[i].Reason
 	}
 	walkByCountKeeper(s, r, true, blocking, func(j *Job, free []int, g int) int {
+		if blind {
+			return fastestFreeBy(c, j, free, g, func(model string) float64 { return j.blindTimeOn(j.GPUModel, model) })
+		}
 		return fastestFree(c, j, free, g)
 	}, shareLanes)
 	k := &keeper{c: c, s: s, free: append([]int(nil), c.total...), spare: make([]int, len(c.total)), share: shareLanes}

@@ -120,7 +120,9 @@ type Job struct {
 	// Placement is where a running job is now; empty for pending jobs and
 	// for count-only callers that do not track GPUs.
 	Placement []Slot
-	// GPUModel is the model a running job is on, for count-only callers.
+	// GPUModel is the model a running job is on, for count-only callers;
+	// for a waiting job, the model it last ran on ("" if it never ran or
+	// the caller does not know).
 	GPUModel string
 	// Placed is when a running job took its current GPUs (it started or
 	// moved), on Now's clock. Synergy's lease reads it; 0 if unknown.

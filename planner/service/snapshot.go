@@ -98,6 +98,7 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 			}
 		} else {
 			pj.Wait = snap.Now - lastRunEnd(j)
+			pj.GPUModel = lastModel(j)
 		}
 		if m != nil {
 			pj.PrevQueue, pj.PrevRank = m.prevQueue, m.prevRank
@@ -184,6 +185,19 @@ func physicalGPUs(g *cluster.GPUGroup) ([]policy.GPU, map[string]gpuLane) {
 
 // lastRunEnd is when the job last stopped running, or its submission when it
 // never ran: the start of its current wait.
+// lastModel is the GPU model of the job's allocation that started last,
+// "" if none started on a known model: the blind steps guess a waiting
+// job's remaining time from its speed there, as the simulator keeps it.
+func lastModel(j *cluster.Job) string {
+	model, at := "", 0.0
+	for _, a := range j.Allocs {
+		if a.Model != "" && !a.Started.IsZero() && (model == "" || unix(a.Started) > at) {
+			model, at = a.Model, unix(a.Started)
+		}
+	}
+	return model
+}
+
 func lastRunEnd(j *cluster.Job) float64 {
 	end := unix(j.Submitted)
 	for _, a := range j.Allocs {

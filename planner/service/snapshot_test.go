@@ -41,3 +41,25 @@ func TestSnapshotCarriesWeight(t *testing.T) {
 	must.Eq(t, 3.0, snap.Jobs[0].Weight)
 	must.Eq(t, 0.0, snap.Jobs[1].Weight)
 }
+
+// A waiting job carries the model its latest allocation ran on, as the
+// simulator keeps it: the blind steps guess its remaining time from its
+// speed there. A running job carries the model it holds.
+func TestSnapshotKeepsTheModelAWaitingJobLastRanOn(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ran := func(model string, from, to int64) *cluster.Alloc {
+		return &cluster.Alloc{ID: model, ClientStatus: "complete", DesiredStatus: "stop", Model: model,
+			Started: time.Unix(from, 0), Finished: time.Unix(to, 0)}
+	}
+	state := &cluster.State{Time: now, Jobs: []*cluster.Job{
+		{Namespace: "default", ID: "moved", GPUs: 1, Submitted: now.Add(-time.Hour),
+			Allocs: []*cluster.Alloc{ran("V100", 9_000, 9_500), ran("K80", 7_000, 8_000)}},
+		{Namespace: "default", ID: "never", GPUs: 1, Submitted: now.Add(-time.Hour),
+			Allocs: []*cluster.Alloc{{ID: "p", ClientStatus: "pending", DesiredStatus: "stop", Model: "V100"}}},
+		{Namespace: "default", ID: "fresh", GPUs: 1, Submitted: now.Add(-time.Minute)},
+	}}
+	snap, _ := toSnapshot(snapshotInput{state: state, memory: map[string]*memory{}})
+	must.Eq(t, "V100", snap.Jobs[0].GPUModel)
+	must.Eq(t, "", snap.Jobs[1].GPUModel) // placed, never started
+	must.Eq(t, "", snap.Jobs[2].GPUModel)
+}
