@@ -29,6 +29,9 @@ type PlannerOptions struct {
 	// MigrationCost is planning.migration_cost; the planner's default
 	// when 0.
 	MigrationCost time.Duration
+	// RotationPeriod is planning.rotation_period; the planner's default
+	// when 0.
+	RotationPeriod time.Duration
 	// JobSizes and JobSizesScale are planning.job_sizes and
 	// job_sizes_scale: 2D-Gittins' fixed size sample.
 	JobSizes      string
@@ -88,6 +91,9 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	if o.MigrationCost > 0 {
 		fmt.Fprintf(&b, "  migration_cost = %q\n", o.MigrationCost)
+	}
+	if o.RotationPeriod > 0 {
+		fmt.Fprintf(&b, "  rotation_period = %q\n", o.RotationPeriod)
 	}
 	if o.JobSizes != "" {
 		fmt.Fprintf(&b, "  job_sizes    = %q\n", o.JobSizes)

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -83,10 +84,12 @@ type options struct {
 	promoteKnob float64
 	// migrationCost is -migration-cost, trace seconds.
 	migrationCost float64
-	jobSizes      string
-	profiles      bool // the trace needs throughput profiles (-throughputs)
-	clients       int  // Nomad client agents; 1 unless -clients
-	lanes         int  // -lanes: every GPU of the fleet cut into that many lanes
+	// rotationPeriod is -rotation-period, trace seconds.
+	rotationPeriod float64
+	jobSizes       string
+	profiles       bool // the trace needs throughput profiles (-throughputs)
+	clients        int  // Nomad client agents; 1 unless -clients
+	lanes          int  // -lanes: every GPU of the fleet cut into that many lanes
 }
 
 // scan reads the flags it needs from caravan replay's arguments, leaving
@@ -188,6 +191,12 @@ func scanReplay(args []string) (options, error) {
 			return o, fmt.Errorf("flag -migration-cost: want a positive number of seconds, got %q", v)
 		}
 	}
+	o.rotationPeriod = policy.DefaultRotationPeriod
+	if v, ok := val("rotation-period"); ok {
+		if o.rotationPeriod, err = strconv.ParseFloat(v, 64); err != nil || !(o.rotationPeriod > 0) || math.IsInf(o.rotationPeriod, 0) {
+			return o, fmt.Errorf("flag -rotation-period: want a positive number of seconds, got %q", v)
+		}
+	}
 	if v, ok := val("lanes"); ok {
 		if o.lanes, err = strconv.Atoi(v); err != nil || o.lanes < 0 {
 			return o, fmt.Errorf("flag -lanes: want a whole number of lanes per GPU, got %q", v)
@@ -262,9 +271,11 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 		cuts[i] = v / o.timeScale
 	}
 	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g)", o.policy, cuts, o.timeScale)
-	// The planner's clock is real: a migration costs the trace's ÷ S.
+	// The planner's clock is real: a migration costs the trace's ÷ S, and
+	// a Gavel round lasts the trace's ÷ S.
 	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob,
-		MigrationCost: time.Duration(o.migrationCost / o.timeScale * float64(time.Second))}
+		MigrationCost:  time.Duration(o.migrationCost / o.timeScale * float64(time.Second)),
+		RotationPeriod: time.Duration(o.rotationPeriod / o.timeScale * float64(time.Second))}
 	if o.jobSizes != "" {
 		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
 		// -job-sizes gives it to the simulator: neither learns from

@@ -20,7 +20,7 @@ import (
 type traceFlags struct {
 	trace, format, cluster, policies, compat, jobSizes, throughputs, sensitivity string
 	queueCuts, weights, sizes                                                    string
-	promoteKnob, fairness, migrationCost, synergyLease                           float64
+	promoteKnob, fairness, migrationCost, synergyLease, rotationPeriod           float64
 	offeredLoad                                                                  setFloat
 	jobs                                                                         int
 	seed                                                                         uint64
@@ -63,6 +63,7 @@ func (f *traceFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.promoteKnob, "promote-knob", 0, "")
 	fs.Float64Var(&f.fairness, "fairness", 0, "")
 	fs.Float64Var(&f.migrationCost, "migration-cost", policy.DefaultMigrationCost, "")
+	fs.Float64Var(&f.rotationPeriod, "rotation-period", policy.DefaultRotationPeriod, "")
 	f.offeredLoad = setFloat{v: 374}
 	fs.Var(&f.offeredLoad, "load", "")
 	fs.StringVar(&f.group, "vc", "", "")
@@ -90,6 +91,8 @@ func (f *traceFlags) check() string {
 		return "flag -fairness must be in [0,1]"
 	case !(f.migrationCost > 0) || math.IsInf(f.migrationCost, 0):
 		return "flag -migration-cost must be a positive number of seconds"
+	case !(f.rotationPeriod > 0) || math.IsInf(f.rotationPeriod, 0):
+		return "flag -rotation-period must be a positive number of seconds"
 	case f.jobs <= 0:
 		return "flag -jobs must be positive"
 	case !(f.offeredLoad.v > 0) || math.IsInf(f.offeredLoad.v, 0):
@@ -163,7 +166,7 @@ func (f *traceFlags) load() (*traceInputs, int, error) {
 		return nil, 2, fmt.Errorf("flag -cluster: %w", err) // a malformed nNgG or mix
 	}
 	in.cfg = policy.Config{PromoteKnob: f.promoteKnob, Fairness: f.fairness, Compat: f.compat == "tiresias",
-		MigrationCost: f.migrationCost, SynergyLease: f.synergyLease}
+		MigrationCost: f.migrationCost, SynergyLease: f.synergyLease, RotationPeriod: f.rotationPeriod}
 	in.cfg.QueueCuts, _ = parseCuts(f.queueCuts)
 	if f.jobSizes != "" {
 		if in.cfg.JobSizes, err = trace.LoadJobSizes(f.jobSizes); err != nil {

@@ -83,6 +83,9 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -migration-cost S    seconds a job moved to another GPU model by the
                        migrate or rotate step loses (checkpoint and
                        restart; migrate plans with it too; default 30)
+  -rotation-period S   Gavel's round: rotate's period, and the least run
+                       time the blind steps (migrate-blind, earliest-blind)
+                       expect a job to have left (default 360)
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)

@@ -42,6 +42,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "teleport"}, "flag -policy"},
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "-1"}, "flag -migration-cost"},
 		{[]string{"-cluster", "n1g4", "-policy", "las+migrate", "-migration-cost", "NaN"}, "flag -migration-cost"},
+		{[]string{"-cluster", "n1g4", "-policy", "las+rotate", "-rotation-period", "0"}, "flag -rotation-period"},
+		{[]string{"-cluster", "n1g4", "-policy", "las+rotate", "-rotation-period", "Inf"}, "flag -rotation-period"},
 		{[]string{"-cluster", "n1g4", "-policy", "synergy", "-synergy-lease", "-300"}, "flag -synergy-lease must be"},
 		{[]string{"-cluster", "n1g4", "-policy", "synergy", "-synergy-lease", "0.001"}, "flag -synergy-lease must be 0 (no lease) or at least 1 second"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-synergy-lease", "300"}, "flag -synergy-lease is Synergy's: it needs -sensitivity"},
@@ -78,17 +80,27 @@ func TestSimSynergyLeaseNeedsASynergySizer(t *testing.T) {
 	must.StrContains(t, stderr, "flag -synergy-lease: no policy in -policy has a synergy sizer")
 }
 
+// steepTrace writes a Gavel trace of one-GPU jobs of the given steps, all
+// arriving at 0, of a type ten times faster on a V100 than on a K80, and
+// its throughputs.
+func steepTrace(t *testing.T, steps ...int) (trace, tputs string) {
+	dir := t.TempDir()
+	var rows strings.Builder
+	for _, n := range steps {
+		fmt.Fprintf(&rows, "Steep\tcmd\t--steps\t1\t%d\t0.000000\t1\n", n)
+	}
+	trace, tputs = filepath.Join(dir, "gavel.trace"), filepath.Join(dir, "tputs.json")
+	must.NoError(t, os.WriteFile(trace, []byte(rows.String()), 0o644))
+	must.NoError(t, os.WriteFile(tputs, []byte(`{"v100": {"('Steep', 1)": {"null": 10}}, "k80": {"('Steep', 1)": {"null": 1}}}`), 0o644))
+	return trace, tputs
+}
+
 // -migration-cost reaches both the migrate step and the simulator's
 // charge. Two jobs of a type 10× faster on a V100 start at 0, A on the
 // V100 (1,000 s), B on the K80; when A ends, B moves with 2,000 steps left
 // and ends 200 s plus the migration cost later.
 func TestSimMigrationCost(t *testing.T) {
-	dir := t.TempDir()
-	tr := filepath.Join(dir, "gavel.trace")
-	row := "Steep\tcmd\t--steps\t1\t%d\t0.000000\t1\n"
-	must.NoError(t, os.WriteFile(tr, []byte(fmt.Sprintf(row, 10000)+fmt.Sprintf(row, 3000)), 0o644))
-	tp := filepath.Join(dir, "tputs.json")
-	must.NoError(t, os.WriteFile(tp, []byte(`{"v100": {"('Steep', 1)": {"null": 10}}, "k80": {"('Steep', 1)": {"null": 1}}}`), 0o644))
+	tr, tp := steepTrace(t, 10000, 3000)
 	for _, cost := range []float64{30, 100} {
 		code, stdout, stderr := runSim(t, "-trace", tr, "-format", "gavel", "-throughputs", tp, "-cluster", "1xV100,1xK80",
 			"-policy", "fjf+migrate", "-migration-cost", fmt.Sprint(cost), "-json")
@@ -97,6 +109,25 @@ func TestSimMigrationCost(t *testing.T) {
 		must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 		must.Eq(t, 1, rep.Policies[0].Migrations)
 		must.Eq(t, (1000+1000+cost+200)/2, rep.Policies[0].AvgJCT)
+	}
+}
+
+// -rotation-period reaches the blind steps. A (500 steps, 50 s on the
+// V100) and B (30,000 steps on the K80) start at 0. Once the V100 frees,
+// B is expected to run as long again as it has, at least the period:
+// with an hour, it moves at once (50 s, then 30 s lost and 2,995 s on the
+// V100); with 360 s, not until a wake at the period's end finds it has run
+// 720 s (then 30 s and 2,928 s).
+func TestSimRotationPeriod(t *testing.T) {
+	tr, tp := steepTrace(t, 500, 30000)
+	for _, tc := range []struct{ period, finish float64 }{{3600, 50 + 30 + 2995}, {360, 720 + 30 + 2928}} {
+		code, stdout, stderr := runSim(t, "-trace", tr, "-format", "gavel", "-throughputs", tp, "-cluster", "1xV100,1xK80",
+			"-policy", "fjf+migrate-blind", "-rotation-period", fmt.Sprint(tc.period), "-json")
+		must.Eq(t, 0, code, must.Sprint(stderr))
+		var rep simReport
+		must.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+		must.Eq(t, 1, rep.Policies[0].Migrations)
+		must.InDelta(t, (50+tc.finish)/2, rep.Policies[0].AvgJCT, 1e-6)
 	}
 }
 

@@ -53,15 +53,43 @@ func TestEarliestBlindWaitsForAFastGPUOnlyForAJobThatHasRunLong(t *testing.T) {
 func TestBlindTimeOn(t *testing.T) {
 	j := job("a", 0, 1)
 	j.Throughput = map[string]float64{"V100": 10, "P100": 5, "K80": 1}
-	must.Eq(t, 360.0, j.blindTimeOn("", "K80")) // never ran: a round at its slowest
-	must.Eq(t, 36.0, j.blindTimeOn("", "V100"))
-	must.Eq(t, 720.0, j.blindTimeOn("V100", "P100")) // a round at least, at its V100 speed
+	must.Eq(t, 360.0, j.blindTimeOn360("", "K80")) // never ran: a round at its slowest
+	must.Eq(t, 36.0, j.blindTimeOn360("", "V100"))
+	must.Eq(t, 720.0, j.blindTimeOn360("V100", "P100")) // a round at least, at its V100 speed
 	j.Executed = 1000
-	must.Eq(t, 500.0, j.blindTimeOn("P100", "V100"))
-	must.Eq(t, 5000.0, j.blindTimeOn("P100", "K80"))
-	must.Eq(t, 5000.0, j.blindTimeOn("P100", "T4")) // unprofiled: at its slowest rate
+	must.Eq(t, 500.0, j.blindTimeOn360("P100", "V100"))
+	must.Eq(t, 5000.0, j.blindTimeOn360("P100", "K80"))
+	must.Eq(t, 5000.0, j.blindTimeOn360("P100", "T4")) // unprofiled: at its slowest rate
 	j.Throughput = nil
-	must.Eq(t, 1000.0, j.blindTimeOn("P100", "V100")) // no profile: every model alike
+	must.Eq(t, 1000.0, j.blindTimeOn360("P100", "V100")) // no profile: every model alike
+}
+
+// blindTimeOn360 is blindTimeOn with Gavel's round as the horizon.
+func (j *Job) blindTimeOn360(from, to string) float64 { return j.blindTimeOn(from, to, 360) }
+
+// The least run time a blind step expects a job to have left is the
+// rotation period (Config.RotationPeriod, a Gavel round by default), which
+// a replay scales with its time scale: a job that has run 200 s, at its
+// K80 speed, expects 360 s more under the default, and takes the K80 now
+// rather than wait 370 s for the V100; with a 60 s period it expects 200
+// s, and the V100, whose job is expected to end at 70 s, is worth the
+// wait.
+func TestEarliestBlindHorizonIsTheRotationPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		period float64
+		runs   bool
+		model  string
+	}{{0, true, "K80"}, {360, true, "K80"}, {60, false, "V100"}} {
+		t.Run(fmt.Sprint(tc.period), func(t *testing.T) {
+			busy := onModel("busy", "V100", 1e9, steep)
+			next := job("next", 1, 1)
+			next.Executed, next.Throughput = 200, steep
+			s := &Snapshot{Now: 10, Nodes: alloxCluster("V100", "K80"), Jobs: []Job{busy, next}}
+			r := plan(t, "fjf+earliest-blind", Config{RotationPeriod: tc.period}, s)
+			must.Eq(t, tc.runs, r.Decisions[1].Run)
+			must.Eq(t, tc.model, r.Decisions[1].GPUModel)
+		})
+	}
 }
 
 // A waiting job is guessed from the model it last ran on (Job.GPUModel),

@@ -38,29 +38,36 @@ type Migration struct {
 	MinGain float64
 	// Blind never reads a job's remaining work, which a live planner
 	// does not know: a job is expected to run as long again as it has run
-	// (Job.Executed, at least blindHorizon), at its speed now, and the cost
-	// of a move is spread over that.
+	// (Job.Executed, at least Horizon), at its speed now, and the cost of a
+	// move is spread over that.
 	Blind bool
+	// Horizon is the least run time a blind Migration expects a job to
+	// have left (0: DefaultRotationPeriod): a job that has just started is
+	// worth a move once it has run a Gavel round, not sooner.
+	Horizon float64
 }
 
-// blindHorizon is the least run time a blind Migration expects a job to
-// have left: a job that has just started is worth a move once it has run
-// a Gavel round, not sooner.
-const blindHorizon = DefaultRotationPeriod
+// orRound is horizon, or Gavel's round where it is 0.
+func orRound(horizon float64) float64 {
+	if horizon > 0 {
+		return horizon
+	}
+	return DefaultRotationPeriod
+}
 
-// blindWork is the work a blind Migration expects a job on model at to
-// have left: the time it has run, at least blindHorizon, at its speed there.
-func (j *Job) blindWork(at string) float64 {
-	return max(j.Executed, blindHorizon) * j.rateOn(at)
+// blindWork is the work a blind step expects a job on model at to have
+// left: the time it has run, at least horizon, at its speed there.
+func (j *Job) blindWork(at string, horizon float64) float64 {
+	return max(j.Executed, horizon) * j.rateOn(at)
 }
 
 // blindTimeOn is the run time a planner that never reads remaining work
 // expects the job to have left on model to: the time it has run, at least
-// blindHorizon, at its speed on model from (where it runs, or last ran; ""
+// horizon, at its speed on model from (where it runs, or last ran; ""
 // for a job that never ran: at its slowest), taken to to's speed. Without a
 // profile every model is taken to be as fast.
-func (j *Job) blindTimeOn(from, to string) float64 {
-	t := max(j.Executed, blindHorizon)
+func (j *Job) blindTimeOn(from, to string, horizon float64) float64 {
+	t := max(j.Executed, horizon)
 	if f, r := j.rateOn(from), j.rateOn(to); f > 0 && r > 0 {
 		return t * f / r
 	}
@@ -74,6 +81,35 @@ func (j *Job) rateOn(model string) float64 {
 		return r
 	}
 	return j.slowestRate()
+}
+
+// wake is, for a blind Migration, the end of the current period of its
+// horizon while a job runs on a model slower than another it may use: its
+// guess grows as it runs, so a move it is not worth now may be later,
+// with nothing else happening. Its value needs no finer clock than the
+// horizon it is guessed from.
+func (m *Migration) wake(s *Snapshot, r *Result) float64 {
+	c := s.capacity()
+	if !m.Blind || len(c.models) < 2 {
+		return inf
+	}
+	for i := range r.Decisions {
+		d, j := &r.Decisions[i], &s.Jobs[i]
+		if !d.Run || d.Lane || len(j.Throughput) == 0 {
+			continue
+		}
+		at := d.GPUModel
+		if at == "" && j.State == Running {
+			at = c.models[c.runningModel(s, j)]
+		}
+		for _, model := range c.models {
+			if j.allows(model) && j.rateOn(model) > j.rateOn(at) {
+				h := orRound(m.Horizon)
+				return (math.Floor(s.Now/h)+1)*h - s.Now
+			}
+		}
+	}
+	return inf
 }
 
 func (m *Migration) cost() float64 {
@@ -139,7 +175,7 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 		if m.Blind {
 			// The same times, over the work it is expected to have left.
 			guess := *j
-			guess.RemainingWork = j.blindWork(c.models[at])
+			guess.RemainingWork = j.blindWork(c.models[at], orRound(m.Horizon))
 			j = &guess
 		}
 		best := j.bestTime()

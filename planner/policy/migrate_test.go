@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -209,6 +210,50 @@ func TestBlindMigrationReadsNoRemainingWork(t *testing.T) {
 			}
 			must.Eq(t, []string{models[0], models[0], models[0]}, models)
 			must.Eq(t, tc.moves, models[0] == "V100")
+		})
+	}
+}
+
+// The blind migration's horizon is the rotation period: a job that has
+// just started on a K80, ten times faster on the free V100, is not worth
+// a 30 s move when expected to run a 360 s round more (the default), and
+// is when expected to run an hour more.
+func TestBlindMigrationHorizonIsTheRotationPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		period float64
+		moves  bool
+	}{{0, false}, {360, false}, {3600, true}} {
+		j := onModel("a", "K80", 1, steep)
+		s := &Snapshot{Now: 10, Nodes: migrationCluster(1, 1, 0), Jobs: []Job{j}}
+		r := plan(t, "fjf+migrate-blind", Config{RotationPeriod: tc.period}, s)
+		must.Eq(t, tc.moves, r.Decisions[0].Migrate, must.Sprint("period ", tc.period))
+	}
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		_, err := Parse("las+migrate-blind", Config{RotationPeriod: bad})
+		must.ErrorContains(t, err, "rotation period")
+	}
+}
+
+// A blind migration wakes at the end of its horizon's period while a job
+// runs slower than it could: its guess grows as the job runs, so the
+// move it is not worth now may be later, with nothing else happening.
+func TestBlindMigrationWakesWhileAJobCouldRunFaster(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy, on string
+		rates            map[string]float64
+		period           float64
+		wake             float64
+	}{
+		{"on the K80, the V100 ten times faster", "fjf+migrate-blind", "K80", steep, 0, 360 - 10},
+		{"a little faster, an hour's period", "fjf+migrate-blind", "K80", flat, 3600, 3600 - 10},
+		{"on the V100 already", "fjf+migrate-blind", "V100", steep, 0, math.Inf(1)},
+		{"clairvoyant: its remaining work does not grow", "fjf+migrate", "K80", flat, 0, math.Inf(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Snapshot{Now: 10, Nodes: migrationCluster(1, 1, 0), Jobs: []Job{onModel("a", tc.on, 1, tc.rates)}}
+			r := plan(t, tc.policy, Config{RotationPeriod: tc.period}, s)
+			must.False(t, r.Decisions[0].Migrate)
+			must.Eq(t, tc.wake, r.Wake)
 		})
 	}
 }

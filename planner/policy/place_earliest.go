@@ -18,7 +18,10 @@ import (
 // Blind, it never reads a job's remaining work, which a live planner does
 // not know: it expects each job to run as long again as it has (at least
 // a round), at the speeds its profile gives (Job.blindTimeOn).
-type earliestPlacer struct{ blind bool }
+type earliestPlacer struct {
+	blind   bool
+	horizon float64 // blind: the least run time a job is expected to have left (0: a Gavel round)
+}
 
 func (p earliestPlacer) Name() string {
 	if p.blind {
@@ -29,8 +32,12 @@ func (p earliestPlacer) Name() string {
 func (earliestPlacer) countsOnly() {}
 
 func (p earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
-	k, undo := runningKeeper(s, r, preemptive, blocking, p.blind)
-	tl := newTimeline(s, r, k, p.blind)
+	horizon := 0.0 // clairvoyant
+	if p.blind {
+		horizon = orRound(p.horizon)
+	}
+	k, undo := runningKeeper(s, r, preemptive, blocking, horizon)
+	tl := newTimeline(s, r, k, horizon)
 	displaced := make(map[int]string, len(undo))
 	for _, u := range undo {
 		displaced[u.job] = u.reason
@@ -76,15 +83,15 @@ func (p earliestPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool)
 // them. A GPU is free now, free now but planned for a waiting job from a
 // later time (a hole a shorter job may fill), or busy until a time.
 type timeline struct {
-	s     *Snapshot
-	c     *capacity
-	k     *keeper
-	now   float64
-	blind bool                 // times are guessed (Job.blindTimeOn)
-	busy  []floatHeap          // per model: when each busy or planned GPU frees
-	holes [][]float64          // per model: end of each free-now GPU's hole
-	front []int                // kth's scratch
-	notes map[string][2]string // model → its notes for a job that waits, starts
+	s       *Snapshot
+	c       *capacity
+	k       *keeper
+	now     float64
+	horizon float64              // > 0: times are guessed, at least this (Job.blindTimeOn)
+	busy    []floatHeap          // per model: when each busy or planned GPU frees
+	holes   [][]float64          // per model: end of each free-now GPU's hole
+	front   []int                // kth's scratch
+	notes   map[string][2]string // model → its notes for a job that waits, starts
 }
 
 // note is the reason's note for a job placed on model: kept across
@@ -108,10 +115,10 @@ func (tl *timeline) note(model string, starts bool) string {
 
 // newTimeline builds the round's timeline in r's scratch timeline, whose
 // storage it reuses: a timeline per round was most of a run's allocation.
-func newTimeline(s *Snapshot, r *Result, k *keeper, blind bool) *timeline {
+func newTimeline(s *Snapshot, r *Result, k *keeper, horizon float64) *timeline {
 	c := s.capacity()
 	tl := &r.timeline
-	*tl = timeline{s: s, c: c, k: k, now: s.Now, blind: blind, busy: emptied(tl.busy, len(c.models)),
+	*tl = timeline{s: s, c: c, k: k, now: s.Now, horizon: horizon, busy: emptied(tl.busy, len(c.models)),
 		holes: emptied(tl.holes, len(c.models)), front: tl.front, notes: tl.notes}
 	for i := range s.Jobs {
 		if j, d := &s.Jobs[i], &r.Decisions[i]; j.State == Running && d.Run {
@@ -143,14 +150,14 @@ func (tl *timeline) running(j *Job, d *Decision) {
 
 // timeOn is the run time the plan expects j to have left on model.
 func (tl *timeline) timeOn(j *Job, model string) float64 {
-	if !tl.blind {
+	if tl.horizon == 0 {
 		return j.timeOn(model)
 	}
 	from := j.GPUModel // a waiting job's: the model it last ran on
 	if j.State == Running {
 		from = tl.c.models[tl.c.runningModel(tl.s, j)]
 	}
-	return j.blindTimeOn(from, model)
+	return j.blindTimeOn(from, model, tl.horizon)
 }
 
 // full says no job can start now: no free GPU, spare lane or hole.

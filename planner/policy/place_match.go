@@ -31,7 +31,7 @@ func (p matchPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
 	// job keeps its GPUs only if the pending jobs ranked above it leave
 	// room for it, each on its fastest free model as Hare would, and the
 	// matching then places the pending jobs on what is free.
-	k, undo := runningKeeper(s, r, preemptive, blocking, false)
+	k, undo := runningKeeper(s, r, preemptive, blocking, 0)
 	var pending []int
 	for _, i := range r.Order {
 		if s.Jobs[i].State == Pending {
@@ -269,9 +269,9 @@ type preemption struct {
 
 // runningKeeper is the keeper the matching and earliest placers start
 // from: preemptive, the running jobs the pending ones ranked above them do
-// not displace, and the displaced ones; otherwise every running job. Blind,
-// it never reads remaining work or time.
-func runningKeeper(s *Snapshot, r *Result, preemptive, blocking, blind bool) (*keeper, []preemption) {
+// not displace, and the displaced ones; otherwise every running job. With
+// a blind horizon (> 0) it never reads remaining work or time.
+func runningKeeper(s *Snapshot, r *Result, preemptive, blocking bool, blind float64) (*keeper, []preemption) {
 	if preemptive {
 		return keepRunningBelowPending(s, r, blocking, blind)
 	}
@@ -282,15 +282,15 @@ func runningKeeper(s *Snapshot, r *Result, preemptive, blocking, blind bool) (*k
 // running jobs the pending jobs ranked above them displace, then undoes the
 // walk's starts, and returns a keeper holding only the running jobs kept,
 // and the displaced ones in rank order.
-func keepRunningBelowPending(s *Snapshot, r *Result, blocking, blind bool) (*keeper, []preemption) {
+func keepRunningBelowPending(s *Snapshot, r *Result, blocking bool, blind float64) (*keeper, []preemption) {
 	c := s.capacity()
 	reasons := make(map[int]string, len(s.Jobs))
 	for i := range s.Jobs {
 		reasons[i] = r.Decisions[i].Reason
 	}
 	walkByCountKeeper(s, r, true, blocking, func(j *Job, free []int, g int) int {
-		if blind {
-			return fastestFreeBy(c, j, free, g, func(model string) float64 { return j.blindTimeOn(j.GPUModel, model) })
+		if blind > 0 {
+			return fastestFreeBy(c, j, free, g, func(model string) float64 { return j.blindTimeOn(j.GPUModel, model, blind) })
 		}
 		return fastestFree(c, j, free, g)
 	}, shareLanes)

@@ -147,14 +147,18 @@ func (p *Policy) Plan(s *Snapshot, r *Result) *Result {
 	if p.Rotate != nil {
 		r.Wake = min(r.Wake, p.Rotate.wake(s, r))
 	}
+	if p.Migrate != nil {
+		r.Wake = min(r.Wake, p.Migrate.wake(s, r))
+	}
 	return r
 }
 
 // ReplacesRunning says the policy places running jobs again on a clock of
-// its own (Synergy's lease, a Rotation), so that its wake-ups call for a
-// round even when no job waits.
+// its own (Synergy's lease, a Rotation, a blind Migration, whose guess of
+// a job's remaining work grows as the job runs), so that its wake-ups call
+// for a round even when no job waits.
 func (p *Policy) ReplacesRunning() bool {
-	return p.KeepsLease() || p.Rotate != nil
+	return p.KeepsLease() || p.Rotate != nil || p.Migrate != nil && p.Migrate.Blind
 }
 
 // KeepsLease says the policy has a Synergy sizer with a lease.

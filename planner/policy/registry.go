@@ -39,6 +39,10 @@ type Config struct {
 	// (300 s there); leases end together at multiples of it. 0: running
 	// jobs keep their GPUs.
 	SynergyLease float64
+	// RotationPeriod is Gavel's round in seconds (0: DefaultRotationPeriod):
+	// the rotate step's period, and the least run time the blind steps
+	// (migrate-blind, earliest-blind) expect a job to have left.
+	RotationPeriod float64
 }
 
 // Default is the policy the planner and caravan sim run unless told
@@ -100,6 +104,9 @@ const rotateStep = "rotate"
 // "las+match+synergy", "gittins+pack", "las+migrate" or "las+rotate". The placer defaults
 // to count.
 func Parse(name string, cfg Config) (*Policy, error) {
+	if !(cfg.RotationPeriod >= 0) || math.IsInf(cfg.RotationPeriod, 1) {
+		return nil, fmt.Errorf("rotation period: want 0 (a Gavel round) or a positive number of seconds, got %v", cfg.RotationPeriod)
+	}
 	full := strings.ToLower(strings.TrimSpace(name))
 	parts := strings.Split(full, "+")
 	// A shorthand may lead a composition too: "allox+migrate".
@@ -141,7 +148,7 @@ func Parse(name string, cfg Config) (*Policy, error) {
 		case "earliest":
 			p.Place = earliestPlacer{}
 		case earliestBlindPlacer:
-			p.Place = earliestPlacer{blind: true}
+			p.Place = earliestPlacer{blind: true, horizon: cfg.RotationPeriod}
 		case "match", "allox":
 			p.Place = matchPlacer{fairness: cfg.Fairness}
 		case "pack":
@@ -150,12 +157,12 @@ func Parse(name string, cfg Config) (*Policy, error) {
 			if p.Rotate != nil || p.Migrate != nil {
 				return nil, fmt.Errorf("policy %q: %s, %s and %s each move running jobs between models; take one", name, migrateStep, migrateBlindStep, rotateStep)
 			}
-			p.Migrate = &Migration{Cost: cfg.MigrationCost, Blind: part == migrateBlindStep}
+			p.Migrate = &Migration{Cost: cfg.MigrationCost, Blind: part == migrateBlindStep, Horizon: cfg.RotationPeriod}
 		case rotateStep:
 			if p.Migrate != nil {
 				return nil, fmt.Errorf("policy %q: %s, %s and %s each move running jobs between models; take one", name, migrateStep, migrateBlindStep, rotateStep)
 			}
-			p.Rotate = &Rotation{}
+			p.Rotate = &Rotation{Period: cfg.RotationPeriod}
 		case "synergy", "synergy-tune", "synergy-greedy":
 			if cfg.Sensitivity == nil {
 				return nil, fmt.Errorf("policy %q: %s sizing needs a sensitivity table", name, part)

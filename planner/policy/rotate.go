@@ -20,9 +20,8 @@ const DefaultRotationPeriod = 360.0
 // drawn onto another model moves (Decision.Migrate) and the caller charges
 // the move; one that stays renews (Decision.Renewed). The draw is a hash
 // of the job's ID and the period's number, so a round is a pure function
-// of its Snapshot. It is a baseline for the simulator: the live planner
-// does not track when a job took its GPUs (Job.Placed), so there a job may
-// be drawn again at every round of a period and move more than once.
+// of its Snapshot. A running job is drawn once a period: when it took its
+// GPUs (Job.Placed) says whether it was drawn in this one.
 type Rotation struct {
 	// Period is the seconds between draws (0: DefaultRotationPeriod).
 	Period float64

@@ -73,6 +73,10 @@ type PlanningBlock struct {
 	Settle      string   `hcl:"settle,optional"`
 	// MigrationCost is what the migrate step charges a move, a duration.
 	MigrationCost string `hcl:"migration_cost,optional"`
+	// RotationPeriod is Gavel's round, a duration: the rotate step's
+	// period and the least run time the blind steps expect a job to have
+	// left.
+	RotationPeriod string `hcl:"rotation_period,optional"`
 	// StopWait bounds how long a round that preempts waits for Nomad to
 	// mark the stopped allocations stopped before it writes its starts.
 	StopWait    string    `hcl:"stop_wait,optional"`
@@ -115,6 +119,8 @@ type Settings struct {
 	// MigrationCost is the run time a job moved to another GPU model loses
 	// (the migrate step weighs it against the move's gain).
 	MigrationCost time.Duration
+	// RotationPeriod is Gavel's round (policy.Config.RotationPeriod).
+	RotationPeriod time.Duration
 	// StopWait bounds a round's wait, after its preemptions, for Nomad to
 	// mark the stopped allocations stopped (rewrite.Writer.StopWait).
 	StopWait    time.Duration
@@ -166,7 +172,8 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 	})
 	s := &Settings{ID: c.ID, LogLevel: strings.ToLower(c.LogLevel), HTTPAddr: DefaultHTTPAddr, ConsulEnabled: true,
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: policy.Default, Interval: 10 * time.Second, MinInterval: time.Second,
-		MigrationCost: time.Duration(policy.DefaultMigrationCost * float64(time.Second)), StopWait: rewrite.DefaultStopWait,
+		MigrationCost:  time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
+		RotationPeriod: time.Duration(policy.DefaultRotationPeriod * float64(time.Second)), StopWait: rewrite.DefaultStopWait,
 		MaxWrites: 250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
@@ -279,6 +286,9 @@ func (p *PlanningBlock) apply(s *Settings, bad badField) error {
 	}
 	if s.MigrationCost, err = duration(p.MigrationCost, s.MigrationCost); err != nil || s.MigrationCost <= 0 {
 		return bad("planning.migration_cost", "must be a positive duration like \"30s\", got %q", p.MigrationCost)
+	}
+	if s.RotationPeriod, err = duration(p.RotationPeriod, s.RotationPeriod); err != nil || s.RotationPeriod <= 0 {
+		return bad("planning.rotation_period", "must be a positive duration like \"6m\", got %q", p.RotationPeriod)
 	}
 	if s.StopWait, err = duration(p.StopWait, s.StopWait); err != nil || s.StopWait <= 0 {
 		return bad("planning.stop_wait", "must be a positive duration like \"5s\", got %q", p.StopWait)

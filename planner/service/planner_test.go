@@ -284,6 +284,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	cases := map[string]string{
 		`planning { policy = "bogus" }`:           "planning.policy",
 		`planning { migration_cost = "0s" }`:      "planning.migration_cost",
+		`planning { rotation_period = "0s" }`:     "planning.rotation_period",
+		`planning { rotation_period = "often" }`:  "planning.rotation_period",
 		`planning { interval = "soon" }`:          "planning.interval",
 		`planning { queue_cuts = [10, 5] }`:       "planning.queue_cuts",
 		`http { address = "nope" }`:               "http.address",

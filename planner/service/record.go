@@ -32,7 +32,10 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 		old := p.memory[t.key]
 		m := &memory{prevQueue: d.Queue, prevRank: d.Rank}
 		if old != nil {
-			m.attainedBase, m.executedBase, m.waitFrom = old.attainedBase, old.executedBase, old.waitFrom
+			m.attainedBase, m.executedBase, m.waitFrom, m.renewedAt = old.attainedBase, old.executedBase, old.waitFrom, old.renewedAt
+		}
+		if d.Renewed {
+			m.renewedAt = snap.Now
 		}
 		if d.Promoted {
 			m.attainedBase, m.executedBase, m.waitFrom = t.job.Attained, t.job.Executed, snap.Now

@@ -20,6 +20,9 @@ type memory struct {
 	executedBase        float64
 	// waitFrom is when a promoted job's current wait began, 0 when unset.
 	waitFrom float64
+	// renewedAt is when a round last renewed the job where it ran
+	// (Decision.Renewed), 0 when never: it took its GPUs again then.
+	renewedAt float64
 }
 
 // snapshotInput is the part of the planner's state that goes into a policy
@@ -81,6 +84,10 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		}
 		if j.Running() {
 			pj.State = policy.Running
+			pj.Placed = placedAt(j, snap.Now)
+			if m != nil {
+				pj.Placed = max(pj.Placed, m.renewedAt)
+			}
 			for _, a := range j.Allocs {
 				if !a.Live() {
 					continue
@@ -185,6 +192,22 @@ func physicalGPUs(g *cluster.GPUGroup) ([]policy.GPU, map[string]gpuLane) {
 
 // lastRunEnd is when the job last stopped running, or its submission when it
 // never ran: the start of its current wait.
+// placedAt is when a running job took its GPUs: the latest start of its
+// live allocations, or now for one placed and not yet started.
+func placedAt(j *cluster.Job, now float64) float64 {
+	at := 0.0
+	for _, a := range j.Allocs {
+		if !a.Live() {
+			continue
+		}
+		if a.Started.IsZero() {
+			return now
+		}
+		at = max(at, unix(a.Started))
+	}
+	return at
+}
+
 // lastModel is the GPU model of the job's allocation that started last,
 // "" if none started on a known model: the blind steps guess a waiting
 // job's remaining time from its speed there, as the simulator keeps it.

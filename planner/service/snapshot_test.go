@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/profile"
 	"github.com/shoenig/test/must"
 )
@@ -62,4 +64,55 @@ func TestSnapshotKeepsTheModelAWaitingJobLastRanOn(t *testing.T) {
 	must.Eq(t, "V100", snap.Jobs[0].GPUModel)
 	must.Eq(t, "", snap.Jobs[1].GPUModel) // placed, never started
 	must.Eq(t, "", snap.Jobs[2].GPUModel)
+}
+
+// A running job's Placed is when it took its GPUs: its live allocation's
+// start, a renewal the planner remembers if later, or now for one placed
+// and not yet started. The rotate step and Synergy's lease read it.
+func TestSnapshotPlacedIsWhenARunningJobTookItsGPUs(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	alloc := func(status string, started int64) *cluster.Alloc {
+		a := &cluster.Alloc{ID: status, ClientStatus: status, DesiredStatus: "run", Model: "V100", DeviceIDs: []string{"g"}}
+		if started > 0 {
+			a.Started = time.Unix(started, 0)
+		}
+		return a
+	}
+	old := &cluster.Alloc{ID: "old", ClientStatus: "complete", DesiredStatus: "stop", Model: "K80",
+		Started: time.Unix(9_900, 0), Finished: time.Unix(9_950, 0)}
+	state := &cluster.State{Time: now, Jobs: []*cluster.Job{
+		{Namespace: "default", ID: "runs", GPUs: 1, Submitted: now.Add(-time.Hour),
+			Allocs: []*cluster.Alloc{alloc("running", 9_000), old}},
+		{Namespace: "default", ID: "renewed", GPUs: 1, Submitted: now.Add(-time.Hour),
+			Allocs: []*cluster.Alloc{alloc("running", 9_000)}},
+		{Namespace: "default", ID: "starting", GPUs: 1, Submitted: now.Add(-time.Hour),
+			Allocs: []*cluster.Alloc{alloc("pending", 0)}},
+	}}
+	mem := map[string]*memory{state.Jobs[1].Key(): {prevQueue: -1, prevRank: -1, renewedAt: 9_500}}
+	snap, _ := toSnapshot(snapshotInput{state: state, memory: mem})
+	must.Eq(t, 9_000.0, snap.Jobs[0].Placed)
+	must.Eq(t, 9_500.0, snap.Jobs[1].Placed)
+	must.Eq(t, 10_000.0, snap.Jobs[2].Placed)
+}
+
+// A round that renews a running job where it runs (Decision.Renewed)
+// is remembered as when it took its GPUs again, and the memory keeps it
+// through the rounds after.
+func TestRenewalIsRemembered(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	job := &cluster.Job{Namespace: "default", ID: "a", GPUs: 1, Submitted: now.Add(-time.Hour)}
+	p := &Planner{cfg: &Settings{Policy: "las"}, memory: map[string]*memory{}, records: map[string][]plannerapi.Record{}}
+	round := func(at int64, renewed bool) {
+		state := &cluster.State{Time: time.Unix(at, 0), Jobs: []*cluster.Job{job}}
+		snap := &policy.Snapshot{Now: float64(at), Jobs: []policy.Job{{ID: "a", GPUs: 1, State: policy.Running}}}
+		d := policy.Decision{Job: 0, Run: true, Renewed: renewed}
+		p.remember(state, snap, []*cluster.Job{job}, &policy.Result{Decisions: []policy.Decision{d}},
+			[]target{{key: job.Key(), namespace: "default", id: "a", decision: d, job: job}}, nil, &plannerapi.Round{}, true)
+	}
+	round(9_000, false)
+	must.Eq(t, 0.0, p.memory[job.Key()].renewedAt)
+	round(9_360, true)
+	must.Eq(t, 9_360.0, p.memory[job.Key()].renewedAt)
+	round(9_400, false)
+	must.Eq(t, 9_360.0, p.memory[job.Key()].renewedAt)
 }
