@@ -275,7 +275,7 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	// a Gavel round lasts the trace's ÷ S.
 	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob,
 		MigrationCost:  time.Duration(o.migrationCost / o.timeScale * float64(time.Second)),
-		RotationPeriod: time.Duration(o.rotationPeriod / o.timeScale * float64(time.Second))}
+		RotationPeriod: max(time.Duration(o.rotationPeriod/o.timeScale*float64(time.Second)), time.Millisecond)}
 	if o.jobSizes != "" {
 		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
 		// -job-sizes gives it to the simulator: neither learns from

@@ -84,26 +84,44 @@ func (j *Job) rateOn(model string) float64 {
 }
 
 // wake is, for a blind Migration, the end of the current period of its
-// horizon while a job runs on a model slower than another it may use: its
-// guess grows as it runs, so a move it is not worth now may be later,
-// with nothing else happening. Its value needs no finer clock than the
-// horizon it is guessed from.
+// horizon while a job runs on a model slower than another it may use that
+// has room for it after the round: its guess grows as it runs, so a move
+// it is not worth now may be later, with nothing else happening. Its value
+// needs no finer clock than the horizon it is guessed from.
 func (m *Migration) wake(s *Snapshot, r *Result) float64 {
 	c := s.capacity()
 	if !m.Blind || len(c.models) < 2 {
 		return inf
 	}
+	// The GPUs the round leaves free, counted as apply counts them.
+	free := append([]int(nil), c.total...)
+	takeLaneGPUs(s, r, c, free)
+	var movable []int // jobs a move could speed up, by index
 	for i := range r.Decisions {
 		d, j := &r.Decisions[i], &s.Jobs[i]
-		if !d.Run || d.Lane || len(j.Throughput) == 0 {
+		if !d.Run || d.Lane {
 			continue
 		}
-		at := d.GPUModel
-		if at == "" && j.State == Running {
-			at = c.models[c.runningModel(s, j)]
+		at := c.find(d.GPUModel)
+		if at < 0 && j.State == Running {
+			at = c.runningModel(s, j)
 		}
-		for _, model := range c.models {
-			if j.allows(model) && j.rateOn(model) > j.rateOn(at) {
+		if at < 0 {
+			continue
+		}
+		free[at] -= max(j.GPUs, 1)
+		if len(j.Throughput) > 0 {
+			movable = append(movable, i)
+		}
+	}
+	for _, i := range movable {
+		j, d := &s.Jobs[i], &r.Decisions[i]
+		at := c.find(d.GPUModel)
+		if at < 0 {
+			at = c.runningModel(s, j)
+		}
+		for k, model := range c.models {
+			if free[k] >= max(j.GPUs, 1) && j.allows(model) && j.rateOn(model) > j.rateOn(c.models[at]) {
 				h := orRound(m.Horizon)
 				return (math.Floor(s.Now/h)+1)*h - s.Now
 			}

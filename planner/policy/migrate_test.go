@@ -242,15 +242,24 @@ func TestBlindMigrationWakesWhileAJobCouldRunFaster(t *testing.T) {
 		name, policy, on string
 		rates            map[string]float64
 		period           float64
+		models           []string // the job's allowed models
+		v100Taken        bool     // a job that gains nothing by moving holds the V100
 		wake             float64
 	}{
-		{"on the K80, the V100 ten times faster", "fjf+migrate-blind", "K80", steep, 0, 360 - 10},
-		{"a little faster, an hour's period", "fjf+migrate-blind", "K80", flat, 3600, 3600 - 10},
-		{"on the V100 already", "fjf+migrate-blind", "V100", steep, 0, math.Inf(1)},
-		{"clairvoyant: its remaining work does not grow", "fjf+migrate", "K80", flat, 0, math.Inf(1)},
+		{"on the K80, the V100 ten times faster", "fjf+migrate-blind", "K80", steep, 0, nil, false, 360 - 10},
+		{"a little faster, an hour's period", "fjf+migrate-blind", "K80", flat, 3600, nil, false, 3600 - 10},
+		{"on the V100 already", "fjf+migrate-blind", "V100", steep, 0, nil, false, math.Inf(1)},
+		{"the V100 taken: no room to move to", "fjf+migrate-blind", "K80", steep, 0, nil, true, math.Inf(1)},
+		{"limited to the K80", "fjf+migrate-blind", "K80", steep, 0, []string{"K80"}, false, math.Inf(1)},
+		{"clairvoyant: its remaining work does not grow", "fjf+migrate", "K80", flat, 0, nil, false, math.Inf(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Snapshot{Now: 10, Nodes: migrationCluster(1, 1, 0), Jobs: []Job{onModel("a", tc.on, 1, tc.rates)}}
+			j := onModel("a", tc.on, 1, tc.rates)
+			j.Models = tc.models
+			s := &Snapshot{Now: 10, Nodes: migrationCluster(1, 1, 0), Jobs: []Job{j}}
+			if tc.v100Taken {
+				s.Jobs = append(s.Jobs, onModel("b", "V100", 1, map[string]float64{"V100": 1, "K80": 1}))
+			}
 			r := plan(t, tc.policy, Config{RotationPeriod: tc.period}, s)
 			must.False(t, r.Decisions[0].Migrate)
 			must.Eq(t, tc.wake, r.Wake)

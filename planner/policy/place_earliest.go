@@ -154,7 +154,7 @@ func (tl *timeline) timeOn(j *Job, model string) float64 {
 		return j.timeOn(model)
 	}
 	from := j.GPUModel // a waiting job's: the model it last ran on
-	if j.State == Running {
+	if j.State == Running && tl.c.find(from) < 0 {
 		from = tl.c.models[tl.c.runningModel(tl.s, j)]
 	}
 	return j.blindTimeOn(from, model, tl.horizon)

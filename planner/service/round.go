@@ -142,8 +142,9 @@ func (p *Planner) lastPlan(snap *policy.Snapshot) (*policy.Result, bool) {
 			return nil, false
 		}
 		d := p.planned[id]
-		// Carried out already: a promotion resets the job's service once.
-		d.Job, d.Promoted = i, false
+		// Carried out already: a promotion resets the job's service once,
+		// and a renewal is when the job took its GPUs again, once.
+		d.Job, d.Promoted, d.Renewed = i, false, false
 		r.Decisions[i] = d
 		r.Order = append(r.Order, i)
 	}

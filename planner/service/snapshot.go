@@ -190,8 +190,6 @@ func physicalGPUs(g *cluster.GPUGroup) ([]policy.GPU, map[string]gpuLane) {
 	return out, at
 }
 
-// lastRunEnd is when the job last stopped running, or its submission when it
-// never ran: the start of its current wait.
 // placedAt is when a running job took its GPUs: the latest start of its
 // live allocations, or now for one placed and not yet started.
 func placedAt(j *cluster.Job, now float64) float64 {
@@ -221,6 +219,8 @@ func lastModel(j *cluster.Job) string {
 	return model
 }
 
+// lastRunEnd is when the job last stopped running, or its submission when it
+// never ran: the start of its current wait.
 func lastRunEnd(j *cluster.Job) float64 {
 	end := unix(j.Submitted)
 	for _, a := range j.Allocs {
