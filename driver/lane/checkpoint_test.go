@@ -728,3 +728,52 @@ func TestRestoreWaitsForMemoryAndTheTaskThatGrewPays(t *testing.T) {
 	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
 	must.Zero(t, rec.count("b", "failed"), must.Sprint("b's restore was tried without the memory"))
 }
+
+// A process the listing misses at the start of a suspend, while its
+// memory is already counted, is checkpointed as one started late: its
+// memory is what the restore needs, counted once. Counted twice, the
+// restore would wait for more than the GPU can free, for good.
+func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
+	b, state := simGPUBackend(t)
+	var mu sync.Mutex
+	need := map[string]uint64{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: func(taskID string, _ Key, st MemberState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(st.Checkpointed) > 0 {
+			need[taskID] = st.CheckpointedMiB
+		}
+	}})
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
+	held := func(pid int) func() uint64 {
+		return func() uint64 {
+			procs, _ := b.Processes(simGPU)
+			for _, p := range procs {
+				if p.PID == pid {
+					return p.UsedMemoryMiB
+				}
+			}
+			return 0
+		}
+	}
+	var listed atomic.Bool // the first listing misses b's process
+	lagging := func() []int {
+		if !listed.Swap(true) {
+			return nil
+		}
+		return gpuPIDsOf(b, idb)()
+	}
+	key := Key{GPU: simGPU, Lane: 6}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: held(ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: lagging, GPUMemoryMiB: held(idb)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, ok := need["b"]
+		return ok
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	must.True(t, listed.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, uint64(6000), need["b"], must.Sprint("what b's one process held, once"))
+}

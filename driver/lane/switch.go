@@ -45,6 +45,11 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		return err
 	})
 	if err == nil && c.mechanism(m).Via() != "" {
+		if len(checkpointed) == 0 {
+			// Nothing checkpointed, nothing released: what the task held
+			// is measured again with the processes listed late.
+			heldMiB = 0
+		}
 		checkpointed, err = c.checkpointLateComers(m, checkpointed)
 		d = time.Since(start)
 	}
