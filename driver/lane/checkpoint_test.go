@@ -55,6 +55,20 @@ func gpuPIDsOf(b *sim.Backend, pids ...int) func() []int {
 	}
 }
 
+// heldBy is the GPU memory process pid holds on the simulated GPU, as a
+// member's GPUMemoryMiB reads it.
+func heldBy(b *sim.Backend, pid int) func() uint64 {
+	return func() uint64 {
+		procs, _ := b.Processes(simGPU)
+		for _, p := range procs {
+			if p.PID == pid {
+				return p.UsedMemoryMiB
+			}
+		}
+		return 0
+	}
+}
+
 func simCoordinator(t *testing.T, b *sim.Backend, quantum time.Duration, hooks Hooks) (*Coordinator, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: quantum, MeasureIterations: 2,
@@ -207,19 +221,8 @@ func TestAFrozenOnlyTaskPaysForItsPartnersRestore(t *testing.T) {
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	must.NoError(t, sim.RegisterMPSClient(context.Background(), state, os.Getuid(), idb))
 	key := Key{GPU: simGPU, Lane: 0}
-	held := func(pid int) func() uint64 {
-		return func() uint64 {
-			procs, _ := b.Processes(simGPU)
-			for _, p := range procs {
-				if p.PID == pid {
-					return p.UsedMemoryMiB
-				}
-			}
-			return 0
-		}
-	}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: held(ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb), GPUMemoryMiB: held(idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb), GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return sim.Checkpointed(state, ida) }),
 		wait.Timeout(5*time.Second), wait.Gap(time.Millisecond)))
 	// Another process takes what b's frozen 6000 MiB leave a's restore.
@@ -745,17 +748,6 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 		}
 	}})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
-	held := func(pid int) func() uint64 {
-		return func() uint64 {
-			procs, _ := b.Processes(simGPU)
-			for _, p := range procs {
-				if p.PID == pid {
-					return p.UsedMemoryMiB
-				}
-			}
-			return 0
-		}
-	}
 	var listed atomic.Bool // the first listing misses b's process
 	lagging := func() []int {
 		if !listed.Swap(true) {
@@ -764,8 +756,8 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 		return gpuPIDsOf(b, idb)()
 	}
 	key := Key{GPU: simGPU, Lane: 6}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: held(ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: lagging, GPUMemoryMiB: held(idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: lagging, GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		mu.Lock()
 		defer mu.Unlock()

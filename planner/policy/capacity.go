@@ -92,6 +92,17 @@ func (c *capacity) find(model string) int {
 // changing Nodes on a Snapshot that was planned before.
 func (s *Snapshot) ResetCache() { s.cap = nil }
 
+// decidedModel is the model index a job runs on after the round's
+// decision d: the model d names, or, for a running job, the one it holds;
+// -1 where neither is known.
+func (c *capacity) decidedModel(s *Snapshot, j *Job, d *Decision) int {
+	at := c.find(d.GPUModel)
+	if at < 0 && j.State == Running {
+		at = c.runningModel(s, j)
+	}
+	return at
+}
+
 // runningModel is the model index a running job holds, from its GPUModel
 // or its placement; with one model in the cluster that model.
 func (c *capacity) runningModel(s *Snapshot, j *Job) int {

@@ -96,34 +96,27 @@ func (m *Migration) wake(s *Snapshot, r *Result) float64 {
 	// The GPUs the round leaves free, counted as apply counts them.
 	free := append([]int(nil), c.total...)
 	takeLaneGPUs(s, r, c, free)
-	var movable []int // jobs a move could speed up, by index
+	type movable struct{ job, at int }
+	var could []movable // jobs a move could speed up, and their models
 	for i := range r.Decisions {
 		d, j := &r.Decisions[i], &s.Jobs[i]
 		if !d.Run || d.Lane {
 			continue
 		}
-		at := c.find(d.GPUModel)
-		if at < 0 && j.State == Running {
-			at = c.runningModel(s, j)
-		}
+		at := c.decidedModel(s, j, d)
 		if at < 0 {
 			continue
 		}
 		free[at] -= max(j.GPUs, 1)
 		if len(j.Throughput) > 0 {
-			movable = append(movable, i)
+			could = append(could, movable{i, at})
 		}
 	}
-	for _, i := range movable {
-		j, d := &s.Jobs[i], &r.Decisions[i]
-		at := c.find(d.GPUModel)
-		if at < 0 {
-			at = c.runningModel(s, j)
-		}
+	for _, mv := range could {
+		j := &s.Jobs[mv.job]
 		for k, model := range c.models {
-			if free[k] >= max(j.GPUs, 1) && j.allows(model) && j.rateOn(model) > j.rateOn(c.models[at]) {
-				h := orRound(m.Horizon)
-				return (math.Floor(s.Now/h)+1)*h - s.Now
+			if free[k] >= max(j.GPUs, 1) && j.allows(model) && j.rateOn(model) > j.rateOn(c.models[mv.at]) {
+				return untilPeriodEnd(s.Now, orRound(m.Horizon))
 			}
 		}
 	}
@@ -171,10 +164,7 @@ func (m *Migration) apply(s *Snapshot, r *Result) {
 			continue
 		}
 		j := &s.Jobs[i]
-		at := c.find(d.GPUModel)
-		if at < 0 && j.State == Running {
-			at = c.runningModel(s, j)
-		}
+		at := c.decidedModel(s, j, d)
 		if at < 0 {
 			continue
 		}

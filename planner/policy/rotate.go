@@ -62,10 +62,7 @@ func (o *Rotation) apply(s *Snapshot, r *Result) {
 		if !d.Run || d.Lane {
 			continue
 		}
-		at := c.find(d.GPUModel)
-		if at < 0 && j.State == Running {
-			at = c.runningModel(s, j)
-		}
+		at := c.decidedModel(s, j, d)
 		if at < 0 {
 			continue
 		}
@@ -157,12 +154,15 @@ func (o *Rotation) wake(s *Snapshot, r *Result) float64 {
 	}
 	for i := range r.Decisions {
 		if r.Decisions[i].Run {
-			p := o.period()
-			return (math.Floor(s.Now/p)+1)*p - s.Now
+			return untilPeriodEnd(s.Now, o.period())
 		}
 	}
 	return inf
 }
+
+// untilPeriodEnd is the time from now to the end of the period of length
+// p that now falls in.
+func untilPeriodEnd(now, p float64) float64 { return (math.Floor(now/p)+1)*p - now }
 
 // unitHash maps a job's ID, a period's number and a salt to [0, 1).
 func unitHash(id string, epoch float64, salt byte) float64 {
