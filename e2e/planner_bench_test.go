@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,35 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/pointer"
 )
+
+// BenchmarkPlannerFailover times how long a follower takes to lead after
+// the leader is SIGKILLed, with the default one-second health check: two
+// planner replicas on a real local Consul and Nomad, one failover per
+// iteration. TestPlannerFailover checks only that it happens within the
+// bound Consul guarantees.
+//
+//	go test -tags e2e -run '^$' -bench PlannerFailover -benchtime 3x ./e2e/
+func BenchmarkPlannerFailover(b *testing.B) {
+	c := harness.StartT(b, harness.Options{Fleet: oneT4})
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		// Fresh replicas each time: the survivor of the last failover
+		// would lead from the start.
+		x := startPlanner(b, c, fmt.Sprintf("x%d", i), failoverPlanning)
+		y := startPlanner(b, c, fmt.Sprintf("y%d", i), failoverPlanning)
+		b.StartTimer()
+		failover, both := killTheLeader(b, x, y)
+		b.StopTimer()
+		if both {
+			b.Fatal("two replicas led at once")
+		}
+		total += failover
+		x.stop(syscall.SIGTERM)
+		y.stop(syscall.SIGTERM)
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "failover_s")
+}
 
 // benchJobs is how many managed jobs BenchmarkPlannerRound1000Jobs registers.
 const benchJobs = 1000

@@ -67,6 +67,12 @@ type Client interface {
 // the planner's writes are CAS-protected anyway.
 const DefaultLockDelay = time.Second
 
+// SessionTTL is the leader session's TTL. The lock goes when the leader's
+// check fails, once the Consul agent syncs that to the servers; a leader
+// that dies with the sync late loses it at the latest when its session,
+// no longer renewed, expires: Consul allows itself up to twice the TTL.
+const SessionTTL = 15 * time.Second
+
 // API is Client on a real Consul agent.
 type API struct {
 	c *api.Client
@@ -159,7 +165,7 @@ func (a *API) List(ctx context.Context, prefix string) (map[string][]byte, error
 func (a *API) Lead(ctx context.Context, key string, value []byte, checkID string) (<-chan struct{}, func(), error) {
 	session, _, err := a.c.Session().Create(&api.SessionEntry{
 		Name:      ServiceName + " leader",
-		TTL:       "15s",
+		TTL:       SessionTTL.String(),
 		LockDelay: a.LockDelay,
 		Behavior:  api.SessionBehaviorRelease,
 		// The node's health and the planner's own check: when the process
@@ -171,7 +177,7 @@ func (a *API) Lead(ctx context.Context, key string, value []byte, checkID string
 		return nil, nil, fmt.Errorf("consul session: %w", denied(err, `session_prefix "" { policy = "write" }`))
 	}
 	renewDone := make(chan struct{})
-	go func() { _ = a.c.Session().RenewPeriodic("15s", session, nil, renewDone) }()
+	go func() { _ = a.c.Session().RenewPeriodic(SessionTTL.String(), session, nil, renewDone) }()
 	lock, err := a.c.LockOpts(&api.LockOptions{
 		Key: key, Value: value, Session: session,
 		LockWaitTime: 5 * time.Second, MonitorRetries: 3, MonitorRetryTime: time.Second,
