@@ -49,9 +49,26 @@ func TestMain(m *testing.M) {
 	// Tasks go in Nomad's cgroups, which a Nomad client sets up when it
 	// starts; a host where none has run has them half made or not at all.
 	cgroupsNotReady = nomadcgroups.Init()
+	// Nomad's driver harness leaves two directories per task and go-plugin
+	// a socket per driver in the temp dir: keep them in one of the binary's
+	// own, removed at the end, not in the host's /tmp.
+	scratch, err := os.MkdirTemp("", "caravan-driver-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	// Open as /tmp is, for tasks that run as other users.
+	if err := os.Chmod(scratch, 0o777|os.ModeSticky); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := os.Setenv("TMPDIR", scratch); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	// Tasks' grants are recorded for caravan-device in a directory of the
 	// test's own, not the host's.
-	dir, err := os.MkdirTemp("", "caravan-grants-")
+	dir, err := os.MkdirTemp(scratch, "caravan-grants-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -59,13 +76,12 @@ func TestMain(m *testing.M) {
 	grantsDir = dir
 	// So is the driver's state_dir, one for the binary so that a second
 	// driver recovers what the first kept.
-	if testStateDir, err = os.MkdirTemp("", "caravan-driver-state-"); err != nil {
+	if testStateDir, err = os.MkdirTemp(scratch, "caravan-driver-state-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
-	_ = os.RemoveAll(testStateDir)
+	_ = os.RemoveAll(scratch)
 	os.Exit(code)
 }
 
