@@ -95,8 +95,8 @@ func BenchmarkLaneSwitchSim(b *testing.B) {
 			}
 		}}})
 	key := Key{GPU: simGPU, Lane: 9}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: oneProcess{ida}, GPUPIDs: gpuPIDsOf(be, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: oneProcess{idb}, GPUPIDs: gpuPIDsOf(be, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: oneProcess{ida}, GPUProcesses: gpuPIDsOf(be, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: oneProcess{idb}, GPUProcesses: gpuPIDsOf(be, idb)}, MemberState{})
 	b.ResetTimer()
 	var total time.Duration
 	for i := 0; i < b.N; i++ {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,16 +40,15 @@ func simGPUBackendTimed(t testing.TB, timing string) (*sim.Backend, string) {
 }
 
 // gpuPIDsOf lists pids as the driver does: those the GPU lists now, as
-// the watchdog's sample does. A checkpointed process is not among them.
-func gpuPIDsOf(b *sim.Backend, pids ...int) func() []int {
-	return func() []int {
+// the watchdog's sample does, each with what it holds there. A
+// checkpointed process is not among them.
+func gpuPIDsOf(b *sim.Backend, pids ...int) func() []GPUProcess {
+	return func() []GPUProcess {
 		procs, _ := b.Processes(simGPU)
-		var out []int
+		var out []GPUProcess
 		for _, p := range procs {
-			for _, pid := range pids {
-				if p.PID == pid {
-					out = append(out, pid)
-				}
+			if slices.Contains(pids, p.PID) {
+				out = append(out, GPUProcess{PID: p.PID, LaneMiB: p.UsedMemoryMiB})
 			}
 		}
 		return out
@@ -112,8 +112,8 @@ func TestCheckpointRoundTripThroughTheLane(t *testing.T) {
 	}})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 0}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		mu.Lock()
@@ -144,8 +144,8 @@ func TestSlowSwitchesStretchTheQuantum(t *testing.T) {
 	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 0}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "stretched from 50ms") > 0 }),
 		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
 	// Each switch takes 100 ms or more: with 50 ms quanta the lane would
@@ -172,8 +172,8 @@ func TestAnMPSClientIsFrozenInstead(t *testing.T) {
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	must.NoError(t, sim.RegisterMPSClient(context.Background(), state, os.Getuid(), idb))
 	key := Key{GPU: simGPU, Lane: 0}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		return rec.count("b", "resumed in") >= 2 && rec.count("a", "restored PIDs") >= 2
 	}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
@@ -221,8 +221,8 @@ func TestAFrozenOnlyTaskPaysForItsPartnersRestore(t *testing.T) {
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	must.NoError(t, sim.RegisterMPSClient(context.Background(), state, os.Getuid(), idb))
 	key := Key{GPU: simGPU, Lane: 0}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb), GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb), GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return sim.Checkpointed(state, ida) }),
 		wait.Timeout(5*time.Second), wait.Gap(time.Millisecond)))
 	// Another process takes what b's frozen 6000 MiB leave a's restore.
@@ -289,8 +289,8 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 			// b's first turn ends after a's; each restore of b fails as asked.
 			must.NoError(t, sim.InjectCheckpointFault(state, idb, "restore", tc.failures))
 			key := Key{GPU: simGPU, Lane: 1}
-			c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-			c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+			c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+			c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 			if tc.handedBack {
 				select {
 				case id := <-failed:
@@ -331,8 +331,8 @@ func TestLostRestoreEndsTheTaskAtOnce(t *testing.T) {
 		}})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 1}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return sim.Checkpointed(state, idb) }),
 		wait.Timeout(5*time.Second), wait.Gap(time.Millisecond)))
 	other := startProc(t)
@@ -366,7 +366,7 @@ func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 2}
 	join := func(c *Coordinator, id string, p *proc, pid int, st MemberState) {
-		c.Join(key, 8000, Member{TaskID: id, Profile: big, Processes: p.processes(), GPUPIDs: gpuPIDsOf(b, pid)}, st)
+		c.Join(key, 8000, Member{TaskID: id, Profile: big, Processes: p.processes(), GPUProcesses: gpuPIDsOf(b, pid)}, st)
 	}
 	join(c1, "a", pa, ida, MemberState{})
 	join(c1, "b", pb, idb, MemberState{})
@@ -412,16 +412,24 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	b, err := sim.New(fleet, state)
 	must.NoError(t, err)
-	pidsOn := func(pids ...int) func() []int {
-		return func() []int {
-			var out []int
+	// The task's processes on either GPU, with what each holds on the
+	// lane's, lane.
+	pidsOn := func(lane string, pids ...int) func() []GPUProcess {
+		return func() []GPUProcess {
+			var out []GPUProcess
 			for _, uuid := range []string{"GPU-a", "GPU-b"} {
 				procs, _ := b.Processes(uuid)
 				for _, p := range procs {
-					for _, pid := range pids {
-						if p.PID == pid && !contains(fmt.Sprint(out), fmt.Sprint(pid)) {
-							out = append(out, pid)
-						}
+					if !slices.Contains(pids, p.PID) {
+						continue
+					}
+					k := slices.IndexFunc(out, func(q GPUProcess) bool { return q.PID == p.PID })
+					if k < 0 {
+						k = len(out)
+						out = append(out, GPUProcess{PID: p.PID})
+					}
+					if uuid == lane {
+						out[k].LaneMiB += p.UsedMemoryMiB
 					}
 				}
 			}
@@ -437,10 +445,10 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idy, 6000))
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idz, 6000))
 	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
-	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUPIDs: pidsOn(idx)}, MemberState{})
-	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUPIDs: pidsOn(idx)}, MemberState{})
-	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUPIDs: pidsOn(idy)}, MemberState{})
-	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUPIDs: pidsOn(idz)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: pidsOn("GPU-a", idx)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: pidsOn("GPU-b", idx)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUProcesses: pidsOn("GPU-a", idy)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUProcesses: pidsOn("GPU-b", idz)}, MemberState{})
 
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "restored PIDs") >= 2 }),
 		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
@@ -502,8 +510,8 @@ func TestSuspendWritesItsProcessesAhead(t *testing.T) {
 	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
 	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb, 6000))
 	key := Key{GPU: simGPU, Lane: 3}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -540,8 +548,8 @@ func TestFailedSuspendEndsTheTaskNotItsPartner(t *testing.T) {
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	must.NoError(t, sim.InjectCheckpointFault(state, ida, "checkpoint", -1))
 	key := Key{GPU: simGPU, Lane: 4}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 	select {
 	case id := <-evicted:
 		must.Eq(t, "a", id)
@@ -566,8 +574,8 @@ func TestLeaveReportsAFailedResume(t *testing.T) {
 	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 5}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: gpuPIDsOf(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		st, ok := c.Status("b")
 		return ok && st.Suspended
@@ -622,8 +630,8 @@ func (s *spawningTask) Freeze(context.Context) error {
 
 func (s *spawningTask) Thaw(context.Context) error { return s.signal(syscall.SIGCONT) }
 
-func (s *spawningTask) gpuPIDs(b *sim.Backend) func() []int {
-	return func() []int {
+func (s *spawningTask) gpuPIDs(b *sim.Backend) func() []GPUProcess {
+	return func() []GPUProcess {
 		s.mu.Lock()
 		pids := append([]int(nil), s.pids...)
 		s.mu.Unlock()
@@ -641,8 +649,8 @@ func TestProcessStartedDuringASuspendIsCheckpointedToo(t *testing.T) {
 	pa, _, ida, idb := twoOnTheGPU(t, state)
 	spawner := &spawningTask{t: t, state: state, pids: []int{idb}}
 	key := Key{GPU: simGPU, Lane: 6}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: spawner, GPUPIDs: spawner.gpuPIDs(b)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: spawner, GPUProcesses: spawner.gpuPIDs(b)}, MemberState{})
 	// b is suspended first, for a's turn; its new process must go too.
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		st, ok := c.Status("b")
@@ -695,7 +703,7 @@ func TestRestoreWaitsForMemoryAndTheTaskThatGrewPays(t *testing.T) {
 		pid := p.cmd.Process.Pid
 		pids[id] = pid
 		must.NoError(t, sim.SetProcessMemory(state, simGPU, pid, 3000))
-		c.Join(key, 8000, Member{TaskID: id, Profile: small, Processes: p.processes(), GPUPIDs: gpuPIDsOf(b, pid),
+		c.Join(key, 8000, Member{TaskID: id, Profile: small, Processes: p.processes(), GPUProcesses: gpuPIDsOf(b, pid),
 			GPUMemoryMiB: func() uint64 {
 				procs, _ := b.Processes(simGPU)
 				for _, q := range procs {
@@ -749,15 +757,15 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 	}})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	var listed atomic.Bool // the first listing misses b's process
-	lagging := func() []int {
+	lagging := func() []GPUProcess {
 		if !listed.Swap(true) {
 			return nil
 		}
 		return gpuPIDsOf(b, idb)()
 	}
 	key := Key{GPU: simGPU, Lane: 6}
-	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUPIDs: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
-	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUPIDs: lagging, GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: lagging, GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -768,4 +776,51 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	must.Eq(t, uint64(6000), need["b"], must.Sprint("what b's one process held, once"))
+}
+
+// A task of two processes, one of which the listing misses at the start
+// of a suspend while it already holds memory: the first pass checkpoints
+// the other, the second the one listed late, and the restore's need is
+// what the two held, each counted once. Counted from the task's total at
+// the start and again when listed, the late one's memory came twice, past
+// the lane, and the restore would have waited for it forever.
+func TestATaskWithAProcessListedLateNeedsWhatEachHeldOnce(t *testing.T) {
+	b, state := simGPUBackend(t)
+	var mu sync.Mutex
+	need := map[string]uint64{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: func(taskID string, _ Key, st MemberState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(st.Checkpointed) > 0 {
+			need[taskID] = st.CheckpointedMiB
+		}
+	}})
+	pa := startProc(t)
+	ida := pa.cmd.Process.Pid
+	first, second := startProc(t), startProc(t)
+	idb1, idb2 := first.cmd.Process.Pid, second.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, ida, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb1, 4000))
+	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb2, 3000))
+	task := &spawningTask{t: t, state: state, pids: []int{idb1, idb2}, spawned: -1} // starts nothing
+	var listed atomic.Bool                                                          // the first listing misses the second process
+	lagging := func() []GPUProcess {
+		if !listed.Swap(true) {
+			return gpuPIDsOf(b, idb1)()
+		}
+		return gpuPIDsOf(b, idb1, idb2)()
+	}
+	key := Key{GPU: simGPU, Lane: 6}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: task, GPUProcesses: lagging}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, ok := need["b"]
+		return ok
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	must.True(t, listed.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, uint64(7000), need["b"], must.Sprint("what b's two processes held, each once"))
 }

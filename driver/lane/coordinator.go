@@ -21,13 +21,23 @@ type Member struct {
 	Profile Profile
 	// Processes freezes and thaws all of the task's processes.
 	Processes switcher.Freezer
-	// GPUPIDs returns the task's processes that hold GPU memory.
-	GPUPIDs func() []int
+	// GPUProcesses returns the task's processes that hold memory on any of
+	// its lanes' GPUs, each with what it holds on this lane's GPU, from one
+	// sample: a suspend counts the memory of the very processes it
+	// checkpoints, so that their restore waits for that much, once.
+	GPUProcesses func() []GPUProcess
 	// GPUMemoryMiB returns what the task holds on the lane's GPU now.
 	GPUMemoryMiB func() uint64
 	// Iterations counts the iteration boundaries the task has marked; nil
 	// when the task cannot cooperate.
 	Iterations *IterationCounter
+}
+
+// GPUProcess is one of a task's processes that holds GPU memory, and what
+// it holds on the lane's GPU (0: only on another of the task's GPUs).
+type GPUProcess struct {
+	PID     int
+	LaneMiB uint64
 }
 
 // Event is something a task's owner should hear about.
@@ -261,8 +271,6 @@ type member struct {
 	// processes were checkpointed: what their restore needs free.
 	checkpointMiB  uint64
 	waitingForRoom bool
-	// lateMiB is what processes started during a suspend held.
-	lateMiB uint64
 	// checkedProfile is when its profile was last held against use.
 	checkedProfile time.Time
 }

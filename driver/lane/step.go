@@ -6,6 +6,7 @@ package lane
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -259,11 +260,32 @@ func (c *Coordinator) checkDeclared(l *laneState, m *member) {
 }
 
 // gpuPIDs returns the member's processes that hold GPU memory.
-func (m *member) gpuPIDs() []int {
-	if m.GPUPIDs == nil {
+func (m *member) gpuProcesses() []GPUProcess {
+	if m.GPUProcesses == nil {
 		return nil
 	}
-	return m.GPUPIDs()
+	return m.GPUProcesses()
+}
+
+// pidsOf is the PIDs of procs.
+func pidsOf(procs []GPUProcess) []int {
+	var out []int
+	for _, p := range procs {
+		out = append(out, p.PID)
+	}
+	return out
+}
+
+// laneMiBOf is what the processes of pids held on the lane's GPU as procs
+// listed them.
+func laneMiBOf(procs []GPUProcess, pids []int) uint64 {
+	var sum uint64
+	for _, p := range procs {
+		if slices.Contains(pids, p.PID) {
+			sum += p.LaneMiB
+		}
+	}
+	return sum
 }
 
 // mechanism is how m is switched: the coordinator's, or freezing alone for

@@ -27,11 +27,8 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return true
 	}
-	gpuPIDs := m.gpuPIDs()
-	var heldMiB uint64
-	if c.mechanism(m).Via() != "" && m.GPUMemoryMiB != nil {
-		heldMiB = m.GPUMemoryMiB()
-	}
+	listed := m.gpuProcesses()
+	gpuPIDs := pidsOf(listed)
 	if c.mechanism(m).Via() != "" && len(gpuPIDs) > 0 {
 		// Written ahead: after a restart in the middle, the processes may
 		// be checkpointed while no state says so.
@@ -39,18 +36,20 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		c.persist(l)
 	}
 	var checkpointed []int
+	var heldMiB uint64
 	start := time.Now()
 	d, err := switcher.Timed(func() (err error) {
 		checkpointed, err = c.mechanism(m).Suspend(c.ctx, m.Processes, gpuPIDs)
 		return err
 	})
 	if err == nil && c.mechanism(m).Via() != "" {
-		if len(checkpointed) == 0 {
-			// Nothing checkpointed, nothing released: what the task held
-			// is measured again with the processes listed late.
-			heldMiB = 0
-		}
-		checkpointed, err = c.checkpointLateComers(m, checkpointed)
+		// What the processes checkpointed held, as the listing that named
+		// them measured it: a process listed late is counted by the
+		// listing that names it, and so only once.
+		heldMiB = laneMiBOf(listed, checkpointed)
+		var lateMiB uint64
+		checkpointed, lateMiB, err = c.checkpointLateComers(m, checkpointed)
+		heldMiB += lateMiB
 		d = time.Since(start)
 	}
 	if errors.Is(err, gpu.ErrCheckpointUnsupported) && !errors.Is(err, switcher.ErrRollback) && !m.hold.freezeOnly.Load() {
@@ -82,9 +81,8 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	h.setCheckpointed(checkpointed)
 	m.checkpointMiB = 0
 	if len(checkpointed) > 0 {
-		m.checkpointMiB = heldMiB + m.lateMiB
+		m.checkpointMiB = heldMiB
 	}
-	m.lateMiB = 0
 	m.suspended = true
 	m.suspendFailures = 0
 	m.switches++
@@ -106,34 +104,33 @@ const lateComerRounds = 3
 // the task started while the others were checkpointed, listed too late.
 // The freeze holds them now, but their memory would stay on the GPU, where
 // the partner's restore would not find it free. They are thawed and
-// checkpointed too, then frozen again. Processes that keep coming fail the
-// suspend, undone whole.
-func (c *Coordinator) checkpointLateComers(m *member, done []int) ([]int, error) {
+// checkpointed too, then frozen again; lateMiB is what they held on the
+// lane's GPU. Processes that keep coming fail the suspend, undone whole.
+func (c *Coordinator) checkpointLateComers(m *member, done []int) (all []int, lateMiB uint64, err error) {
 	for range lateComerRounds {
-		late := m.gpuPIDs() // a checkpointed process is not listed
-		if len(late) == 0 {
-			return done, nil
+		listed := m.gpuProcesses() // a checkpointed process is not listed
+		if len(listed) == 0 {
+			return done, lateMiB, nil
 		}
+		late := pidsOf(listed)
 		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("processes %v started on the GPU during the suspend; checkpointing them too", late)})
-		if m.GPUMemoryMiB != nil {
-			m.lateMiB += m.GPUMemoryMiB()
-		}
 		if err := m.Processes.Thaw(c.ctx); err != nil {
 			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
-			return nil, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
+			return nil, 0, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
 		}
 		more, err := c.mechanism(m).Suspend(c.ctx, m.Processes, late)
 		if err != nil {
 			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
-			return nil, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
+			return nil, 0, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
 		}
+		lateMiB += laneMiBOf(listed, more)
 		done = append(done, more...)
 	}
-	if late := m.gpuPIDs(); len(late) > 0 {
+	if late := pidsOf(m.gpuProcesses()); len(late) > 0 {
 		_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
-		return nil, errors.Join(fmt.Errorf("processes %v kept starting on the GPU during the suspend", late), rerr)
+		return nil, 0, errors.Join(fmt.Errorf("processes %v kept starting on the GPU during the suspend", late), rerr)
 	}
-	return done, nil
+	return done, lateMiB, nil
 }
 
 // suspendFailed counts a failed suspend of m, and returns how long the

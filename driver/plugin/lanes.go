@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/drivers"
@@ -44,11 +43,11 @@ func (d *Driver) joinLane(h *task.Handle, backend gpu.Backend, restored laneStat
 func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.LaneSpec, counter *lane.IterationCounter, restored lane.MemberState) {
 	gpuUUID := spec.Key.GPU
 	d.coord.Join(spec.Key, spec.MemoryMiB, lane.Member{
-		TaskID:    h.Config.ID,
-		Name:      h.Config.Name,
-		Profile:   spec.Profile,
-		Processes: h.Procs,
-		GPUPIDs:   func() []int { return freshGPUPIDs(h, backend) },
+		TaskID:       h.Config.ID,
+		Name:         h.Config.Name,
+		Profile:      spec.Profile,
+		Processes:    h.Procs,
+		GPUProcesses: func() []lane.GPUProcess { return freshGPUProcesses(h, backend, gpuUUID) },
 		GPUMemoryMiB: func() uint64 {
 			if backend == nil {
 				return 0
@@ -147,33 +146,42 @@ func checkpointedNow(ctx context.Context, backend gpu.Backend, states laneStates
 	return out
 }
 
-// freshGPUPIDs lists the task's processes holding memory on any of its
-// lanes' GPUs, sampled now: a suspend stops the whole task, so it
-// checkpoints them all, and the watchdog's last sample may predate the
-// task's first allocation.
-func freshGPUPIDs(h *task.Handle, backend gpu.Backend) []int {
-	if backend == nil {
-		return gpuPIDs(h)
+// freshGPUProcesses lists the task's processes holding memory on any of
+// its lanes' GPUs, sampled now, each with what it holds on laneGPU: a
+// suspend stops the whole task, so it checkpoints them all, and the
+// watchdog's last sample may predate the task's first allocation. Without
+// a fresh sample it falls back to the watchdog's last.
+func freshGPUProcesses(h *task.Handle, backend gpu.Backend, laneGPU string) []lane.GPUProcess {
+	own := taskProcs(h)
+	usage := h.GPUUsage()
+	if backend != nil {
+		var b budget.Budget
+		for _, l := range h.Spec.AllLanes() {
+			b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
+		}
+		if fresh, err := budget.Measure(backend, b, own); err == nil {
+			usage = fresh
+		}
 	}
-	var b budget.Budget
-	for _, l := range h.Spec.AllLanes() {
-		b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
-	}
-	usage, err := budget.Measure(backend, b, taskProcs(h))
-	if err != nil {
-		return gpuPIDs(h)
-	}
-	seen := map[int]bool{}
-	var out []int
+	at := map[int]int{} // PID → its place in out
+	var out []lane.GPUProcess
 	for _, u := range usage {
 		for _, p := range u.Procs {
-			if !seen[p.PID] {
-				seen[p.PID] = true
-				out = append(out, p.PID)
+			if _, ok := own[p.PID]; !ok {
+				continue // a sample from before a PID was reused
+			}
+			k, seen := at[p.PID]
+			if !seen {
+				k = len(out)
+				at[p.PID] = k
+				out = append(out, lane.GPUProcess{PID: p.PID})
+			}
+			if u.UUID == laneGPU && !p.MemoryUnknown {
+				out[k].LaneMiB += p.UsedMiB
 			}
 		}
 	}
-	sort.Ints(out)
+	slices.SortFunc(out, func(a, b lane.GPUProcess) int { return a.PID - b.PID })
 	return out
 }
 

@@ -33,24 +33,6 @@ func taskProcs(h *task.Handle) map[int]string {
 	return names
 }
 
-// gpuPIDs returns the task's processes that hold GPU memory according to
-// the last watchdog sample and are still the task's.
-func gpuPIDs(h *task.Handle) []int {
-	var out []int
-	var names map[int]string
-	for _, u := range h.GPUUsage() {
-		for _, p := range u.Procs {
-			if names == nil {
-				names = taskProcs(h)
-			}
-			if _, ok := names[p.PID]; ok {
-				out = append(out, p.PID)
-			}
-		}
-	}
-	return out
-}
-
 // watch samples the task's GPU memory until it exits and enforces its
 // budget.
 func (d *Driver) watch(h *task.Handle, backend gpu.Backend, interval time.Duration) {
