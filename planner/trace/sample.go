@@ -20,9 +20,9 @@ type SampleOptions struct {
 	// Load is the busy GPUs the sample offers on average: its GPU-seconds
 	// of work over the span of its arrivals. 0 keeps the arrival times.
 	Load float64
-	// Seconds is a job's run time for Load (nil, or 0 from it: its
-	// Duration): a caller with throughputs gives jobs listed in steps
-	// their time on their fastest model.
+	// Seconds is a job's run time for MaxDuration and Load (nil, or 0
+	// from it: its Duration): a caller with throughputs gives jobs listed
+	// in steps their time on their fastest model.
 	Seconds func(j *Job) float64
 }
 
@@ -40,12 +40,21 @@ func Sample(jobs []Job, opts SampleOptions) ([]Job, error) {
 		return nil, fmt.Errorf("load %g: must be a positive number of busy GPUs", opts.Load)
 	}
 	var out []Job
-	for _, j := range jobs {
-		if opts.Group != "" && j.Group != opts.Group || opts.MaxDuration > 0 && j.Duration > opts.MaxDuration ||
-			opts.MaxGPUs > 0 && j.GPUs > opts.MaxGPUs {
+	for k := range jobs {
+		j := &jobs[k]
+		if opts.Group != "" && j.Group != opts.Group || opts.MaxGPUs > 0 && j.GPUs > opts.MaxGPUs {
 			continue
 		}
-		out = append(out, j)
+		if opts.MaxDuration > 0 {
+			d := opts.seconds(j)
+			if !(d > 0) && j.Steps > 0 {
+				return nil, fmt.Errorf("max duration %g: job %s is given in steps, and its run time needs throughputs", opts.MaxDuration, j.ID)
+			}
+			if d > opts.MaxDuration {
+				continue
+			}
+		}
+		out = append(out, *j)
 	}
 	sort.SliceStable(out, func(a, b int) bool { return out[a].Arrival < out[b].Arrival })
 	if opts.Skip >= len(out) {
@@ -60,13 +69,7 @@ func Sample(jobs []Job, opts SampleOptions) ([]Job, error) {
 	work := 0.0
 	for i := range out {
 		out[i].Arrival -= first
-		d := out[i].Duration
-		if opts.Seconds != nil {
-			if t := opts.Seconds(&out[i]); t > 0 {
-				d = t
-			}
-		}
-		work += float64(max(out[i].GPUs, 1)) * d
+		work += float64(max(out[i].GPUs, 1)) * opts.seconds(&out[i])
 	}
 	if opts.Load > 0 && !(work > 0) {
 		return nil, fmt.Errorf("load %g: the sample's jobs have no run time to offer (jobs given in steps need throughputs)", opts.Load)
@@ -78,6 +81,17 @@ func Sample(jobs []Job, opts SampleOptions) ([]Job, error) {
 		}
 	}
 	return out, nil
+}
+
+// seconds is j's run time: Seconds's, or its Duration where Seconds is nil
+// or gives 0.
+func (opts SampleOptions) seconds(j *Job) float64 {
+	if opts.Seconds != nil {
+		if t := opts.Seconds(j); t > 0 {
+			return t
+		}
+	}
+	return j.Duration
 }
 
 func selectionSays(opts SampleOptions, kept int) string {

@@ -75,3 +75,20 @@ func TestSampleLoadOfJobsInSteps(t *testing.T) {
 	must.Eq(t, 250.0, got[1].Arrival)
 	must.Eq(t, 0.0, got[0].Duration, must.Sprint("the jobs themselves are left as listed"))
 }
+
+// A duration cap reads a job given in steps at its run time from Seconds,
+// and without throughputs says it cannot, rather than keep every such job.
+func TestSampleMaxDurationOfJobsInSteps(t *testing.T) {
+	jobs := []Job{
+		{ID: "a", Arrival: 0, GPUs: 2, Steps: 1000, JobType: "r"},
+		{ID: "b", Arrival: 100, GPUs: 1, Steps: 500, JobType: "r"},
+		{ID: "c", Arrival: 150, GPUs: 1, Duration: 40},
+	}
+	tenPerSecond := func(j *Job) float64 { return j.Steps / 10 } // a: 100 s, b: 50 s
+	got, err := Sample(jobs, SampleOptions{MaxDuration: 60, Seconds: tenPerSecond})
+	must.NoError(t, err)
+	must.Eq(t, 2, len(got))
+	must.Eq(t, []string{"b", "c"}, []string{got[0].ID, got[1].ID})
+	_, err = Sample(jobs, SampleOptions{MaxDuration: 60})
+	must.ErrorContains(t, err, "job a is given in steps, and its run time needs throughputs")
+}
