@@ -48,7 +48,7 @@ func gpuPIDsOf(b *sim.Backend, pids ...int) func() []GPUProcess {
 		var out []GPUProcess
 		for _, p := range procs {
 			if slices.Contains(pids, p.PID) {
-				out = append(out, GPUProcess{PID: p.PID, LaneMiB: p.UsedMemoryMiB})
+				out = append(out, GPUProcess{PID: p.PID, MiB: map[string]uint64{simGPU: p.UsedMemoryMiB}})
 			}
 		}
 		return out
@@ -412,9 +412,8 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	b, err := sim.New(fleet, state)
 	must.NoError(t, err)
-	// The task's processes on either GPU, with what each holds on the
-	// lane's, lane.
-	pidsOn := func(lane string, pids ...int) func() []GPUProcess {
+	// The task's processes on either GPU, with what each holds on each.
+	pidsOn := func(pids ...int) func() []GPUProcess {
 		return func() []GPUProcess {
 			var out []GPUProcess
 			for _, uuid := range []string{"GPU-a", "GPU-b"} {
@@ -426,11 +425,9 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 					k := slices.IndexFunc(out, func(q GPUProcess) bool { return q.PID == p.PID })
 					if k < 0 {
 						k = len(out)
-						out = append(out, GPUProcess{PID: p.PID})
+						out = append(out, GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
 					}
-					if uuid == lane {
-						out[k].LaneMiB += p.UsedMemoryMiB
-					}
+					out[k].MiB[uuid] += p.UsedMemoryMiB
 				}
 			}
 			return out
@@ -445,10 +442,10 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idy, 6000))
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idz, 6000))
 	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
-	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: pidsOn("GPU-a", idx)}, MemberState{})
-	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: pidsOn("GPU-b", idx)}, MemberState{})
-	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUProcesses: pidsOn("GPU-a", idy)}, MemberState{})
-	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUProcesses: pidsOn("GPU-b", idz)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: pidsOn(idx)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: pidsOn(idx)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUProcesses: pidsOn(idy)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUProcesses: pidsOn(idz)}, MemberState{})
 
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "restored PIDs") >= 2 }),
 		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
@@ -823,4 +820,126 @@ func TestATaskWithAProcessListedLateNeedsWhatEachHeldOnce(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	must.Eq(t, uint64(7000), need["b"], must.Sprint("what b's two processes held, each once"))
+}
+
+// A listing from before a checkpoint (the watchdog's last sample, where a
+// fresh one failed) still names the process checkpointed: the suspend
+// neither checkpoints it again nor counts it twice, and it does not take
+// it for a process that keeps starting.
+func TestAStaleListingNamesNoProcessTwice(t *testing.T) {
+	b, state := simGPUBackend(t)
+	var mu sync.Mutex
+	need := map[string]uint64{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: func(taskID string, _ Key, st MemberState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(st.Checkpointed) > 0 {
+			need[taskID] = st.CheckpointedMiB
+		}
+	}})
+	pa, pb, ida, idb := twoOnTheGPU(t, state)
+	stale := func() []GPUProcess { return []GPUProcess{{PID: idb, MiB: map[string]uint64{simGPU: 6000}}} }
+	key := Key{GPU: simGPU, Lane: 6}
+	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
+	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: stale}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, ok := need["b"]
+		return ok
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, uint64(6000), need["b"], must.Sprint("what b's one process held, once"))
+}
+
+// A task on lanes of two GPUs is checkpointed whole by the first lane to
+// suspend it, and each lane records what its processes held on that
+// lane's GPU, so that a restart finds each share where it kept it.
+func TestATaskOnTwoGPUsRecordsWhatItHeldOnEach(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
+		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	var mu sync.Mutex
+	need := map[Key]uint64{}
+	c, _ := simCoordinator(t, b, 40*time.Millisecond, Hooks{Persist: func(taskID string, key Key, st MemberState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if taskID == "x" && len(st.Checkpointed) > 0 {
+			need[key] = st.CheckpointedMiB
+		}
+	}})
+	x, y, z := startProc(t), startProc(t), startProc(t)
+	idx, idy, idz := x.cmd.Process.Pid, y.cmd.Process.Pid, z.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idx, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idx, 4000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idy, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idz, 6000))
+	onBoth := func(pids ...int) func() []GPUProcess {
+		return func() []GPUProcess {
+			var out []GPUProcess
+			for _, uuid := range []string{"GPU-a", "GPU-b"} {
+				procs, _ := b.Processes(uuid)
+				for _, p := range procs {
+					if !slices.Contains(pids, p.PID) {
+						continue
+					}
+					k := slices.IndexFunc(out, func(q GPUProcess) bool { return q.PID == p.PID })
+					if k < 0 {
+						k = len(out)
+						out = append(out, GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
+					}
+					out[k].MiB[uuid] += p.UsedMemoryMiB
+				}
+			}
+			return out
+		}
+	}
+	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
+	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: onBoth(idx)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: onBoth(idx)}, MemberState{})
+	c.Join(la, 8000, Member{TaskID: "y", Profile: big, Processes: y.processes(), GPUProcesses: onBoth(idy)}, MemberState{})
+	c.Join(lb, 8000, Member{TaskID: "z", Profile: big, Processes: z.processes(), GPUProcesses: onBoth(idz)}, MemberState{})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(need) == 2
+	}), wait.Timeout(10*time.Second), wait.Gap(5*time.Millisecond)))
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, map[Key]uint64{la: 6000, lb: 4000}, need, must.Sprint("what x held on each lane's GPU"))
+}
+
+// The lane that restores a task of two GPUs waits while either GPU lacks
+// what the task's processes held there, not only its own.
+func TestARestoreFitsOnlyWhereEveryGPUHasRoom(t *testing.T) {
+	free := map[string]uint64{"GPU-a": 10000, "GPU-b": 2000}
+	c := New(context.Background(), Options{Mechanism: switcher.Freeze{}, FreeMiB: func(gpu string) (uint64, bool) {
+		f, ok := free[gpu]
+		return f, ok
+	}})
+	h := &hold{}
+	h.setCheckpointed([]int{42})
+	h.setNeed(map[string]uint64{"GPU-a": 6000, "GPU-b": 4000})
+	m := &member{hold: h}
+	la, lb := &laneState{key: Key{GPU: "GPU-a"}}, &laneState{key: Key{GPU: "GPU-b"}}
+	for _, l := range []*laneState{la, lb} {
+		gpu, need, short, ok := c.fits(l, m)
+		must.False(t, ok, must.Sprint(l.key))
+		must.Eq(t, "GPU-b", gpu)
+		must.Eq(t, uint64(4000), need)
+		must.Eq(t, uint64(2000), short)
+	}
+	free["GPU-b"] = 4000
+	_, _, _, ok := c.fits(la, m)
+	must.True(t, ok)
+	free["GPU-a"] = 5999
+	gpu, need, _, ok := c.fits(lb, m)
+	must.False(t, ok)
+	must.Eq(t, "GPU-a", gpu)
+	must.Eq(t, uint64(6000), need)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,10 +35,10 @@ type Member struct {
 }
 
 // GPUProcess is one of a task's processes that holds GPU memory, and what
-// it holds on the lane's GPU (0: only on another of the task's GPUs).
+// it holds on each of the task's GPUs, by UUID.
 type GPUProcess struct {
-	PID     int
-	LaneMiB uint64
+	PID int
+	MiB map[string]uint64
 }
 
 // Event is something a task's owner should hear about.
@@ -172,6 +173,10 @@ type hold struct {
 	// its lanes' states can be persisted while a switch holds mu.
 	ckMu         sync.Mutex
 	checkpointed []int
+	// need is what the checkpointed processes held on each of the task's
+	// GPUs when they were checkpointed: what their restore needs free
+	// there, on every GPU, whichever lane restores them.
+	need map[string]uint64
 
 	// The task's run clock: how long it has really run, for turns that
 	// count run time. runMu guards it alone, as ckMu does checkpointed.
@@ -214,6 +219,41 @@ func (h *hold) setCheckpointed(pids []int) {
 	h.ckMu.Lock()
 	defer h.ckMu.Unlock()
 	h.checkpointed = pids
+	if len(pids) == 0 {
+		h.need = nil
+	}
+}
+
+// setNeed records what the checkpointed processes held on each GPU.
+func (h *hold) setNeed(need map[string]uint64) {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	h.need = need
+}
+
+// addNeed records what the checkpointed processes held on gpu, as a lane
+// of it persisted that before a restart.
+func (h *hold) addNeed(gpu string, mib uint64) {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	if h.need == nil {
+		h.need = map[string]uint64{}
+	}
+	h.need[gpu] = mib
+}
+
+// needOn is what the checkpointed processes held on gpu.
+func (h *hold) needOn(gpu string) uint64 {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	return h.need[gpu]
+}
+
+// needs is a copy of need.
+func (h *hold) needs() map[string]uint64 {
+	h.ckMu.Lock()
+	defer h.ckMu.Unlock()
+	return maps.Clone(h.need)
 }
 
 func (h *hold) checkpointedPIDs() []int {
@@ -267,10 +307,7 @@ type member struct {
 	// is set once it was handed to Evict, until it leaves.
 	suspendFailures int
 	evicted         bool
-	// checkpointMiB is what the task held on the lane's GPU when its
-	// processes were checkpointed: what their restore needs free.
-	checkpointMiB  uint64
-	waitingForRoom bool
+	waitingForRoom  bool
 	// checkedProfile is when its profile was last held against use.
 	checkedProfile time.Time
 }
@@ -339,8 +376,11 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 		h.setRunning(false, time.Now())
 		h.mu.Unlock()
 	}
-	if len(restored.Checkpointed) > 0 && len(h.checkpointedPIDs()) == 0 {
-		h.setCheckpointed(restored.Checkpointed)
+	if len(restored.Checkpointed) > 0 {
+		if len(h.checkpointedPIDs()) == 0 {
+			h.setCheckpointed(restored.Checkpointed)
+		}
+		h.addNeed(key.GPU, restored.CheckpointedMiB)
 	}
 	l.mu.Lock()
 	now := time.Now()
@@ -348,7 +388,7 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 		m.Profile = restored.Profile
 	}
 	mem := &member{Member: m, hold: h, suspended: restored.Suspended, switches: restored.Switches, sliceStart: now, lastTick: now,
-		ranAtSliceStart: h.ran(now), checkpointMiB: restored.CheckpointedMiB}
+		ranAtSliceStart: h.ran(now)}
 	if !restored.SliceStart.IsZero() {
 		// The turn goes on from where it was: count it as run since then.
 		mem.sliceStart = restored.SliceStart
@@ -415,11 +455,11 @@ func (c *Coordinator) leave(key Key, taskID string) (err error) {
 			h.lanes.Store(max(0, h.lanes.Load()-1))
 			if h.lanes.Load() == 0 {
 				restore := h.checkpointedPIDs()
-				if need, free, fits := c.fits(l, m); !fits {
+				if gpu, need, free, fits := c.fits(l, m); !fits {
 					// A leaving task needs to run to take its stop signal,
 					// not its GPU state back: a restore that does not fit
 					// could leave it stuck for good.
-					c.emit(Event{TaskID: taskID, Message: fmt.Sprintf("leaves %s thawed but checkpointed: its restore needs %d MiB, %d MiB free on the GPU", key, need, free),
+					c.emit(Event{TaskID: taskID, Message: fmt.Sprintf("leaves %s thawed but checkpointed: its restore needs %d MiB on %s, %d MiB free there", key, need, gpu, free),
 						Annotations: map[string]string{"lane": key.String()}})
 					restore = nil
 				}

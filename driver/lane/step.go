@@ -276,16 +276,31 @@ func pidsOf(procs []GPUProcess) []int {
 	return out
 }
 
-// laneMiBOf is what the processes of pids held on the lane's GPU as procs
-// listed them.
-func laneMiBOf(procs []GPUProcess, pids []int) uint64 {
-	var sum uint64
+// notIn is procs but those of pids.
+func notIn(procs []GPUProcess, pids []int) []GPUProcess {
+	var out []GPUProcess
 	for _, p := range procs {
-		if slices.Contains(pids, p.PID) {
-			sum += p.LaneMiB
+		if !slices.Contains(pids, p.PID) {
+			out = append(out, p)
 		}
 	}
-	return sum
+	return out
+}
+
+// addNeedOf adds to need what the processes of pids held on each GPU as
+// procs listed them, and returns need (made where nil).
+func addNeedOf(need map[string]uint64, procs []GPUProcess, pids []int) map[string]uint64 {
+	if need == nil {
+		need = map[string]uint64{}
+	}
+	for _, p := range procs {
+		if slices.Contains(pids, p.PID) {
+			for gpu, mib := range p.MiB {
+				need[gpu] += mib
+			}
+		}
+	}
+	return need
 }
 
 // mechanism is how m is switched: the coordinator's, or freezing alone for

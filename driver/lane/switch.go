@@ -6,7 +6,9 @@ package lane
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,7 +38,7 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		c.persist(l)
 	}
 	var checkpointed []int
-	var heldMiB uint64
+	var need map[string]uint64
 	start := time.Now()
 	d, err := switcher.Timed(func() (err error) {
 		checkpointed, err = c.mechanism(m).Suspend(c.ctx, m.Processes, gpuPIDs)
@@ -46,10 +48,8 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		// What the processes checkpointed held, as the listing that named
 		// them measured it: a process listed late is counted by the
 		// listing that names it, and so only once.
-		heldMiB = laneMiBOf(listed, checkpointed)
-		var lateMiB uint64
-		checkpointed, lateMiB, err = c.checkpointLateComers(m, checkpointed)
-		heldMiB += lateMiB
+		need = addNeedOf(nil, listed, checkpointed)
+		checkpointed, err = c.checkpointLateComers(m, checkpointed, need)
 		d = time.Since(start)
 	}
 	if errors.Is(err, gpu.ErrCheckpointUnsupported) && !errors.Is(err, switcher.ErrRollback) && !m.hold.freezeOnly.Load() {
@@ -79,9 +79,8 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	h.lanes.Store(1)
 	h.setRunning(false, time.Now())
 	h.setCheckpointed(checkpointed)
-	m.checkpointMiB = 0
 	if len(checkpointed) > 0 {
-		m.checkpointMiB = heldMiB
+		h.setNeed(need)
 	}
 	m.suspended = true
 	m.suspendFailures = 0
@@ -104,33 +103,36 @@ const lateComerRounds = 3
 // the task started while the others were checkpointed, listed too late.
 // The freeze holds them now, but their memory would stay on the GPU, where
 // the partner's restore would not find it free. They are thawed and
-// checkpointed too, then frozen again; lateMiB is what they held on the
-// lane's GPU. Processes that keep coming fail the suspend, undone whole.
-func (c *Coordinator) checkpointLateComers(m *member, done []int) (all []int, lateMiB uint64, err error) {
+// checkpointed too, then frozen again, and what they held on each GPU is
+// added to need. Processes that keep coming fail the suspend, undone whole.
+func (c *Coordinator) checkpointLateComers(m *member, done []int, need map[string]uint64) ([]int, error) {
 	for range lateComerRounds {
-		listed := m.gpuProcesses() // a checkpointed process is not listed
+		// A checkpointed process is not listed, but a listing from before
+		// its checkpoint (the watchdog's, where a fresh one failed) names
+		// it still: it is neither checkpointed nor counted again.
+		listed := notIn(m.gpuProcesses(), done)
 		if len(listed) == 0 {
-			return done, lateMiB, nil
+			return done, nil
 		}
 		late := pidsOf(listed)
 		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("processes %v started on the GPU during the suspend; checkpointing them too", late)})
 		if err := m.Processes.Thaw(c.ctx); err != nil {
 			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
-			return nil, 0, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
+			return nil, errors.Join(fmt.Errorf("thaw for processes %v that started during the suspend: %w", late, err), rerr)
 		}
 		more, err := c.mechanism(m).Suspend(c.ctx, m.Processes, late)
 		if err != nil {
 			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
-			return nil, 0, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
+			return nil, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
 		}
-		lateMiB += laneMiBOf(listed, more)
+		addNeedOf(need, listed, more)
 		done = append(done, more...)
 	}
-	if late := pidsOf(m.gpuProcesses()); len(late) > 0 {
+	if late := pidsOf(notIn(m.gpuProcesses(), done)); len(late) > 0 {
 		_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
-		return nil, 0, errors.Join(fmt.Errorf("processes %v kept starting on the GPU during the suspend", late), rerr)
+		return nil, errors.Join(fmt.Errorf("processes %v kept starting on the GPU during the suspend", late), rerr)
 	}
-	return done, lateMiB, nil
+	return done, nil
 }
 
 // suspendFailed counts a failed suspend of m, and returns how long the
@@ -163,16 +165,29 @@ func (c *Coordinator) evict(m *member, err error) {
 	}()
 }
 
-// fits reports whether m's restore fits in the GPU memory free now, with
-// what it needs and what is free; a GPU that cannot tell, or a task with
-// nothing checkpointed, fits.
-func (c *Coordinator) fits(l *laneState, m *member) (need, free uint64, ok bool) {
-	need = m.checkpointMiB
-	if need == 0 || c.opts.FreeMiB == nil || len(m.hold.checkpointedPIDs()) == 0 {
-		return need, 0, true
+// fits reports whether m's restore fits in the GPU memory free now on
+// every GPU its processes held memory on, this lane's first; where it does
+// not, gpu is the first where it falls short, with what it needs there and
+// what is free. A GPU that cannot tell, or a task with nothing
+// checkpointed, fits.
+func (c *Coordinator) fits(l *laneState, m *member) (gpu string, need, free uint64, ok bool) {
+	if c.opts.FreeMiB == nil || len(m.hold.checkpointedPIDs()) == 0 {
+		return l.key.GPU, 0, 0, true
 	}
-	free, known := c.opts.FreeMiB(l.key.GPU)
-	return need, free, !known || free >= need
+	needs := m.hold.needs()
+	gpus := slices.Sorted(maps.Keys(needs))
+	if i := slices.Index(gpus, l.key.GPU); i > 0 {
+		gpus = append(append([]string{l.key.GPU}, gpus[:i]...), gpus[i+1:]...)
+	}
+	for _, g := range gpus {
+		if needs[g] == 0 {
+			continue
+		}
+		if free, known := c.opts.FreeMiB(g); known && free < needs[g] {
+			return g, needs[g], free, false
+		}
+	}
+	return l.key.GPU, needs[l.key.GPU], 0, true
 }
 
 // roomToRestore reports whether the GPU has the memory m's restore needs
@@ -181,10 +196,20 @@ func (c *Coordinator) fits(l *laneState, m *member) (need, free uint64, ok bool)
 // has not, a running partner that grew past its profile is the one that
 // pays: it is evicted, and m waits for the memory.
 func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
-	need, free, fits := c.fits(l, m)
+	gpu, need, free, fits := c.fits(l, m)
 	if fits {
 		m.waitingForRoom = false
 		return true
+	}
+	if gpu != l.key.GPU {
+		// Short on another of the task's GPUs, whose lane's partners are
+		// not this lane's to judge: it waits for the memory there.
+		if !m.waitingForRoom {
+			m.waitingForRoom = true
+			c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("restore in %s waits for %d MiB on %s, another of its GPUs; %d MiB free there", l.key, need, gpu, free),
+				Annotations: map[string]string{"lane": l.key.String()}})
+		}
+		return false
 	}
 	var grower *member
 	var grew, growerUse, growerProfile uint64
@@ -361,7 +386,7 @@ func (c *Coordinator) persist(l *laneState) {
 		if len(st.Checkpointed) == 0 {
 			st.Checkpointed = nil
 		} else {
-			st.CheckpointedMiB = m.checkpointMiB
+			st.CheckpointedMiB = m.hold.needOn(l.key.GPU)
 		}
 		if st.Turn {
 			st.SliceStart = m.sliceStart

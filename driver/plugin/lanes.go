@@ -47,7 +47,7 @@ func (d *Driver) joinOneLane(h *task.Handle, backend gpu.Backend, spec task.Lane
 		Name:         h.Config.Name,
 		Profile:      spec.Profile,
 		Processes:    h.Procs,
-		GPUProcesses: func() []lane.GPUProcess { return freshGPUProcesses(h, backend, gpuUUID) },
+		GPUProcesses: func() []lane.GPUProcess { return freshGPUProcesses(h, backend) },
 		GPUMemoryMiB: func() uint64 {
 			if backend == nil {
 				return 0
@@ -147,18 +147,22 @@ func checkpointedNow(ctx context.Context, backend gpu.Backend, states laneStates
 }
 
 // freshGPUProcesses lists the task's processes holding memory on any of
-// its lanes' GPUs, sampled now, each with what it holds on laneGPU: a
-// suspend stops the whole task, so it checkpoints them all, and the
-// watchdog's last sample may predate the task's first allocation. Without
-// a fresh sample it falls back to the watchdog's last.
-func freshGPUProcesses(h *task.Handle, backend gpu.Backend, laneGPU string) []lane.GPUProcess {
+// its lanes' GPUs, sampled now, each with what it holds on each: a suspend
+// stops the whole task, so it checkpoints them all, and the watchdog's last
+// sample may predate the task's first allocation. Without a fresh sample
+// it falls back to the watchdog's last. A process whose memory a GPU does
+// not tell is taken to hold the whole of the task's lane there, so that
+// its restore waits for room rather than run out of memory.
+func freshGPUProcesses(h *task.Handle, backend gpu.Backend) []lane.GPUProcess {
 	own := taskProcs(h)
+	laneMiB := map[string]uint64{}
+	var b budget.Budget
+	for _, l := range h.Spec.AllLanes() {
+		b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
+		laneMiB[l.Key.GPU] = max(laneMiB[l.Key.GPU], l.MemoryMiB)
+	}
 	usage := h.GPUUsage()
 	if backend != nil {
-		var b budget.Budget
-		for _, l := range h.Spec.AllLanes() {
-			b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
-		}
 		if fresh, err := budget.Measure(backend, b, own); err == nil {
 			usage = fresh
 		}
@@ -174,10 +178,12 @@ func freshGPUProcesses(h *task.Handle, backend gpu.Backend, laneGPU string) []la
 			if !seen {
 				k = len(out)
 				at[p.PID] = k
-				out = append(out, lane.GPUProcess{PID: p.PID})
+				out = append(out, lane.GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
 			}
-			if u.UUID == laneGPU && !p.MemoryUnknown {
-				out[k].LaneMiB += p.UsedMiB
+			if p.MemoryUnknown {
+				out[k].MiB[u.UUID] = max(out[k].MiB[u.UUID], laneMiB[u.UUID])
+			} else {
+				out[k].MiB[u.UUID] += p.UsedMiB
 			}
 		}
 	}
