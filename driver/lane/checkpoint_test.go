@@ -866,11 +866,12 @@ func TestATaskOnTwoGPUsRecordsWhatItHeldOnEach(t *testing.T) {
 	must.NoError(t, err)
 	var mu sync.Mutex
 	need := map[Key]uint64{}
+	all := map[Key]map[string]uint64{}
 	c, _ := simCoordinator(t, b, 40*time.Millisecond, Hooks{Persist: func(taskID string, key Key, st MemberState) {
 		mu.Lock()
 		defer mu.Unlock()
 		if taskID == "x" && len(st.Checkpointed) > 0 {
-			need[key] = st.CheckpointedMiB
+			need[key], all[key] = st.CheckpointedMiB, st.NeedMiB
 		}
 	}})
 	x, y, z := startProc(t), startProc(t), startProc(t)
@@ -912,6 +913,8 @@ func TestATaskOnTwoGPUsRecordsWhatItHeldOnEach(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	must.Eq(t, map[Key]uint64{la: 6000, lb: 4000}, need, must.Sprint("what x held on each lane's GPU"))
+	both := map[string]uint64{"GPU-a": 6000, "GPU-b": 4000}
+	must.Eq(t, map[Key]map[string]uint64{la: both, lb: both}, all, must.Sprint("every lane keeps the need on both GPUs"))
 }
 
 // The lane that restores a task of two GPUs waits while either GPU lacks
@@ -923,8 +926,7 @@ func TestARestoreFitsOnlyWhereEveryGPUHasRoom(t *testing.T) {
 		return f, ok
 	}})
 	h := &hold{}
-	h.setCheckpointed([]int{42})
-	h.setNeed(map[string]uint64{"GPU-a": 6000, "GPU-b": 4000})
+	h.setCheckpointedNeed([]int{42}, map[string]uint64{"GPU-a": 6000, "GPU-b": 4000})
 	m := &member{hold: h}
 	la, lb := &laneState{key: Key{GPU: "GPU-a"}}, &laneState{key: Key{GPU: "GPU-b"}}
 	for _, l := range []*laneState{la, lb} {
@@ -942,4 +944,74 @@ func TestARestoreFitsOnlyWhereEveryGPUHasRoom(t *testing.T) {
 	must.False(t, ok)
 	must.Eq(t, "GPU-a", gpu)
 	must.Eq(t, uint64(6000), need)
+}
+
+// What a GPU does not tell of a process's memory counts as the task's
+// lanes there, once for the GPU, not once per process: two such processes
+// on a lane of 8000 MiB need 8000, and told memory above that counts as
+// told.
+func TestANeedCountsUntoldMemoryOnceAGPU(t *testing.T) {
+	untold := func(pid int, mib map[string]uint64) GPUProcess {
+		return GPUProcess{PID: pid, MiB: mib, Untold: map[string]uint64{"GPU-a": 8000}}
+	}
+	var n needCount
+	n.add([]GPUProcess{untold(1, nil), untold(2, nil), {PID: 3, MiB: map[string]uint64{"GPU-a": 3000, "GPU-b": 500}}}, []int{1, 2, 3})
+	must.Eq(t, map[string]uint64{"GPU-a": 8000, "GPU-b": 500}, n.total())
+	n.add([]GPUProcess{{PID: 4, MiB: map[string]uint64{"GPU-a": 6000}}, {PID: 5, MiB: map[string]uint64{"GPU-a": 7000}}}, []int{4})
+	must.Eq(t, map[string]uint64{"GPU-a": 9000, "GPU-b": 500}, n.total(), must.Sprint("3000 + 6000 told; 5 was not checkpointed"))
+	var none needCount
+	must.Nil(t, none.total())
+}
+
+// After a driver restart a task on two GPUs rejoins its lanes with what
+// they persisted, and its restore waits while either GPU lacks room for
+// what its processes held there, though only one lane's state kept the
+// other GPU's share.
+func TestARestartedTaskOnTwoGPUsWaitsForRoomOnBoth(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
+		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	x := startProc(t)
+	idx := x.cmd.Process.Pid
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idx, 6000))
+	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idx, 4000))
+	// As the driver left it: checkpointed, then frozen.
+	must.NoError(t, b.Checkpoint(context.Background(), idx))
+	must.NoError(t, syscall.Kill(idx, syscall.SIGSTOP))
+	var mu sync.Mutex
+	free := map[string]uint64{"GPU-a": 16384, "GPU-b": 2000}
+	rec := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := New(ctx, Options{Mechanism: switcher.CUDACheckpoint{GPU: b}, Quantum: 40 * time.Millisecond, MeasureIterations: 2,
+		ResumeBackoff: 10 * time.Millisecond, RejoinGrace: time.Second, Hooks: Hooks{Event: rec.add},
+		FreeMiB: func(gpu string) (uint64, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return free[gpu], true
+		}})
+	t.Cleanup(func() {
+		cancel()
+		c.Wait()
+	})
+	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
+	// Lane a's state is of this driver (the need on both GPUs); lane b's
+	// of one before it, which kept its own share alone, and 0 at that.
+	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()},
+		MemberState{Profile: big, Suspended: true, Checkpointed: []int{idx}, CheckpointedMiB: 6000, NeedMiB: map[string]uint64{"GPU-a": 6000, "GPU-b": 4000}})
+	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes()},
+		MemberState{Profile: big, Suspended: true, Checkpointed: []int{idx}})
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "waits for 4000 MiB") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Zero(t, rec.count("x", "restored PIDs"), must.Sprint("restored with 2000 MiB free on GPU-b"))
+	must.True(t, sim.Checkpointed(state, idx))
+	mu.Lock()
+	free["GPU-b"] = 16384
+	mu.Unlock()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "restored PIDs") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	must.Zero(t, rec.count("x", "failed"))
 }

@@ -39,6 +39,10 @@ type Member struct {
 type GPUProcess struct {
 	PID int
 	MiB map[string]uint64
+	// Untold are the GPUs that do not tell its memory, each with the least
+	// it is taken to hold there together with the task's other processes:
+	// the task's lanes on that GPU.
+	Untold map[string]uint64
 }
 
 // Event is something a task's owner should hear about.
@@ -86,6 +90,10 @@ type MemberState struct {
 	// CheckpointedMiB is what the checkpointed processes held on the
 	// lane's GPU: what their restore needs free.
 	CheckpointedMiB uint64 `json:"checkpointed_mib,omitempty"`
+	// NeedMiB is what they held on each of the task's GPUs, by UUID: every
+	// lane of the task keeps all of it, so that after a restart one lane's
+	// state is enough to check every GPU before the restore.
+	NeedMiB map[string]uint64 `json:"need_mib,omitempty"`
 	// Turn is set on the member whose turn it is while time-sliced.
 	Turn       bool      `json:"turn"`
 	SliceStart time.Time `json:"slice_start"`
@@ -224,22 +232,31 @@ func (h *hold) setCheckpointed(pids []int) {
 	}
 }
 
-// setNeed records what the checkpointed processes held on each GPU.
-func (h *hold) setNeed(need map[string]uint64) {
+// setCheckpointedNeed records the processes a suspend checkpointed and
+// what they held on each GPU, together, so that no lane persists one
+// without the other.
+func (h *hold) setCheckpointedNeed(pids []int, need map[string]uint64) {
 	h.ckMu.Lock()
 	defer h.ckMu.Unlock()
-	h.need = need
+	h.checkpointed, h.need = pids, need
+	if len(pids) == 0 {
+		h.need = nil
+	}
 }
 
-// addNeed records what the checkpointed processes held on gpu, as a lane
-// of it persisted that before a restart.
-func (h *hold) addNeed(gpu string, mib uint64) {
+// mergeNeed takes in what a lane persisted of the need before a restart:
+// all of it (need), and its own GPU's share (mib, all that older states
+// kept). Each GPU keeps the most any lane recorded.
+func (h *hold) mergeNeed(gpu string, mib uint64, need map[string]uint64) {
 	h.ckMu.Lock()
 	defer h.ckMu.Unlock()
 	if h.need == nil {
 		h.need = map[string]uint64{}
 	}
-	h.need[gpu] = mib
+	h.need[gpu] = max(h.need[gpu], mib)
+	for g, v := range need {
+		h.need[g] = max(h.need[g], v)
+	}
 }
 
 // needOn is what the checkpointed processes held on gpu.
@@ -380,7 +397,7 @@ func (c *Coordinator) Join(key Key, laneMiB uint64, m Member, restored MemberSta
 		if len(h.checkpointedPIDs()) == 0 {
 			h.setCheckpointed(restored.Checkpointed)
 		}
-		h.addNeed(key.GPU, restored.CheckpointedMiB)
+		h.mergeNeed(key.GPU, restored.CheckpointedMiB, restored.NeedMiB)
 	}
 	l.mu.Lock()
 	now := time.Now()

@@ -5,6 +5,7 @@ package lane
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -287,20 +288,48 @@ func notIn(procs []GPUProcess, pids []int) []GPUProcess {
 	return out
 }
 
-// addNeedOf adds to need what the processes of pids held on each GPU as
-// procs listed them, and returns need (made where nil).
-func addNeedOf(need map[string]uint64, procs []GPUProcess, pids []int) map[string]uint64 {
-	if need == nil {
-		need = map[string]uint64{}
-	}
+// needCount adds up what a suspend's checkpointed processes held on each
+// GPU, as the listing that named each one told it: on each GPU the sum of
+// what was told, or, where a process's memory was not, at least the least
+// it is taken to hold there (once, not once per process).
+type needCount struct {
+	told, least map[string]uint64
+}
+
+// add counts the processes of pids as procs listed them.
+func (n *needCount) add(procs []GPUProcess, pids []int) {
 	for _, p := range procs {
-		if slices.Contains(pids, p.PID) {
-			for gpu, mib := range p.MiB {
-				need[gpu] += mib
+		if !slices.Contains(pids, p.PID) {
+			continue
+		}
+		for gpu, mib := range p.MiB {
+			if n.told == nil {
+				n.told = map[string]uint64{}
 			}
+			n.told[gpu] += mib
+		}
+		for gpu, mib := range p.Untold {
+			if n.least == nil {
+				n.least = map[string]uint64{}
+			}
+			n.least[gpu] = max(n.least[gpu], mib)
 		}
 	}
-	return need
+}
+
+// total is the need on each GPU; nil where nothing was counted.
+func (n *needCount) total() map[string]uint64 {
+	if n.told == nil && n.least == nil {
+		return nil
+	}
+	out := maps.Clone(n.told)
+	if out == nil {
+		out = map[string]uint64{}
+	}
+	for gpu, mib := range n.least {
+		out[gpu] = max(out[gpu], mib)
+	}
+	return out
 }
 
 // mechanism is how m is switched: the coordinator's, or freezing alone for

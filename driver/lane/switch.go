@@ -38,7 +38,7 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		c.persist(l)
 	}
 	var checkpointed []int
-	var need map[string]uint64
+	var need needCount
 	start := time.Now()
 	d, err := switcher.Timed(func() (err error) {
 		checkpointed, err = c.mechanism(m).Suspend(c.ctx, m.Processes, gpuPIDs)
@@ -48,8 +48,8 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 		// What the processes checkpointed held, as the listing that named
 		// them measured it: a process listed late is counted by the
 		// listing that names it, and so only once.
-		need = addNeedOf(nil, listed, checkpointed)
-		checkpointed, err = c.checkpointLateComers(m, checkpointed, need)
+		need.add(listed, checkpointed)
+		checkpointed, err = c.checkpointLateComers(m, checkpointed, &need)
 		d = time.Since(start)
 	}
 	if errors.Is(err, gpu.ErrCheckpointUnsupported) && !errors.Is(err, switcher.ErrRollback) && !m.hold.freezeOnly.Load() {
@@ -78,10 +78,7 @@ func (c *Coordinator) suspend(l *laneState, m *member, why string) bool {
 	}
 	h.lanes.Store(1)
 	h.setRunning(false, time.Now())
-	h.setCheckpointed(checkpointed)
-	if len(checkpointed) > 0 {
-		h.setNeed(need)
-	}
+	h.setCheckpointedNeed(checkpointed, need.total())
 	m.suspended = true
 	m.suspendFailures = 0
 	m.switches++
@@ -105,7 +102,7 @@ const lateComerRounds = 3
 // the partner's restore would not find it free. They are thawed and
 // checkpointed too, then frozen again, and what they held on each GPU is
 // added to need. Processes that keep coming fail the suspend, undone whole.
-func (c *Coordinator) checkpointLateComers(m *member, done []int, need map[string]uint64) ([]int, error) {
+func (c *Coordinator) checkpointLateComers(m *member, done []int, need *needCount) ([]int, error) {
 	for range lateComerRounds {
 		// A checkpointed process is not listed, but a listing from before
 		// its checkpoint (the watchdog's, where a fresh one failed) names
@@ -125,7 +122,7 @@ func (c *Coordinator) checkpointLateComers(m *member, done []int, need map[strin
 			_, rerr := c.mechanism(m).Resume(c.ctx, m.Processes, done)
 			return nil, errors.Join(fmt.Errorf("checkpoint processes %v that started during the suspend: %w", late, err), rerr)
 		}
-		addNeedOf(need, listed, more)
+		need.add(listed, more)
 		done = append(done, more...)
 	}
 	if late := pidsOf(notIn(m.gpuProcesses(), done)); len(late) > 0 {
@@ -308,6 +305,7 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 		// Its turn here; it runs when its other lanes give it theirs.
 		h.lanes.Add(-1)
 		m.suspended = false
+		m.waitingForRoom = false // the lane that restores it tells of a wait
 		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("released in %s (%s); it stays stopped until its other lanes give it a turn", l.key, why),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		return true
@@ -386,7 +384,7 @@ func (c *Coordinator) persist(l *laneState) {
 		if len(st.Checkpointed) == 0 {
 			st.Checkpointed = nil
 		} else {
-			st.CheckpointedMiB = m.hold.needOn(l.key.GPU)
+			st.CheckpointedMiB, st.NeedMiB = m.hold.needOn(l.key.GPU), m.hold.needs()
 		}
 		if st.Turn {
 			st.SliceStart = m.sliceStart

@@ -150,16 +150,18 @@ func checkpointedNow(ctx context.Context, backend gpu.Backend, states laneStates
 // its lanes' GPUs, sampled now, each with what it holds on each: a suspend
 // stops the whole task, so it checkpoints them all, and the watchdog's last
 // sample may predate the task's first allocation. Without a fresh sample
-// it falls back to the watchdog's last. A process whose memory a GPU does
-// not tell is taken to hold the whole of the task's lane there, so that
-// its restore waits for room rather than run out of memory.
+// it falls back to the watchdog's last. Where a GPU does not tell a
+// process's memory, the task is taken to hold at least its lanes' memory
+// there, so that its restore waits for room rather than run out of it.
 func freshGPUProcesses(h *task.Handle, backend gpu.Backend) []lane.GPUProcess {
 	own := taskProcs(h)
-	laneMiB := map[string]uint64{}
+	laneMiB := map[string]uint64{} // the task's lanes' memory on each GPU
 	var b budget.Budget
 	for _, l := range h.Spec.AllLanes() {
-		b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
-		laneMiB[l.Key.GPU] = max(laneMiB[l.Key.GPU], l.MemoryMiB)
+		if _, ok := laneMiB[l.Key.GPU]; !ok {
+			b.GPUs = append(b.GPUs, budget.GPU{UUID: l.Key.GPU})
+		}
+		laneMiB[l.Key.GPU] += l.MemoryMiB
 	}
 	usage := h.GPUUsage()
 	if backend != nil {
@@ -181,7 +183,10 @@ func freshGPUProcesses(h *task.Handle, backend gpu.Backend) []lane.GPUProcess {
 				out = append(out, lane.GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
 			}
 			if p.MemoryUnknown {
-				out[k].MiB[u.UUID] = max(out[k].MiB[u.UUID], laneMiB[u.UUID])
+				if out[k].Untold == nil {
+					out[k].Untold = map[string]uint64{}
+				}
+				out[k].Untold[u.UUID] = laneMiB[u.UUID]
 			} else {
 				out[k].MiB[u.UUID] += p.UsedMiB
 			}
