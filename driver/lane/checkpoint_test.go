@@ -412,27 +412,7 @@ func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	b, err := sim.New(fleet, state)
 	must.NoError(t, err)
-	// The task's processes on either GPU, with what each holds on each.
-	pidsOn := func(pids ...int) func() []GPUProcess {
-		return func() []GPUProcess {
-			var out []GPUProcess
-			for _, uuid := range []string{"GPU-a", "GPU-b"} {
-				procs, _ := b.Processes(uuid)
-				for _, p := range procs {
-					if !slices.Contains(pids, p.PID) {
-						continue
-					}
-					k := slices.IndexFunc(out, func(q GPUProcess) bool { return q.PID == p.PID })
-					if k < 0 {
-						k = len(out)
-						out = append(out, GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
-					}
-					out[k].MiB[uuid] += p.UsedMemoryMiB
-				}
-			}
-			return out
-		}
-	}
+	pidsOn := func(pids ...int) func() []GPUProcess { return processesOn(b, []string{"GPU-a", "GPU-b"}, pids...) }
 	rec := &recorder{}
 	c, _ := simCoordinator(t, b, 40*time.Millisecond, Hooks{Event: rec.add})
 	x, y, z := startProc(t), startProc(t), startProc(t)
@@ -743,15 +723,8 @@ func TestRestoreWaitsForMemoryAndTheTaskThatGrewPays(t *testing.T) {
 // restore would wait for more than the GPU can free, for good.
 func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 	b, state := simGPUBackend(t)
-	var mu sync.Mutex
-	need := map[string]uint64{}
-	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: func(taskID string, _ Key, st MemberState) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(st.Checkpointed) > 0 {
-			need[taskID] = st.CheckpointedMiB
-		}
-	}})
+	need := &persistedNeeds{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: need.persist})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	var listed atomic.Bool // the first listing misses b's process
 	lagging := func() []GPUProcess {
@@ -763,16 +736,8 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 	key := Key{GPU: simGPU, Lane: 6}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: lagging, GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		_, ok := need["b"]
-		return ok
-	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	must.Eq(t, uint64(6000), need.of(t, "b"), must.Sprint("what b's one process held, once"))
 	must.True(t, listed.Load())
-	mu.Lock()
-	defer mu.Unlock()
-	must.Eq(t, uint64(6000), need["b"], must.Sprint("what b's one process held, once"))
 }
 
 // A task of two processes, one of which the listing misses at the start
@@ -783,15 +748,8 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 // the lane, and the restore would have waited for it forever.
 func TestATaskWithAProcessListedLateNeedsWhatEachHeldOnce(t *testing.T) {
 	b, state := simGPUBackend(t)
-	var mu sync.Mutex
-	need := map[string]uint64{}
-	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: func(taskID string, _ Key, st MemberState) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(st.Checkpointed) > 0 {
-			need[taskID] = st.CheckpointedMiB
-		}
-	}})
+	need := &persistedNeeds{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: need.persist})
 	pa := startProc(t)
 	ida := pa.cmd.Process.Pid
 	first, second := startProc(t), startProc(t)
@@ -810,16 +768,8 @@ func TestATaskWithAProcessListedLateNeedsWhatEachHeldOnce(t *testing.T) {
 	key := Key{GPU: simGPU, Lane: 6}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: task, GPUProcesses: lagging}, MemberState{})
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		_, ok := need["b"]
-		return ok
-	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	must.Eq(t, uint64(7000), need.of(t, "b"), must.Sprint("what b's two processes held, each once"))
 	must.True(t, listed.Load())
-	mu.Lock()
-	defer mu.Unlock()
-	must.Eq(t, uint64(7000), need["b"], must.Sprint("what b's two processes held, each once"))
 }
 
 // A listing from before a checkpoint (the watchdog's last sample, where a
@@ -828,29 +778,14 @@ func TestATaskWithAProcessListedLateNeedsWhatEachHeldOnce(t *testing.T) {
 // it for a process that keeps starting.
 func TestAStaleListingNamesNoProcessTwice(t *testing.T) {
 	b, state := simGPUBackend(t)
-	var mu sync.Mutex
-	need := map[string]uint64{}
-	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: func(taskID string, _ Key, st MemberState) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(st.Checkpointed) > 0 {
-			need[taskID] = st.CheckpointedMiB
-		}
-	}})
+	need := &persistedNeeds{}
+	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: need.persist})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	stale := func() []GPUProcess { return []GPUProcess{{PID: idb, MiB: map[string]uint64{simGPU: 6000}}} }
 	key := Key{GPU: simGPU, Lane: 6}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: stale}, MemberState{})
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		_, ok := need["b"]
-		return ok
-	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
-	mu.Lock()
-	defer mu.Unlock()
-	must.Eq(t, uint64(6000), need["b"], must.Sprint("what b's one process held, once"))
+	must.Eq(t, uint64(6000), need.of(t, "b"), must.Sprint("what b's one process held, once"))
 }
 
 // A task on lanes of two GPUs is checkpointed whole by the first lane to
@@ -880,26 +815,7 @@ func TestATaskOnTwoGPUsRecordsWhatItHeldOnEach(t *testing.T) {
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idx, 4000))
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idy, 6000))
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-b", idz, 6000))
-	onBoth := func(pids ...int) func() []GPUProcess {
-		return func() []GPUProcess {
-			var out []GPUProcess
-			for _, uuid := range []string{"GPU-a", "GPU-b"} {
-				procs, _ := b.Processes(uuid)
-				for _, p := range procs {
-					if !slices.Contains(pids, p.PID) {
-						continue
-					}
-					k := slices.IndexFunc(out, func(q GPUProcess) bool { return q.PID == p.PID })
-					if k < 0 {
-						k = len(out)
-						out = append(out, GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
-					}
-					out[k].MiB[uuid] += p.UsedMemoryMiB
-				}
-			}
-			return out
-		}
-	}
+	onBoth := func(pids ...int) func() []GPUProcess { return processesOn(b, []string{"GPU-a", "GPU-b"}, pids...) }
 	la, lb := Key{GPU: "GPU-a", Lane: 0}, Key{GPU: "GPU-b", Lane: 0}
 	c.Join(la, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: onBoth(idx)}, MemberState{})
 	c.Join(lb, 8000, Member{TaskID: "x", Profile: big, Processes: x.processes(), GPUProcesses: onBoth(idx)}, MemberState{})
@@ -1014,4 +930,59 @@ func TestARestartedTaskOnTwoGPUsWaitsForRoomOnBoth(t *testing.T) {
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("x", "restored PIDs") > 0 }),
 		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
 	must.Zero(t, rec.count("x", "failed"))
+}
+
+// persistedNeeds keeps, per task, the need its lane state persisted last
+// while something of it was checkpointed.
+type persistedNeeds struct {
+	mu   sync.Mutex
+	need map[string]uint64
+}
+
+func (n *persistedNeeds) persist(taskID string, _ Key, st MemberState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(st.Checkpointed) > 0 {
+		if n.need == nil {
+			n.need = map[string]uint64{}
+		}
+		n.need[taskID] = st.CheckpointedMiB
+	}
+}
+
+// of waits for a need of taskID to be persisted, and returns it.
+func (n *persistedNeeds) of(t *testing.T, taskID string) uint64 {
+	t.Helper()
+	var got uint64
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		var ok bool
+		got, ok = n.need[taskID]
+		return ok
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	return got
+}
+
+// processesOn lists pids as the driver does for a task on lanes of gpus:
+// those the GPUs list now, each with what it holds on each.
+func processesOn(b *sim.Backend, gpus []string, pids ...int) func() []GPUProcess {
+	return func() []GPUProcess {
+		var out []GPUProcess
+		for _, uuid := range gpus {
+			procs, _ := b.Processes(uuid)
+			for _, p := range procs {
+				if !slices.Contains(pids, p.PID) {
+					continue
+				}
+				k := slices.IndexFunc(out, func(q GPUProcess) bool { return q.PID == p.PID })
+				if k < 0 {
+					k = len(out)
+					out = append(out, GPUProcess{PID: p.PID, MiB: map[string]uint64{}})
+				}
+				out[k].MiB[uuid] += p.UsedMemoryMiB
+			}
+		}
+		return out
+	}
 }
