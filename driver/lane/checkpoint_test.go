@@ -405,13 +405,7 @@ func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
 // A task on lanes of two GPUs is one set of processes: whichever lane
 // resumes it last restores what the first one to suspend it checkpointed.
 func TestCheckpointOfATaskOnTwoLanes(t *testing.T) {
-	dir := t.TempDir()
-	fleet := filepath.Join(dir, "fleet.json")
-	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
-		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
-	state := filepath.Join(dir, "state")
-	b, err := sim.New(fleet, state)
-	must.NoError(t, err)
+	b, state := twoGPUBackend(t)
 	pidsOn := func(pids ...int) func() []GPUProcess { return processesOn(b, []string{"GPU-a", "GPU-b"}, pids...) }
 	rec := &recorder{}
 	c, _ := simCoordinator(t, b, 40*time.Millisecond, Hooks{Event: rec.add})
@@ -726,13 +720,8 @@ func TestAProcessListedLateIsCountedOnceForItsRestore(t *testing.T) {
 	need := &persistedNeeds{}
 	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Persist: need.persist})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
-	var listed atomic.Bool // the first listing misses b's process
-	lagging := func() []GPUProcess {
-		if !listed.Swap(true) {
-			return nil
-		}
-		return gpuPIDsOf(b, idb)()
-	}
+	// The first listing misses b's process.
+	lagging, listed := laggingListing(func() []GPUProcess { return nil }, gpuPIDsOf(b, idb))
 	key := Key{GPU: simGPU, Lane: 6}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida), GPUMemoryMiB: heldBy(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: lagging, GPUMemoryMiB: heldBy(b, idb)}, MemberState{})
@@ -758,13 +747,8 @@ func TestATaskWithAProcessListedLateNeedsWhatEachHeldOnce(t *testing.T) {
 	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb1, 4000))
 	must.NoError(t, sim.SetProcessMemory(state, simGPU, idb2, 3000))
 	task := &spawningTask{t: t, state: state, pids: []int{idb1, idb2}, spawned: -1} // starts nothing
-	var listed atomic.Bool                                                          // the first listing misses the second process
-	lagging := func() []GPUProcess {
-		if !listed.Swap(true) {
-			return gpuPIDsOf(b, idb1)()
-		}
-		return gpuPIDsOf(b, idb1, idb2)()
-	}
+	// The first listing misses the second process.
+	lagging, listed := laggingListing(gpuPIDsOf(b, idb1), gpuPIDsOf(b, idb1, idb2))
 	key := Key{GPU: simGPU, Lane: 6}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: task, GPUProcesses: lagging}, MemberState{})
@@ -792,13 +776,7 @@ func TestAStaleListingNamesNoProcessTwice(t *testing.T) {
 // suspend it, and each lane records what its processes held on that
 // lane's GPU, so that a restart finds each share where it kept it.
 func TestATaskOnTwoGPUsRecordsWhatItHeldOnEach(t *testing.T) {
-	dir := t.TempDir()
-	fleet := filepath.Join(dir, "fleet.json")
-	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
-		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
-	state := filepath.Join(dir, "state")
-	b, err := sim.New(fleet, state)
-	must.NoError(t, err)
+	b, state := twoGPUBackend(t)
 	var mu sync.Mutex
 	need := map[Key]uint64{}
 	all := map[Key]map[string]uint64{}
@@ -884,13 +862,7 @@ func TestANeedCountsUntoldMemoryOnceAGPU(t *testing.T) {
 // what its processes held there, though only one lane's state kept the
 // other GPU's share.
 func TestARestartedTaskOnTwoGPUsWaitsForRoomOnBoth(t *testing.T) {
-	dir := t.TempDir()
-	fleet := filepath.Join(dir, "fleet.json")
-	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
-		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
-	state := filepath.Join(dir, "state")
-	b, err := sim.New(fleet, state)
-	must.NoError(t, err)
+	b, state := twoGPUBackend(t)
 	x := startProc(t)
 	idx := x.cmd.Process.Pid
 	must.NoError(t, sim.SetProcessMemory(state, "GPU-a", idx, 6000))
@@ -985,4 +957,29 @@ func processesOn(b *sim.Backend, gpus []string, pids ...int) func() []GPUProcess
 		}
 		return out
 	}
+}
+
+// twoGPUBackend is a simulated GPU backend of two T4s, GPU-a and GPU-b.
+func twoGPUBackend(t *testing.T) (*sim.Backend, string) {
+	t.Helper()
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.json")
+	must.NoError(t, os.WriteFile(fleet, []byte(`{"gpus":[{"uuid": "GPU-a", "model": "Tesla T4", "memory_mib": 16384},
+		{"uuid": "GPU-b", "model": "Tesla T4", "memory_mib": 16384}]}`), 0o644))
+	state := filepath.Join(dir, "state")
+	b, err := sim.New(fleet, state)
+	must.NoError(t, err)
+	return b, state
+}
+
+// laggingListing lists as first the first time, as after from then on;
+// listed says whether the first listing was taken.
+func laggingListing(first, after func() []GPUProcess) (func() []GPUProcess, *atomic.Bool) {
+	listed := &atomic.Bool{}
+	return func() []GPUProcess {
+		if !listed.Swap(true) {
+			return first()
+		}
+		return after()
+	}, listed
 }

@@ -259,13 +259,6 @@ func (h *hold) mergeNeed(gpu string, mib uint64, need map[string]uint64) {
 	}
 }
 
-// needOn is what the checkpointed processes held on gpu.
-func (h *hold) needOn(gpu string) uint64 {
-	h.ckMu.Lock()
-	defer h.ckMu.Unlock()
-	return h.need[gpu]
-}
-
 // needs is a copy of need.
 func (h *hold) needs() map[string]uint64 {
 	h.ckMu.Lock()

@@ -260,7 +260,7 @@ func (c *Coordinator) checkDeclared(l *laneState, m *member) {
 	m.Profile = grown
 }
 
-// gpuPIDs returns the member's processes that hold GPU memory.
+// gpuProcesses returns the member's processes that hold GPU memory.
 func (m *member) gpuProcesses() []GPUProcess {
 	if m.GPUProcesses == nil {
 		return nil

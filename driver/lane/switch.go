@@ -384,7 +384,8 @@ func (c *Coordinator) persist(l *laneState) {
 		if len(st.Checkpointed) == 0 {
 			st.Checkpointed = nil
 		} else {
-			st.CheckpointedMiB, st.NeedMiB = m.hold.needOn(l.key.GPU), m.hold.needs()
+			st.NeedMiB = m.hold.needs()
+			st.CheckpointedMiB = st.NeedMiB[l.key.GPU]
 		}
 		if st.Turn {
 			st.SliceStart = m.sliceStart
