@@ -68,6 +68,7 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 		}
 		res.Tasks = append(res.Tasks, runs)
 		res.Releases = append(res.Releases, tj.Releases)
+		res.Holds = append(res.Holds, tj.Holds)
 		if !math.IsNaN(jobs[i].Finish) {
 			jobs[i].Nodes = finishingNodes(runs, jobs[i].GPUs)
 		}

@@ -245,6 +245,7 @@ type timelineJob struct {
 	Finish   *float64       `json:"finish"`   // null: unfinished
 	Tasks    []timelineTask `json:"tasks"`    // in order of start
 	Releases []float64      `json:"releases"` // the planner's releases, oldest first
+	Holds    []float64      `json:"holds"`    // the planner's holds, oldest first
 }
 
 // writeTimeline writes res's live timeline as JSON.
@@ -252,7 +253,7 @@ func writeTimeline(path string, res *replay.Result) error {
 	tl := liveTimeline{Jobs: make([]timelineJob, 0, len(res.Sim.Jobs)),
 		Stops: append([]float64{}, res.Stops...), StopDelays: append([]float64{}, res.StopDelays...)}
 	for i, j := range res.Sim.Jobs {
-		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: []timelineTask{}, Releases: []float64{}}
+		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: []timelineTask{}, Releases: []float64{}, Holds: []float64{}}
 		if !math.IsNaN(j.Finish) {
 			tj.Finish = &j.Finish
 		}
@@ -263,6 +264,9 @@ func writeTimeline(path string, res *replay.Result) error {
 		}
 		if i < len(res.Releases) {
 			tj.Releases = append(tj.Releases, res.Releases[i]...)
+		}
+		if i < len(res.Holds) {
+			tj.Holds = append(tj.Holds, res.Holds[i]...)
 		}
 		tl.Jobs = append(tl.Jobs, tj)
 	}

@@ -97,6 +97,7 @@ func TestWriteTimeline(t *testing.T) {
 		}},
 		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
 		Releases:   [][]float64{{3}, nil},
+		Holds:      [][]float64{{40}, nil},
 		Stops:      []float64{40},
 		StopDelays: []float64{6},
 	}
@@ -109,6 +110,8 @@ func TestWriteTimeline(t *testing.T) {
 	must.Len(t, 2, got.Jobs)
 	must.Eq(t, []timelineTask{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, got.Jobs[0].Tasks)
 	must.Eq(t, []float64{3}, got.Jobs[0].Releases)
+	must.Eq(t, []float64{40}, got.Jobs[0].Holds)
+	must.Eq(t, []float64{}, got.Jobs[1].Holds)
 	must.Eq(t, 90, *got.Jobs[0].Finish)
 	must.Nil(t, got.Jobs[1].Finish)
 	must.Eq(t, []timelineTask{}, got.Jobs[1].Tasks)

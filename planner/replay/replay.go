@@ -249,6 +249,10 @@ type Result struct {
 	// the planner took its hold off, oldest first, as far as Nomad kept
 	// the job's versions (JobHistory.Releases).
 	Releases [][]float64
+	// Holds are, for each job in Config.Jobs order, the trace times the
+	// planner put its hold on, oldest first, as far as Nomad kept the
+	// job's versions (JobHistory.Holds): the rounds that preempted it.
+	Holds [][]float64
 	// SharedSpeed is the workload's speed beside each partner on its GPU
 	// (JobOptions.SharedSpeed); 0 when it ignored them.
 	SharedSpeed float64
@@ -421,6 +425,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 	res.Sim = p.simResult(clock, at, tr.outcomes, now)
 	res.Tasks = make([][]TaskRun, len(tr.outcomes))
 	res.Releases = make([][]float64, len(tr.outcomes))
+	res.Holds = make([][]float64, len(tr.outcomes))
 	for i, o := range tr.outcomes {
 		res.Writes[i] = tr.history[i].Version
 		res.Evictions += o.Evictions
@@ -433,6 +438,9 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		}
 		for _, t := range tr.history[i].Releases {
 			res.Releases[i] = append(res.Releases[i], clock.Trace(t))
+		}
+		for _, t := range tr.history[i].Holds {
+			res.Holds[i] = append(res.Holds[i], clock.Trace(t))
 		}
 	}
 	sort.Float64s(res.Stops)

@@ -410,6 +410,35 @@ func TestRoundPlansOnArrivalsCompletionsAndWake(t *testing.T) {
 	must.Eq(t, 79, *fake.Get("default", "long").Priority, must.Sprint("demoted at the wake-up"))
 }
 
+// The loop plans when the last plan's policy asked to, not an interval
+// later: long crosses the queue cut half a second in, and with an hour's
+// interval and no events only the policy's wake can demote it.
+func TestTheLoopPlansAtThePolicysWake(t *testing.T) {
+	fake := nomadxtest.New()
+	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
+	fake.Submit(managedJob("long", 1, nil))
+	fake.Update("default", "long", func(j *api.Job) { j.Status = str("running") })
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-10*time.Second))}
+	p, err := New(settings(t, `planning {
+  policy       = "las"
+  queue_cuts   = [10.5]
+  interval     = "1h"
+  min_interval = "10ms"
+}`), fake, nil, nil)
+	must.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, ln) }()
+	defer func() {
+		cancel()
+		must.NoError(t, <-done)
+	}()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return *fake.Get("default", "long").Priority == 79 }),
+		wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)), must.Sprint("demoted at the policy's wake"))
+}
+
 // Losing the lock ends the leadership term, and the term's writes stop at
 // once: none lands after the loss, though the round has hundreds to go.
 func TestLostLeadershipCancelsTheRoundsWrites(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -185,6 +186,12 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 	}
 	ticker := time.NewTicker(p.cfg.Interval)
 	defer ticker.Stop()
+	// The policy's own wake (a job crossing a queue cut, a starving job):
+	// planning only on the interval would carry out such a change up to an
+	// interval late, which the simulator never does.
+	policyWake := time.NewTimer(time.Hour)
+	policyWake.Stop()
+	defer policyWake.Stop()
 	last := time.Time{}
 	for {
 		if wait := p.cfg.MinInterval - time.Since(last); wait > 0 {
@@ -204,6 +211,10 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 			p.log.Debug("planning round", "jobs", round.Jobs, "writes", round.Writes, "conflicts", round.Conflicts,
 				"duration", round.Duration, "leader", p.IsLeader())
 		}
+		policyWake.Stop()
+		if d, ok := p.untilPolicyWake(time.Now()); ok && d > 0 && d < p.cfg.Interval {
+			policyWake.Reset(d)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -213,6 +224,7 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 			}
 			return fmt.Errorf("http: %w", err)
 		case <-ticker.C:
+		case <-policyWake.C:
 		case <-wake:
 		case _, ok := <-changes:
 			if !ok {
@@ -225,6 +237,20 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 			}
 		}
 	}
+}
+
+// untilPolicyWake is how long from now until the last plan's policy asked
+// to plan again; false when it asked for nothing.
+func (p *Planner) untilPolicyWake(now time.Time) (time.Duration, bool) {
+	p.mu.Lock()
+	until := p.plannedUntil
+	planned := p.planned != nil
+	p.mu.Unlock()
+	if !planned || math.IsInf(until, 1) || math.IsNaN(until) {
+		return 0, false
+	}
+	d := time.Duration((until - float64(now.UnixNano())/1e9) * float64(time.Second))
+	return max(d, 0), true
 }
 
 // settle waits until changes has been quiet for quiet, or until limit has
