@@ -9,7 +9,7 @@
 //
 // -clients N runs the fleet as N Nomad client agents, each with its own
 // data dir, ports and simulated GPUs: the spec's nodes, in the order the
-// simulator builds them, are spread over the clients in equal runs, so
+// replay simulates them (by model name), are spread over the clients in equal runs, so
 // that n4g4 with -clients 4 is four clients of 4 GPUs each, as the
 // simulator sees it. Without it one client holds every GPU.
 //
@@ -331,9 +331,10 @@ func specNodes(c trace.Cluster) []specNode {
 // One client holds every GPU: the simulator's count placement counts free
 // GPUs per model across nodes, so one node of 16 V100s plays n4g4 for it.
 // Several clients each take an equal run of the spec's nodes, in the
-// simulator's order, with GPU UUIDs of their own.
+// order caravan replay simulates them (by model name, as a client lists
+// its GPUs), with GPU UUIDs of their own.
 func Fleets(c trace.Cluster, clients int) ([]string, []int, error) {
-	nodes := specNodes(c)
+	nodes := specNodes(c.ByModelName())
 	if clients < 1 || clients > len(nodes) {
 		return nil, nil, fmt.Errorf("cluster %s: %d clients for %d nodes with GPUs", c.Name, clients, len(nodes))
 	}

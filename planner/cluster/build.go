@@ -58,7 +58,7 @@ func Build(in Inputs, selectJob Selector) *State {
 		j := &Job{
 			Namespace: ns, ID: stub.ID, Type: stub.Type, Status: stub.Status,
 			Policy: policy, Priority: stub.Priority, JobModifyIndex: stub.JobModifyIndex,
-			Submitted: time.Unix(0, stub.SubmitTime), Profile: stub.Meta[MetaProfile],
+			Submitted: time.Unix(0, stub.SubmitTime), Modified: time.Unix(0, stub.SubmitTime), Profile: stub.Meta[MetaProfile],
 		}
 		if v := stub.Meta[MetaGPUMemory]; strings.TrimSpace(v) != "" {
 			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {

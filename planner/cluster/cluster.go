@@ -185,6 +185,9 @@ type Job struct {
 	// Version is the job's version, from its spec.
 	Version   uint64
 	Submitted time.Time
+	// Modified is when the job's current version was submitted: the
+	// planner's last release or hold, or a user's update.
+	Modified time.Time
 	// GPUs is the number of device instances the job asks for in all.
 	GPUs         int
 	GPUMemoryMiB uint64

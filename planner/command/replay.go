@@ -260,6 +260,9 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		return err
 	}
 	pol := in.policies[0]
+	// The live planner sees a client's GPUs by model name; so does the
+	// simulator beside it.
+	in.cluster = in.cluster.ByModelName()
 
 	// The simulator first: it is quick, and its makespan bounds the wait.
 	scfg := in.simConfig(pol)

@@ -149,3 +149,18 @@ func FuzzParseJobsCSV(f *testing.F) {
 		}
 	})
 }
+
+// The replay's simulated side lists the models as a Nomad client lists
+// its GPUs to the planner, by name: with as many K80s free as V100s the
+// agnostic placer gives the first job a K80 live, and so must the
+// simulator, whatever order -cluster names them in.
+func TestReplaySimulatesTheModelsAsAClientListsThem(t *testing.T) {
+	tr := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n1,2,10,50\n2,1,20,80\n")
+	dir, _ := savedReplay(t, tr, "-cluster", "4xV100,4xK80")
+	out := t.TempDir()
+	code, _, stderr := runReplay(t, "-from", dir, "-trace", tr, "-cluster", "4xV100,4xK80", "-policy", "las", "-json", "-out", out)
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	jobs, err := readJobsCSV(filepath.Join(out, "sim", "las.jobs.csv"))
+	must.NoError(t, err)
+	must.Eq(t, "K80", jobs[0].GPUModel)
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/enact"
@@ -32,18 +33,25 @@ func (t target) wantPriority() int {
 	return t.job.Priority
 }
 
+// settled says Nomad is not about to place job j, so that a placement
+// written now replaces no allocation it is making. A job submitted without
+// the hold may be placed any moment after it arrives, and one the planner
+// has just released (or a user has just updated) is being placed now: a
+// gang's placement written then pinned it to the two nodes that its first
+// allocations had taken, and its other half never placed.
+func settled(now time.Time, j *cluster.Job) bool {
+	return now.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds() &&
+		now.Sub(j.Modified) >= placementGrace
+}
+
 // targets runs the change layer on the policy's decisions, and lists each
 // job's decision in rank order with its change, if any.
 func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result) ([]target, enact.Phases) {
 	inv := inventory(state)
 	jobs := make([]enact.Job, len(index))
 	for i, j := range index {
-		// A job submitted without the hold may be placed by Nomad any
-		// moment after it arrives, and a placement written then would
-		// replace its new allocation.
-		settled := state.Time.Sub(j.Submitted) >= placementGrace && j.Waiting >= placementGrace.Seconds()
 		jobs[i] = enact.Job{Key: j.Key(), Namespace: j.Namespace, ID: j.ID, Priority: j.Priority,
-			Live: j.Running(), Held: j.Held, Settled: settled, Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
+			Live: j.Running(), Held: j.Held, Settled: settled(state.Time, j), Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
 			Tasks: cluster.GPUTasks(j.Spec), Model: j.LiveModel()}
 	}
 	phases := enact.Plan(inv, jobs, r.Decisions)

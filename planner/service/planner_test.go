@@ -620,3 +620,29 @@ func TestPreemptedJobWithACompletedAllocationIsStartedAgain(t *testing.T) {
 	must.NoError(t, err)
 	must.False(t, cluster.Held(fake.Get("default", "gang")), must.Sprint("the GPUs are free: the preempted job starts again"))
 }
+
+// Nomad is placing a job the planner has just released, or one just
+// submitted without the hold: a placement written then would replace the
+// allocations it is making (a gang pinned to the nodes its first half took
+// never placed its second half).
+func TestSettledWaitsForNomadToPlace(t *testing.T) {
+	now := time.Now()
+	long := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name                string
+		submitted, modified time.Time
+		waiting             float64
+		want                bool
+	}{
+		{"waited long, untouched since", long, long, 3000, true},
+		{"just submitted", now.Add(-time.Second), now.Add(-time.Second), 1, false},
+		{"just released after a long wait", long, now.Add(-100 * time.Millisecond), 3000, false},
+		{"released a grace ago", long, now.Add(-placementGrace), 3000, true},
+		{"ran until a moment ago", long, long, 0.5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &cluster.Job{Submitted: tc.submitted, Modified: tc.modified, Waiting: tc.waiting}
+			must.Eq(t, tc.want, settled(now, j))
+		})
+	}
+}

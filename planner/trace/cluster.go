@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -31,6 +32,19 @@ func (c Cluster) GPUs() int {
 		n += g.Count * g.GPUs
 	}
 	return n
+}
+
+// ByModelName is c with its node groups in order of GPU model name, each
+// model's groups in their own order: the order a Nomad client that holds
+// several models lists its GPUs in to the planner. A policy that breaks a
+// tie between models by their order (an agnostic placer giving a job the
+// model with the most free GPUs) then breaks it the same way on a replay's
+// simulated side as on its live side.
+func (c Cluster) ByModelName() Cluster {
+	out := c
+	out.Groups = slices.Clone(c.Groups)
+	slices.SortStableFunc(out.Groups, func(a, b NodeGroup) int { return strings.Compare(a.GPUModel, b.GPUModel) })
+	return out
 }
 
 // Default per-node host resources when a spec does not give them: those of

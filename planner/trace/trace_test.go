@@ -2,6 +2,7 @@ package trace
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -255,4 +256,17 @@ func TestRealFiles(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, 1001, d.Len())
 	})
+}
+
+// A client lists its GPUs by model name; ByModelName orders a spec's node
+// groups so, each model's groups kept in their own order.
+func TestClusterByModelName(t *testing.T) {
+	c, err := ParseShorthand("12xV100,4xP100,4xK80")
+	must.NoError(t, err)
+	var order []string
+	for _, g := range c.ByModelName().Groups {
+		order = append(order, fmt.Sprintf("%dx%d%s", g.Count, g.GPUs, g.GPUModel))
+	}
+	must.Eq(t, []string{"1x4K80", "1x4P100", "1x8V100", "1x4V100"}, order)
+	must.Eq(t, "V100", c.Groups[0].GPUModel, must.Sprint("the spec itself is left as it was"))
 }
