@@ -24,6 +24,20 @@ type SizeDistribution struct {
 // the samples' range fits.
 const maxSizeBuckets = 1 << 13
 
+// MinLearnedSizes is how many jobs must have completed before 2D-Gittins
+// learns its size distribution from them. From one or two sizes every
+// running job past them looks done for: a live round preempted eight of
+// twelve running jobs at once for the jobs waiting behind them.
+const MinLearnedSizes = 10
+
+// Relearn says whether sizes learned when built jobs had completed are
+// learned again now that n have: from MinLearnedSizes on, each time the
+// count has grown by a tenth. The simulator and the live planner both keep
+// to it, so that both rank by the same distribution.
+func Relearn(built, n int) bool {
+	return n >= MinLearnedSizes && float64(n) >= 1.1*float64(built) && n > built
+}
+
 // NewSizeDistribution copies and sorts samples.
 func NewSizeDistribution(samples []float64) *SizeDistribution {
 	sorted := slices.Clone(samples)

@@ -2,10 +2,12 @@ package service
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/nomadx/nomadxtest"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/shoenig/test/must"
 )
@@ -86,4 +88,33 @@ func TestSnapshotCarriesGroupAndHistory(t *testing.T) {
 	must.NoError(t, err)
 	r := p.Plan(snap, nil)
 	must.Eq(t, []int{1, 0}, r.Order)
+}
+
+// 2D-Gittins learns the completed sizes as the simulator does: not before
+// policy.MinLearnedSizes jobs have completed (from one or two sizes every
+// running job past them looks done for), then each time the count has
+// grown by a tenth; predict's history takes every completion.
+func TestGittinsLearnsSizesAsTheSimulatorDoes(t *testing.T) {
+	p, err := New(settings(t, `planning { policy = "gittins" }`), nomadxtest.New(), nil, nil)
+	must.NoError(t, err)
+	var history []finishedJob
+	add := func(n int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for k := 0; k < n; k++ {
+			history = append(history, finishedJob{GPUSeconds: float64(10 * (len(history) + 1)), GPUs: 1})
+		}
+		p.completions += n
+		p.setHistory(slices.Clone(history))
+	}
+	add(policy.MinLearnedSizes - 1)
+	must.Nil(t, p.sizes, must.Sprint("too few completed jobs to learn from"))
+	must.Eq(t, policy.MinLearnedSizes-1, p.finished.Len())
+	add(1)
+	must.Eq(t, policy.MinLearnedSizes, p.sizes.Len())
+	add(1)
+	must.Eq(t, policy.MinLearnedSizes+1, p.sizes.Len(), must.Sprint("11 is a tenth more than 10"))
+	add(1)
+	must.Eq(t, policy.MinLearnedSizes+1, p.sizes.Len(), must.Sprint("12 is less than a tenth more than 11"))
+	must.Eq(t, policy.MinLearnedSizes+2, p.finished.Len())
 }

@@ -71,7 +71,9 @@ type Planner struct {
 	arrivals       map[string]time.Time
 	arrivalsStored int
 	history        []finishedJob
-	sizes          *policy.SizeDistribution // of history, for 2D-Gittins
+	sizes          *policy.SizeDistribution // of history, for 2D-Gittins (policy.Relearn)
+	completions    int                      // jobs completed, as counted into history
+	sizesLearned   int                      // completions when sizes was built
 	finished       *policy.History          // history indexed for predict
 	profiles       map[string]profile.Profile
 	preempt        plannerapi.Preemption

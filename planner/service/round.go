@@ -314,6 +314,7 @@ func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stu
 	p.live = current
 	p.dash.submitted = submitted
 	if len(done) > 0 {
+		p.completions += len(done)
 		history := append(p.history, done...)
 		if len(history) > historyLimit {
 			history = history[len(history)-historyLimit:]
@@ -336,7 +337,11 @@ func (p *Planner) noteCompletions(ctx context.Context, state *cluster.State, stu
 // snapshot keeps the one it was built with.
 func (p *Planner) setHistory(history []finishedJob) {
 	p.history = history
-	p.sizes = policy.NewSizeDistribution(sizesOf(history))
+	p.completions = max(p.completions, len(history))
+	if policy.Relearn(p.sizesLearned, p.completions) {
+		p.sizes = policy.NewSizeDistribution(sizesOf(history))
+		p.sizesLearned = p.completions
+	}
 	p.finished = historyOf(history)
 }
 

@@ -183,12 +183,12 @@ func maxRate(rates map[string]float64) float64 {
 }
 
 // learnSizes refreshes the completed-size distribution 2D-Gittins may learn
-// from, whenever it has grown by a tenth.
+// from when policy.Relearn says so.
 func (s *simulator) learnSizes() {
 	if s.cfg.Policy.Order.Name() != "gittins" {
 		return // only 2D-Gittins reads the completed sizes
 	}
-	if n := len(s.sizes); n >= 10 && float64(n) >= 1.1*float64(s.sizesBuilt) {
+	if n := len(s.sizes); policy.Relearn(s.sizesBuilt, n) {
 		if d := s.snap.CompletedSizes; d != nil {
 			s.snap.CompletedSizes = d.With(s.sizes[s.sizesBuilt:])
 		} else {
