@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -437,6 +438,31 @@ func TestTheLoopPlansAtThePolicysWake(t *testing.T) {
 	}()
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return *fake.Get("default", "long").Priority == 79 }),
 		wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)), must.Sprint("demoted at the policy's wake"))
+}
+
+// The loop's timer for a policy's wake: a wake already due plans again
+// soon, not at the next interval; a wake past the interval, none, or a
+// huge one leaves the tick to it.
+func TestPolicyWakeIn(t *testing.T) {
+	for _, tc := range []struct {
+		seconds float64
+		want    time.Duration
+		ok      bool
+	}{
+		{0.5, 500 * time.Millisecond, true},
+		{0, minPolicyWake, true},
+		{-3, minPolicyWake, true},
+		{math.Inf(-1), minPolicyWake, true},
+		{0.001, minPolicyWake, true},
+		{10, 0, false},
+		{1e300, 0, false},
+		{math.Inf(1), 0, false},
+		{math.NaN(), 0, false},
+	} {
+		got, ok := policyWakeIn(tc.seconds, 10*time.Second)
+		must.Eq(t, tc.ok, ok, must.Sprintf("%g s", tc.seconds))
+		must.Eq(t, tc.want, got, must.Sprintf("%g s", tc.seconds))
+	}
 }
 
 // Losing the lock ends the leadership term, and the term's writes stop at

@@ -212,7 +212,7 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 				"duration", round.Duration, "leader", p.IsLeader())
 		}
 		policyWake.Stop()
-		if d, ok := p.untilPolicyWake(time.Now()); ok && d > 0 && d < p.cfg.Interval {
+		if d, ok := policyWakeIn(p.untilPolicyWake(time.Now()), p.cfg.Interval); ok {
 			policyWake.Reset(d)
 		}
 		select {
@@ -239,18 +239,34 @@ func (p *Planner) loop(ctx context.Context, serveErr <-chan error) error {
 	}
 }
 
-// untilPolicyWake is how long from now until the last plan's policy asked
-// to plan again; false when it asked for nothing.
-func (p *Planner) untilPolicyWake(now time.Time) (time.Duration, bool) {
+// untilPolicyWake is how many seconds from now until the last plan's
+// policy asked to plan again: negative when that moment has passed, +Inf
+// when it asked for nothing.
+func (p *Planner) untilPolicyWake(now time.Time) float64 {
 	p.mu.Lock()
-	until := p.plannedUntil
-	planned := p.planned != nil
-	p.mu.Unlock()
-	if !planned || math.IsInf(until, 1) || math.IsNaN(until) {
+	defer p.mu.Unlock()
+	if p.planned == nil {
+		return math.Inf(1)
+	}
+	return p.plannedUntil - float64(now.UnixNano())/1e9
+}
+
+// minPolicyWake is the soonest the loop plans for a policy's wake: a wake
+// already due (it passed while the round ran, or a round that reused the
+// plan took the timer's fire) plans again at once rather than at the next
+// interval, and a policy that keeps asking for 0 s cannot spin the loop
+// (min_interval may be 0).
+const minPolicyWake = 10 * time.Millisecond
+
+// policyWakeIn is when the loop's timer should fire for a wake in seconds
+// from now; false when the interval's tick comes first or there is no
+// wake. The seconds are compared before they become a Duration, which a
+// huge wake would overflow.
+func policyWakeIn(seconds float64, interval time.Duration) (time.Duration, bool) {
+	if math.IsNaN(seconds) || seconds >= interval.Seconds() {
 		return 0, false
 	}
-	d := time.Duration((until - float64(now.UnixNano())/1e9) * float64(time.Second))
-	return max(d, 0), true
+	return max(time.Duration(max(seconds, 0)*float64(time.Second)), minPolicyWake), true
 }
 
 // settle waits until changes has been quiet for quiet, or until limit has
