@@ -35,7 +35,7 @@ const MinLearnedSizes = 10
 // count has grown by a tenth. The simulator and the live planner both keep
 // to it, so that both rank by the same distribution.
 func Relearn(built, n int) bool {
-	return n >= MinLearnedSizes && float64(n) >= 1.1*float64(built) && n > built
+	return n >= MinLearnedSizes && float64(n) >= 1.1*float64(built)
 }
 
 // NewSizeDistribution copies and sorts samples.

@@ -292,6 +292,15 @@ func stopDelays(c Clock, holds, stops []time.Time) []float64 {
 	return out
 }
 
+// traceTimes is ts in trace seconds; nil for none.
+func traceTimes(c Clock, ts []time.Time) []float64 {
+	var out []float64
+	for _, t := range ts {
+		out = append(out, c.Trace(t))
+	}
+	return out
+}
+
 // AvgWrites is the mean number of planner writes per job.
 func (r *Result) AvgWrites() float64 {
 	if len(r.Writes) == 0 {
@@ -436,12 +445,8 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		for _, r := range o.Runs {
 			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed), Node: r.Node, GPU: r.GPU})
 		}
-		for _, t := range tr.history[i].Releases {
-			res.Releases[i] = append(res.Releases[i], clock.Trace(t))
-		}
-		for _, t := range tr.history[i].Holds {
-			res.Holds[i] = append(res.Holds[i], clock.Trace(t))
-		}
+		res.Releases[i] = traceTimes(clock, tr.history[i].Releases)
+		res.Holds[i] = traceTimes(clock, tr.history[i].Holds)
 	}
 	sort.Float64s(res.Stops)
 	return res

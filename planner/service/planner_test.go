@@ -76,15 +76,22 @@ func settings(t *testing.T, src string) *Settings {
 	return s
 }
 
-// A long-running job passes the first queue cut and is demoted a band below
-// a new job; the policy gives the new job its GPU, so the long job is held,
-// which makes Nomad stop its allocation.
-func TestRoundDemotesLongJobBelowNewJob(t *testing.T) {
+// longRunningOnOneT4 is a cluster of one T4 on which the managed job
+// "long" has run for ran.
+func longRunningOnOneT4(ran time.Duration) *nomadxtest.Fake {
 	fake := nomadxtest.New()
 	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
 	fake.Submit(managedJob("long", 1, nil))
 	fake.Update("default", "long", func(j *api.Job) { j.Status = str("running") })
-	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-time.Minute))}
+	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-ran))}
+	return fake
+}
+
+// A long-running job passes the first queue cut and is demoted a band below
+// a new job; the policy gives the new job its GPU, so the long job is held,
+// which makes Nomad stop its allocation.
+func TestRoundDemotesLongJobBelowNewJob(t *testing.T) {
+	fake := longRunningOnOneT4(time.Minute)
 	fake.Submit(managedJob("short", 1, nil))
 	fake.Submit(api.NewBatchJob("unmanaged", "unmanaged", "global", 50))
 
@@ -368,11 +375,7 @@ func TestRoundLeavesCompletedJobAlone(t *testing.T) {
 // completes, or when the last plan asked to plan again. Rounds in between
 // carry out the last plan, whatever attained service did meanwhile.
 func TestRoundPlansOnArrivalsCompletionsAndWake(t *testing.T) {
-	fake := nomadxtest.New()
-	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
-	fake.Submit(managedJob("long", 1, nil))
-	fake.Update("default", "long", func(j *api.Job) { j.Status = str("running") })
-	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-10*time.Second))}
+	fake := longRunningOnOneT4(10 * time.Second)
 
 	// Queue cut at 40 GPU-s: long, at 10 s, crosses it in 30 s.
 	p, err := New(settings(t, `planning {
@@ -415,11 +418,7 @@ func TestRoundPlansOnArrivalsCompletionsAndWake(t *testing.T) {
 // later: long crosses the queue cut half a second in, and with an hour's
 // interval and no events only the policy's wake can demote it.
 func TestTheLoopPlansAtThePolicysWake(t *testing.T) {
-	fake := nomadxtest.New()
-	fake.NodeSet = []*api.NodeListStub{gpuNode("n1", map[string]int{"T4": 1})}
-	fake.Submit(managedJob("long", 1, nil))
-	fake.Update("default", "long", func(j *api.Job) { j.Status = str("running") })
-	fake.Allocs = []*api.AllocationListStub{runningAlloc("long", "T4-0", time.Now().Add(-10*time.Second))}
+	fake := longRunningOnOneT4(10 * time.Second)
 	p, err := New(settings(t, `planning {
   policy       = "las"
   queue_cuts   = [10.5]
