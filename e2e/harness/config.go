@@ -78,6 +78,9 @@ advertise {
 server {
   enabled          = true
   bootstrap_expect = 1
+  # Every version of a job, not Nomad's last 6: a replay reads each hold
+  # and release the planner wrote from them.
+  job_tracked_versions = 1000
 }
 
 consul {

@@ -17,9 +17,7 @@ func (consolidatedPlacer) Place(s *Snapshot, r *Result, preemptive, blocking boo
 // when set, sees each job that starts, in rank order, right after its
 // placement. It returns the round's occupancy.
 func consolidate(s *Snapshot, r *Result, preemptive, blocking bool, placed func(i int, j *Job, d *Decision, occ *occupancy)) *occupancy {
-	walkByCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int {
-		return mostFree(free, g)
-	})
+	walkByCountAgnostic(s, r, preemptive, blocking, false)
 	occ := newOccupancy(s, r)
 	for _, i := range r.Order {
 		j, d := &s.Jobs[i], &r.Decisions[i]

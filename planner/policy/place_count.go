@@ -10,9 +10,7 @@ func (countPlacer) countsOnly()  {}
 func (countPlacer) firstFit()    {}
 
 func (countPlacer) Place(s *Snapshot, r *Result, preemptive, blocking bool) {
-	walkByCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int {
-		return mostFree(free, g)
-	}, shareLanes)
+	walkByCountAgnostic(s, r, preemptive, blocking, shareLanes)
 }
 
 // shareLanes lets walkByCount start a one-GPU job on a free lane of a GPU
@@ -39,9 +37,25 @@ func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose model
 	return walkByCountKeeper(s, r, preemptive, blocking, choose, len(lanes) > 0 && lanes[0]).free
 }
 
+// walkByCountAgnostic is walkByCount for a placer that tells models apart
+// by their free GPUs alone (mostFree). To it GPUs that lower-ranked
+// running jobs hold are no better than GPUs nobody holds, so a pending job
+// starts where it displaces none of them when a model has room for that:
+// taking a running job's model by a tie of counts would preempt it for
+// nothing.
+func walkByCountAgnostic(s *Snapshot, r *Result, preemptive, blocking, share bool) []int {
+	return walkCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int { return mostFree(free, g) }, share, true).free
+}
+
 // walkByCountKeeper is walkByCount returning its keeper, for a placer that
 // goes on starting jobs with take.
 func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser, share bool) *keeper {
+	return walkCount(s, r, preemptive, blocking, choose, share, false)
+}
+
+// walkCount is the walk; with spareHeld it keeps pending jobs off the
+// GPUs of lower-ranked running jobs where another model has room.
+func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser, share, spareHeld bool) *keeper {
 	c := s.capacity()
 	k := &keeper{c: c, s: s, free: append([]int(nil), c.total...), spare: make([]int, len(c.total)), share: share}
 	free := k.free
@@ -53,6 +67,19 @@ func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose
 			}
 		}
 	}
+	// held counts, per model, the whole GPUs of running jobs the walk has
+	// not reached yet.
+	var held, unheld []int
+	if preemptive && spareHeld {
+		held, unheld = make([]int, len(free)), make([]int, len(free))
+		for i := range s.Jobs {
+			if j := &s.Jobs[i]; j.State == Running && !onLane(j) {
+				if m := c.runningModel(s, j); m >= 0 {
+					held[m] += max(j.GPUs, 1)
+				}
+			}
+		}
+	}
 	startsBlocked := false
 	for _, i := range r.Order {
 		j, d := &s.Jobs[i], &r.Decisions[i]
@@ -60,6 +87,11 @@ func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose
 		if j.State == Running {
 			if !preemptive {
 				continue
+			}
+			if held != nil && !onLane(j) {
+				if m := c.runningModel(s, j); m >= 0 {
+					held[m] -= max(j.GPUs, 1)
+				}
 			}
 			if k.fits(j) {
 				k.keep(j, d)
@@ -88,6 +120,14 @@ func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose
 		if g <= maxInt(c.total) {
 			m = choose(j, avail, g)
 		}
+		if m >= 0 && held != nil && avail[m]-g < held[m] {
+			for x := range avail {
+				unheld[x] = max(avail[x]-held[x], 0)
+			}
+			if spare := choose(j, unheld, g); spare >= 0 {
+				m = spare
+			}
+		}
 		if m < 0 {
 			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
 			startsBlocked = blocking
@@ -97,6 +137,11 @@ func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose
 		d.Reason = r.join(d.Reason, "; starts")
 	}
 	return k
+}
+
+// onLane says a job runs on a lane rather than whole GPUs.
+func onLane(j *Job) bool {
+	return len(j.Placement) > 0 && j.Placement[0].Lane >= 0
 }
 
 // keeper lets running jobs keep their GPUs, counting a GPU shared by lane

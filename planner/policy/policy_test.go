@@ -1257,3 +1257,37 @@ func TestAlwaysSettledMeansEveryJobIsSettled(t *testing.T) {
 		})
 	}
 }
+
+// A pending job ranked above a running one, with a GPU free on another
+// model, starts on the free GPU: to a placer that tells models apart by
+// their free GPUs alone, the running job's GPU is no better, and taking it
+// would preempt the running job for nothing. It still takes the running
+// job's model when nothing else has room.
+func TestAgnosticPlacersStartWhereTheyDisplaceNobody(t *testing.T) {
+	for _, name := range []string{"las", "gittins", "las+consolidated"} {
+		t.Run(name, func(t *testing.T) {
+			long, short := job("long", 0, 1), job("short", 10, 1)
+			long.State, long.Attained, long.GPUModel, long.PrevQueue, long.PrevRank = Running, 10000, "K80", 2, 0
+			long.Placement = []Slot{{Node: 0, GPU: 0, Lane: -1}}
+			cluster := []Node{
+				{ID: "k80", Healthy: true, GPUs: []GPU{{Model: "K80", Healthy: true}}},
+				{ID: "v100", Healthy: true, GPUs: []GPU{{Model: "V100", Healthy: true}}},
+			}
+			s := &Snapshot{Nodes: cluster, Jobs: []Job{long, short}}
+			s.CompletedSizes = NewSizeDistribution([]float64{100, 200, 400})
+			r := plan(t, name, Config{}, s)
+			must.Eq(t, []string{"short", "long"}, ranked(s, r), must.Sprint("the new job ranks first"))
+			must.Eq(t, []string{"short", "long"}, running(s, r))
+			must.Eq(t, "V100", r.Decisions[1].GPUModel)
+			must.Eq(t, "K80", r.Decisions[0].GPUModel)
+			must.StrNotContains(t, r.Decisions[0].Reason, "preempted")
+
+			// With the V100 gone the new job takes the K80.
+			s = &Snapshot{Nodes: cluster[:1], Jobs: []Job{long, short}}
+			s.CompletedSizes = NewSizeDistribution([]float64{100, 200, 400})
+			r = plan(t, name, Config{}, s)
+			must.Eq(t, []string{"short"}, running(s, r))
+			must.StrContains(t, r.Decisions[0].Reason, "preempted")
+		})
+	}
+}

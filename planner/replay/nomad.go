@@ -99,8 +99,10 @@ type JobHistory struct {
 	Version uint64
 	// Holds are when a version put the planner's hold on the job while
 	// the version before had none, oldest first: a preemption's decision,
-	// for a job that was running. Nomad keeps a job's last few versions
-	// only, so the oldest holds of a job written many times are missing.
+	// for a job that was running. A server keeps a job's last
+	// job_tracked_versions versions only (6 by default; the e2e harness
+	// sets 1000), so the oldest holds of a job written more often are
+	// missing.
 	Holds []time.Time
 	// Releases are when a version took the planner's hold off the job
 	// while the version before had it, oldest first: a start's decision.
