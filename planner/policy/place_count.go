@@ -38,11 +38,8 @@ func walkByCount(s *Snapshot, r *Result, preemptive, blocking bool, choose model
 }
 
 // walkByCountAgnostic is walkByCount for a placer that tells models apart
-// by their free GPUs alone (mostFree). To it GPUs that lower-ranked
-// running jobs hold are no better than GPUs nobody holds, so a pending job
-// starts where it displaces none of them when a model has room for that:
-// taking a running job's model by a tie of counts would preempt it for
-// nothing.
+// by their free GPUs alone (mostFree). It keeps the running jobs the walk
+// displaced for nothing (keeper.keepDisplaced).
 func walkByCountAgnostic(s *Snapshot, r *Result, preemptive, blocking, share bool) []int {
 	return walkCount(s, r, preemptive, blocking, func(_ *Job, free []int, g int) int { return mostFree(free, g) }, share, true).free
 }
@@ -53,9 +50,9 @@ func walkByCountKeeper(s *Snapshot, r *Result, preemptive, blocking bool, choose
 	return walkCount(s, r, preemptive, blocking, choose, share, false)
 }
 
-// walkCount is the walk; with spareHeld it keeps pending jobs off the
-// GPUs of lower-ranked running jobs where another model has room.
-func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser, share, spareHeld bool) *keeper {
+// walkCount is the walk; with keepNeedless it ends with
+// keeper.keepDisplaced.
+func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelChooser, share, keepNeedless bool) *keeper {
 	c := s.capacity()
 	k := &keeper{c: c, s: s, free: append([]int(nil), c.total...), spare: make([]int, len(c.total)), share: share}
 	free := k.free
@@ -67,19 +64,10 @@ func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelCh
 			}
 		}
 	}
-	// held counts, per model, the whole GPUs of running jobs the walk has
-	// not reached yet.
-	var held, unheld []int
-	if preemptive && spareHeld {
-		held, unheld = make([]int, len(free)), make([]int, len(free))
-		for i := range s.Jobs {
-			if j := &s.Jobs[i]; j.State == Running && !onLane(j) {
-				if m := c.runningModel(s, j); m >= 0 {
-					held[m] += max(j.GPUs, 1)
-				}
-			}
-		}
-	}
+	// The running jobs on whole GPUs the walk displaces, with their
+	// reasons before, and the jobs it starts on whole GPUs, in rank order.
+	var displaced, started []int
+	var before []string
 	startsBlocked := false
 	for _, i := range r.Order {
 		j, d := &s.Jobs[i], &r.Decisions[i]
@@ -88,14 +76,12 @@ func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelCh
 			if !preemptive {
 				continue
 			}
-			if held != nil && !onLane(j) {
-				if m := c.runningModel(s, j); m >= 0 {
-					held[m] -= max(j.GPUs, 1)
-				}
-			}
 			if k.fits(j) {
 				k.keep(j, d)
 			} else {
+				if keepNeedless && !onLane(j) {
+					displaced, before = append(displaced, i), append(before, d.Reason)
+				}
 				d.Reason = r.join(d.Reason, "; preempted for higher-ranked jobs")
 			}
 			continue
@@ -120,14 +106,6 @@ func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelCh
 		if g <= maxInt(c.total) {
 			m = choose(j, avail, g)
 		}
-		if m >= 0 && held != nil && avail[m]-g < held[m] {
-			for x := range avail {
-				unheld[x] = max(avail[x]-held[x], 0)
-			}
-			if spare := choose(j, unheld, g); spare >= 0 {
-				m = spare
-			}
-		}
 		if m < 0 {
 			d.Reason = r.join(d.Reason, "; waits: not enough free GPUs")
 			startsBlocked = blocking
@@ -135,8 +113,68 @@ func walkCount(s *Snapshot, r *Result, preemptive, blocking bool, choose modelCh
 		}
 		k.take(j, d, m, g)
 		d.Reason = r.join(d.Reason, "; starts")
+		if keepNeedless && !d.Lane {
+			started = append(started, i)
+		}
+	}
+	for n, i := range displaced {
+		if k.keepDisplaced(r, i, started) {
+			r.Decisions[i].Reason = before[n]
+		}
 	}
 	return k
+}
+
+// keepDisplaced keeps running job i, which the walk displaced, when the
+// jobs it started on i's model can start on other models' free GPUs
+// instead, and moves them there. To a placer that tells models apart by
+// free GPUs alone a GPU a running job holds is no better than a free one,
+// so taking it preempted the job for nothing. It changes no job's start,
+// only its model, and uses only GPUs the walk left free: keeping i costs
+// no other job.
+func (k *keeper) keepDisplaced(r *Result, i int, started []int) bool {
+	j := &k.s.Jobs[i]
+	m := k.c.runningModel(k.s, j)
+	if m < 0 {
+		return false
+	}
+	type move struct{ job, to, gpus int }
+	var moves []move
+	need := max(j.GPUs, 1) - k.free[m]
+	// The lowest-ranked starts move first.
+	for x := len(started) - 1; x >= 0 && need > 0; x-- {
+		p := started[x]
+		if r.Decisions[p].GPUModel != k.c.models[m] {
+			continue
+		}
+		pj := &k.s.Jobs[p]
+		g := max(pj.GPUs, 1)
+		to := -1
+		for y, f := range k.free {
+			if y != m && f >= g && pj.allows(k.c.models[y]) && (to < 0 || f > k.free[to]) {
+				to = y
+			}
+		}
+		if to < 0 {
+			continue
+		}
+		k.free[to] -= g
+		k.free[m] += g
+		moves = append(moves, move{p, to, g})
+		need -= g
+	}
+	if need > 0 {
+		for _, mv := range moves {
+			k.free[mv.to] += mv.gpus
+			k.free[m] -= mv.gpus
+		}
+		return false
+	}
+	for _, mv := range moves {
+		r.Decisions[mv.job].GPUModel = k.c.models[mv.to]
+	}
+	k.keep(j, &r.Decisions[i])
+	return true
 }
 
 // onLane says a job runs on a lane rather than whole GPUs.

@@ -1262,32 +1262,86 @@ func TestAlwaysSettledMeansEveryJobIsSettled(t *testing.T) {
 // model, starts on the free GPU: to a placer that tells models apart by
 // their free GPUs alone, the running job's GPU is no better, and taking it
 // would preempt the running job for nothing. It still takes the running
-// job's model when nothing else has room.
-func TestAgnosticPlacersStartWhereTheyDisplaceNobody(t *testing.T) {
-	for _, name := range []string{"las", "gittins", "las+consolidated"} {
-		t.Run(name, func(t *testing.T) {
-			long, short := job("long", 0, 1), job("short", 10, 1)
-			long.State, long.Attained, long.GPUModel, long.PrevQueue, long.PrevRank = Running, 10000, "K80", 2, 0
-			long.Placement = []Slot{{Node: 0, GPU: 0, Lane: -1}}
-			cluster := []Node{
-				{ID: "k80", Healthy: true, GPUs: []GPU{{Model: "K80", Healthy: true}}},
-				{ID: "v100", Healthy: true, GPUs: []GPU{{Model: "V100", Healthy: true}}},
-			}
-			s := &Snapshot{Nodes: cluster, Jobs: []Job{long, short}}
-			s.CompletedSizes = NewSizeDistribution([]float64{100, 200, 400})
-			r := plan(t, name, Config{}, s)
-			must.Eq(t, []string{"short", "long"}, ranked(s, r), must.Sprint("the new job ranks first"))
-			must.Eq(t, []string{"short", "long"}, running(s, r))
-			must.Eq(t, "V100", r.Decisions[1].GPUModel)
-			must.Eq(t, "K80", r.Decisions[0].GPUModel)
-			must.StrNotContains(t, r.Decisions[0].Reason, "preempted")
-
-			// With the V100 gone the new job takes the K80.
-			s = &Snapshot{Nodes: cluster[:1], Jobs: []Job{long, short}}
-			s.CompletedSizes = NewSizeDistribution([]float64{100, 200, 400})
-			r = plan(t, name, Config{}, s)
-			must.Eq(t, []string{"short"}, running(s, r))
-			must.StrContains(t, r.Decisions[0].Reason, "preempted")
-		})
+// job's model when nothing else has room, and keeping one running job
+// never preempts another.
+func TestAgnosticPlacersKeepJobsTheyWouldDisplaceForNothing(t *testing.T) {
+	runningOn := func(id string, gpus int, model string, slots ...Slot) Job {
+		j := job(id, 0, gpus)
+		j.State, j.Attained, j.GPUModel, j.PrevQueue, j.PrevRank, j.Placement = Running, 10000, model, 2, 0, slots
+		return j
+	}
+	models := func(j Job, m ...string) Job { j.Models = m; return j }
+	k80 := func(n int) Node {
+		node := Node{ID: "k80", Healthy: true}
+		for range n {
+			node.GPUs = append(node.GPUs, GPU{Model: "K80", Healthy: true})
+		}
+		return node
+	}
+	v100 := func(n int) Node {
+		node := Node{ID: "v100", Healthy: true}
+		for range n {
+			node.GPUs = append(node.GPUs, GPU{Model: "V100", Healthy: true})
+		}
+		return node
+	}
+	for _, tc := range []struct {
+		name    string
+		nodes   []Node
+		jobs    []Job
+		running []string          // in rank order
+		model   map[string]string // where the jobs that run run
+	}{{
+		name:    "the free GPU rather than the running job's",
+		nodes:   []Node{k80(1), v100(1)},
+		jobs:    []Job{runningOn("long", 1, "K80", Slot{Node: 0, GPU: 0, Lane: -1}), job("short", 10, 1)},
+		running: []string{"short", "long"},
+		model:   map[string]string{"short": "V100", "long": "K80"},
+	}, {
+		name:    "nothing else has room",
+		nodes:   []Node{k80(1)},
+		jobs:    []Job{runningOn("long", 1, "K80", Slot{Node: 0, GPU: 0, Lane: -1}), job("short", 10, 1)},
+		running: []string{"short"},
+		model:   map[string]string{"short": "K80"},
+	}, {
+		name:  "a gang kept by moving one start",
+		nodes: []Node{k80(2), v100(2)},
+		jobs: []Job{runningOn("gang", 2, "K80", Slot{Node: 0, GPU: 0, Lane: -1}, Slot{Node: 0, GPU: 1, Lane: -1}),
+			job("a", 10, 1), job("b", 11, 1)},
+		running: []string{"a", "b", "gang"},
+		model:   map[string]string{"a": "V100", "b": "V100", "gang": "K80"},
+	}, {
+		// Keeping r2 would need a's K80, and the V100s are b's: one
+		// preemption, not two.
+		name:  "no second preemption to save the first",
+		nodes: []Node{k80(2), v100(2)},
+		jobs: []Job{runningOn("r1", 1, "K80", Slot{Node: 0, GPU: 0, Lane: -1}), runningOn("r2", 1, "K80", Slot{Node: 0, GPU: 1, Lane: -1}),
+			job("a", 10, 1), job("b", 11, 2)},
+		running: []string{"a", "b", "r1"},
+		model:   map[string]string{"a": "K80", "b": "V100", "r1": "K80"},
+	}, {
+		name:    "a start that names its model stays",
+		nodes:   []Node{k80(1), v100(1)},
+		jobs:    []Job{runningOn("long", 1, "K80", Slot{Node: 0, GPU: 0, Lane: -1}), models(job("short", 10, 1), "K80")},
+		running: []string{"short"},
+		model:   map[string]string{"short": "K80"},
+	}} {
+		for _, name := range []string{"las", "gittins", "las+consolidated"} {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				s := &Snapshot{Nodes: tc.nodes, Jobs: slices.Clone(tc.jobs)}
+				s.CompletedSizes = NewSizeDistribution([]float64{100, 200, 400})
+				r := plan(t, name, Config{}, s)
+				must.Eq(t, tc.running, running(s, r))
+				for i, j := range s.Jobs {
+					d := r.Decisions[i]
+					if want, ok := tc.model[j.ID]; ok {
+						must.Eq(t, want, d.GPUModel, must.Sprintf("%s's model", j.ID))
+					}
+					if j.State == Running {
+						must.Eq(t, d.Run, !strings.Contains(d.Reason, "preempted"), must.Sprintf("%s: %q", j.ID, d.Reason))
+					}
+				}
+			})
+		}
 	}
 }
