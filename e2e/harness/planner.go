@@ -32,6 +32,9 @@ type PlannerOptions struct {
 	// RotationPeriod is planning.rotation_period; the planner's default
 	// when 0.
 	RotationPeriod time.Duration
+	// PredictFloor is planning.predict_floor; the planner's default when
+	// 0.
+	PredictFloor time.Duration
 	// JobSizes and JobSizesScale are planning.job_sizes and
 	// job_sizes_scale: 2D-Gittins' fixed size sample.
 	JobSizes      string
@@ -94,6 +97,9 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	if o.RotationPeriod > 0 {
 		fmt.Fprintf(&b, "  rotation_period = %q\n", o.RotationPeriod)
+	}
+	if o.PredictFloor > 0 {
+		fmt.Fprintf(&b, "  predict_floor = %q\n", o.PredictFloor)
 	}
 	if o.JobSizes != "" {
 		fmt.Fprintf(&b, "  job_sizes    = %q\n", o.JobSizes)

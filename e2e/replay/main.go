@@ -271,11 +271,13 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 		cuts[i] = v / o.timeScale
 	}
 	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g)", o.policy, cuts, o.timeScale)
-	// The planner's clock is real: a migration costs the trace's ÷ S, and
-	// a Gavel round lasts the trace's ÷ S.
+	// The planner's clock is real: a migration costs the trace's ÷ S, a
+	// Gavel round lasts the trace's ÷ S, and so does predict's floor of
+	// service.
 	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob,
 		MigrationCost:  time.Duration(o.migrationCost / o.timeScale * float64(time.Second)),
-		RotationPeriod: max(time.Duration(o.rotationPeriod/o.timeScale*float64(time.Second)), time.Millisecond)}
+		RotationPeriod: max(time.Duration(o.rotationPeriod/o.timeScale*float64(time.Second)), time.Millisecond),
+		PredictFloor:   max(time.Duration(policy.DefaultPredictFloor/o.timeScale*float64(time.Second)), time.Microsecond)}
 	if o.jobSizes != "" {
 		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
 		// -job-sizes gives it to the simulator: neither learns from

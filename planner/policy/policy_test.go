@@ -1345,3 +1345,23 @@ func TestAgnosticPlacersKeepJobsTheyWouldDisplaceForNothing(t *testing.T) {
 		}
 	}
 }
+
+// With no history to predict from, predict expects a job to use as much
+// again as it has attained, and at least its floor: a running job yields
+// to a new one once it has attained four floors of service. The floor is
+// a time, so a replay scales it with the trace.
+func TestPredictFloorIsWhenARunningJobYieldsToANewOne(t *testing.T) {
+	run := job("run", 0, 1)
+	run.State, run.Attained, run.Placement = Running, 2, []Slot{{Node: 0, GPU: 0, Lane: -1}}
+	snap := func() *Snapshot {
+		return &Snapshot{Nodes: nodes("V100", 1, 1), Jobs: []Job{run, job("new", 10, 1)}, History: NewHistory(0)}
+	}
+	s := snap()
+	r := plan(t, "predict", Config{}, s)
+	must.Eq(t, []string{"run"}, running(s, r), must.Sprint("2 GPU-s attained: a quarter of it is below the default floor of 1"))
+	s = snap()
+	r = plan(t, "predict", Config{PredictFloor: 0.2}, s)
+	must.Eq(t, []string{"new"}, running(s, r), must.Sprint("a fifth of the floor: 2 GPU-s is past four floors"))
+	_, err := Parse("predict", Config{PredictFloor: -1})
+	must.ErrorContains(t, err, "predict floor")
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -43,6 +44,12 @@ type Config struct {
 	// the rotate step's period, and the least run time the blind steps
 	// (migrate-blind, earliest-blind) expect a job to have left.
 	RotationPeriod float64
+	// PredictFloor is the least GPU-seconds predict expects of a job the
+	// history cannot predict yet (0: DefaultPredictFloor). Such a job is
+	// expected to use as much again as it has attained, so a running one
+	// yields to a new job once it has attained runningBias times the
+	// floor. It is a time, so a replay at time scale S sets it ÷ S.
+	PredictFloor float64
 }
 
 // Default is the policy the planner and caravan sim run unless told
@@ -104,6 +111,9 @@ const rotateStep = "rotate"
 // "las+match+synergy", "gittins+pack", "las+migrate" or "las+rotate". The placer defaults
 // to count.
 func Parse(name string, cfg Config) (*Policy, error) {
+	if !(cfg.PredictFloor >= 0) || math.IsInf(cfg.PredictFloor, 1) {
+		return nil, fmt.Errorf("predict floor: want 0 (the default) or a positive number of GPU-seconds, got %v", cfg.PredictFloor)
+	}
 	if !(cfg.RotationPeriod >= 0) || math.IsInf(cfg.RotationPeriod, 1) {
 		return nil, fmt.Errorf("rotation period: want 0 (a Gavel round) or a positive number of seconds, got %v", cfg.RotationPeriod)
 	}
@@ -131,7 +141,7 @@ func Parse(name string, cfg Config) (*Policy, error) {
 	case "hare":
 		p.Order = hareOrder{}
 	case "predict":
-		p.Order = predictOrder{}
+		p.Order = predictOrder{floor: cmp.Or(cfg.PredictFloor, DefaultPredictFloor)}
 	default:
 		return nil, fmt.Errorf("policy %q: unknown order %q (want one of %s, or a shorthand: %s)",
 			name, parts[0], strings.Join(first(Steps()), ", "), strings.Join(Names(), ", "))

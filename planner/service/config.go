@@ -77,6 +77,9 @@ type PlanningBlock struct {
 	// period and the least run time the blind steps expect a job to have
 	// left.
 	RotationPeriod string `hcl:"rotation_period,optional"`
+	// PredictFloor is the default policy's floor, a duration of GPU
+	// service (policy.Config.PredictFloor).
+	PredictFloor string `hcl:"predict_floor,optional"`
 	// StopWait bounds how long a round that preempts waits for Nomad to
 	// mark the stopped allocations stopped before it writes its starts.
 	StopWait    string    `hcl:"stop_wait,optional"`
@@ -121,6 +124,8 @@ type Settings struct {
 	MigrationCost time.Duration
 	// RotationPeriod is Gavel's round (policy.Config.RotationPeriod).
 	RotationPeriod time.Duration
+	// PredictFloor is predict's floor (policy.Config.PredictFloor).
+	PredictFloor time.Duration
 	// StopWait bounds a round's wait, after its preemptions, for Nomad to
 	// mark the stopped allocations stopped (rewrite.Writer.StopWait).
 	StopWait    time.Duration
@@ -174,7 +179,8 @@ func (c *Config) Settings(filename string) (*Settings, error) {
 		CheckInterval: time.Second, NomadUnreachable: 30 * time.Second, Policy: policy.Default, Interval: 10 * time.Second, MinInterval: time.Second,
 		MigrationCost:  time.Duration(policy.DefaultMigrationCost * float64(time.Second)),
 		RotationPeriod: time.Duration(policy.DefaultRotationPeriod * float64(time.Second)), StopWait: rewrite.DefaultStopWait,
-		MaxWrites: 250, WriteBurst: 100, Writers: 16}
+		PredictFloor: time.Duration(policy.DefaultPredictFloor * float64(time.Second)),
+		MaxWrites:    250, WriteBurst: 100, Writers: 16}
 	if s.LogLevel == "" {
 		s.LogLevel = "info"
 	}
@@ -289,6 +295,9 @@ func (p *PlanningBlock) apply(s *Settings, bad badField) error {
 	}
 	if s.RotationPeriod, err = duration(p.RotationPeriod, s.RotationPeriod); err != nil || s.RotationPeriod <= 0 {
 		return bad("planning.rotation_period", "must be a positive duration like \"6m\", got %q", p.RotationPeriod)
+	}
+	if s.PredictFloor, err = duration(p.PredictFloor, s.PredictFloor); err != nil || s.PredictFloor <= 0 {
+		return bad("planning.predict_floor", "must be a positive duration like \"1s\", got %q", p.PredictFloor)
 	}
 	if s.StopWait, err = duration(p.StopWait, s.StopWait); err != nil || s.StopWait <= 0 {
 		return bad("planning.stop_wait", "must be a positive duration like \"5s\", got %q", p.StopWait)

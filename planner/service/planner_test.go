@@ -294,6 +294,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`planning { migration_cost = "0s" }`:      "planning.migration_cost",
 		`planning { rotation_period = "0s" }`:     "planning.rotation_period",
 		`planning { rotation_period = "often" }`:  "planning.rotation_period",
+		`planning { predict_floor = "0s" }`:       "planning.predict_floor",
+		`planning { predict_floor = "a little" }`: "planning.predict_floor",
 		`planning { interval = "soon" }`:          "planning.interval",
 		`planning { queue_cuts = [10, 5] }`:       "planning.queue_cuts",
 		`http { address = "nope" }`:               "http.address",
