@@ -479,6 +479,10 @@ func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log h
 		log.Info("the planner counts attained service in real GPU-seconds: for the simulator's queue cuts its planning.queue_cuts should be the cuts ÷ the time scale",
 			"queue_cuts", "["+strings.Join(scaled, ", ")+"]")
 	}
+	if order := strings.SplitN(expandPolicy(pol.Name), "+", 2)[0]; f.timeScale != 1 && order == "predict" {
+		log.Info("the planner counts attained service in real GPU-seconds: for the simulator's floor its planning.predict_floor should be 1s ÷ the time scale",
+			"predict_floor", (time.Duration(policy.DefaultPredictFloor / f.timeScale * float64(time.Second))).String())
+	}
 	return st.Policy, nil
 }
 
