@@ -467,7 +467,8 @@ func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log h
 	if expandPolicy(st.Policy) != expandPolicy(pol.Name) {
 		log.Warn("the planner runs another policy than the simulator; the live side is the planner's", "planner", st.Policy, "sim", pol.Name)
 	}
-	if order := strings.SplitN(expandPolicy(pol.Name), "+", 2)[0]; f.timeScale != 1 && (order == "las" || order == "gittins") {
+	order := strings.SplitN(expandPolicy(pol.Name), "+", 2)[0]
+	if f.timeScale != 1 && (order == "las" || order == "gittins") {
 		cuts := []float64{3250, 7200}
 		if c, _ := parseCuts(f.queueCuts); c != nil {
 			cuts = c
@@ -479,7 +480,7 @@ func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log h
 		log.Info("the planner counts attained service in real GPU-seconds: for the simulator's queue cuts its planning.queue_cuts should be the cuts ÷ the time scale",
 			"queue_cuts", "["+strings.Join(scaled, ", ")+"]")
 	}
-	if order := strings.SplitN(expandPolicy(pol.Name), "+", 2)[0]; f.timeScale != 1 && order == "predict" {
+	if f.timeScale != 1 && order == "predict" {
 		log.Info("the planner counts attained service in real GPU-seconds: for the simulator's floor its planning.predict_floor should be 1s ÷ the time scale",
 			"predict_floor", (time.Duration(policy.DefaultPredictFloor / f.timeScale * float64(time.Second))).String())
 	}

@@ -254,7 +254,7 @@ func (k *keeper) keep(j *Job, d *Decision) {
 	m := k.c.runningModel(k.s, j)
 	d.Run = true
 	d.Slots = j.Placement
-	d.Lane = len(j.Placement) > 0 && j.Placement[0].Lane >= 0
+	d.Lane = onLane(j)
 	if m >= 0 {
 		d.GPUModel = k.c.models[m]
 	}
