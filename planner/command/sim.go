@@ -97,6 +97,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        of -start-spread within a gang, as a gang's tasks
                        start on several nodes among other jobs' (default
                        0: -start-spread)
+  -starts-shared       the tasks under way share the clients' set-up, a
+                       -start-spread of it each, after -start-latency, in
+                       place of a queue of starts (caravan replay
+                       -start-model shared); -gang-spread is not used
   -run-overhead S      seconds every run spends without progress (process
                        start, setup); executed time (default 0)
   -stop-latency S      seconds a preempted job keeps its GPUs: every start
@@ -129,6 +133,7 @@ type simFlags struct {
 	runOverhead    float64
 	startSpread    float64
 	gangSpread     float64
+	startsShared   bool
 	stopLatency    float64
 	json, progress bool
 }
@@ -150,6 +155,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
 	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
+	fs.BoolVar(&f.startsShared, "starts-shared", false, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.BoolVar(&f.progress, "progress", false, "")
@@ -264,7 +270,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg := in.simConfig(p)
 		scfg.PreemptionCost = f.preemptionCost
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
-		scfg.GangSpread = f.gangSpread
+		scfg.GangSpread, scfg.StartsShared = f.gangSpread, f.startsShared
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

@@ -76,6 +76,11 @@ func (s *simulator) laneFactor(i int) float64 {
 	return f
 }
 
+// pushLaneWake notes that lane job i's task comes to run at t.
+func (s *simulator) pushLaneWake(i int, t float64) {
+	s.laneWakes = minheap.Push(s.laneWakes, minheap.Entry[struct{}]{Key: t, Tie: i})
+}
+
 // wakeLanesAt re-rates, at time t, each lane job whose start latency ends
 // then, and its partners: from now on its task runs beside theirs.
 func (s *simulator) wakeLanesAt(t float64) {

@@ -232,7 +232,13 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		}
 		s.freeBeforeStops = max(0, s.freeBeforeStops-use)
 	}
-	if s.cfg.StartSpread > 0 || s.cfg.GangSpread > 0 {
+	switch {
+	case s.cfg.StartsShared && s.cfg.StartSpread > 0:
+		// The clients set up the tasks of every start under way side by
+		// side; this one's end moves as others join and leave.
+		tasks := float64(max(js.GPUs, 1))
+		latency = s.setupJoin(i, s.now+latency, tasks) - s.now
+	case s.cfg.StartSpread > 0 || s.cfg.GangSpread > 0:
 		// The cluster starts tasks one after another, a spread apart,
 		// those of earlier rounds first; a gang's tasks too (GangSpread
 		// apart where it is set), and it runs once its last one has
@@ -256,7 +262,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	if d.Lane && len(d.Slots) == 1 {
 		s.occupyLane(i, d.Slots[0])
 		if latency > 0 {
-			s.laneWakes = minheap.Push(s.laneWakes, minheap.Entry[struct{}]{Key: s.now + latency, Tie: i})
+			s.pushLaneWake(i, s.now+latency)
 		}
 	}
 	s.setBusy(s.gpuUse(js))
@@ -294,6 +300,9 @@ func (s *simulator) preempt(i int) {
 	s.setBusy(-s.gpuUse(js))
 	if js.laneShare > 0 {
 		s.releaseLane(i)
+	}
+	if js.latency > 0 && s.cfg.StartsShared {
+		s.setupLeave(i) // before the latency goes: it moves the others'
 	}
 	if js.latency > 0 {
 		// Still starting: it gives up its place in the queue of starts.
@@ -338,6 +347,9 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	js.migrations++
+	if js.latency > 0 && s.cfg.StartsShared {
+		s.setupLeave(i)
+	}
 	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting
 	js.work += s.cfg.MigrationCost * s.wallRate(js)
 	js.idleEnd = js.work

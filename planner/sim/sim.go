@@ -54,6 +54,15 @@ type Config struct {
 	// advances by StartSpread per task. 0 by default (StartSpread within a
 	// gang too); caravan replay measures it.
 	GangSpread float64
+	// StartsShared models the clients' set-up of starts as shared rather
+	// than queued: each task joins the set-up StartLatency after its
+	// start and needs StartSpread of it, and the tasks in set-up share it
+	// equally, as a client sets up the allocations it was given side by
+	// side. A lone task so waits StartLatency + StartSpread, a gang of g
+	// alone StartLatency + g·StartSpread, and a start beside others
+	// longer, as much longer as they share. GangSpread is not used.
+	// caravan replay fits either model to the live starts.
+	StartsShared bool
 	// StopLatency is how long, in seconds, a preempted job keeps its GPUs
 	// after the round that preempts it: a real cluster's planner writes
 	// the hold and Nomad stops the job's tasks before the GPUs are free.
@@ -284,6 +293,8 @@ type simulator struct {
 	// startsFree is when the cluster can start its next task, for
 	// StartSpread.
 	startsFree float64
+	// setup is the starts under way, under StartsShared.
+	setup setupPool
 	// preempted says a preemption happened at preemptedAt; freeBeforeStops
 	// is what the starts of that moment may still take of the GPUs that
 	// were free before it. A start that needs more waits for the stop

@@ -353,6 +353,48 @@ func TestGangSpreadSpacesOnlyAGangsOwnTasks(t *testing.T) {
 	}
 }
 
+// With StartsShared the tasks under way share the clients' set-up: the
+// gang joins at 2 and alone would end it at 2 + 8·1; the lone job joins at
+// 6, when each of the gang's tasks still needs 0.5, and the nine tasks
+// share it from then: the gang ends at 6 + 0.5·9 = 10.5, the lone job
+// needs 0.5 more alone and ends at 11. A lone job after them pays the
+// latency and one task's set-up.
+func TestSharedStartsShareTheSetUp(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "gang", Arrival: 0, GPUs: 8, Duration: 10},
+		{ID: "lone", Arrival: 4, GPUs: 1, Duration: 10},
+		{ID: "later", Arrival: 50, GPUs: 1, Duration: 10},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n2g8"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 1,
+		StartsShared: true}, jobs)
+	must.NoError(t, err)
+	finishes := []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish}
+	for k, want := range []float64{20.5, 21, 63} {
+		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
+	}
+}
+
+// A start taken back before its tasks ran leaves the set-up, and the
+// starts it shared it with end sooner. A and C join at 0, each task needing
+// 1 of it; at 1, B (5 s) arrives and srtf takes A (100 s) back. C, with 0.5
+// left, and B, with 1, share it from then: C ends at 2 and B at 2.5. Had A
+// stayed, C would have ended at 2.5. A lost no run, so it counts no
+// preemption, and starts again alone after B.
+func TestSharedStartsLeavingFreesTheSetUp(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 100},
+		{ID: "C", Arrival: 0, GPUs: 1, Duration: 50},
+		{ID: "B", Arrival: 1, GPUs: 1, Duration: 5},
+	}
+	res, err := Run(Config{Cluster: cluster(t, "n1g2"), Policy: mustPolicy(t, "srtf", policy.Config{}), StartSpread: 1, StartsShared: true}, jobs)
+	must.NoError(t, err)
+	finishes := []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish}
+	for k, want := range []float64{7.5 + 1 + 100, 52, 7.5} {
+		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
+	}
+	must.Eq(t, 0, res.Jobs[0].Preemptions)
+}
+
 // The sizes the policies learn are what a job attained, as the live
 // planner records them: each run's overhead counts, here twice for a job
 // preempted once.
