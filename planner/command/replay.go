@@ -88,13 +88,20 @@ Replay:
                        sim -start-latency); default: measured on the live
                        run, the planner's and Nomad's parts and the
                        clients' delay fitted to their starts
-  -start-spread S      trace seconds the cluster takes to start each task
-                       (one per GPU), one after another, in the simulator's
-                       run (caravan sim -start-spread); default: the
-                       clients' pace fitted to their starts on the live run
-  -gang-spread S       trace seconds between a gang's tasks' starts, in
-                       the simulator's run (caravan sim -gang-spread);
-                       default: the live gangs' mean, first task to last
+  -start-spread S      trace seconds of the clients' set-up each task
+                       needs (shared), or the cluster takes to start each
+                       task one after another (queue), in the simulator's
+                       run (caravan sim -start-spread); default: fitted to
+                       the clients' starts on the live run
+  -gang-spread S       with -start-model queue: trace seconds between a
+                       gang's tasks' starts, in the simulator's run
+                       (caravan sim -gang-spread); default: the live
+                       gangs' mean, first task to last
+  -start-model M       how the simulator models the clients' starts:
+                       shared (the tasks under way share the set-up, a
+                       spread of it each; a gang's tasks end theirs
+                       together) or queue (one task after another, a
+                       spread apart); default shared
   -run-overhead S      trace seconds a task runs longer live than its job
                        simulated, in the simulator's run (caravan sim
                        -run-overhead); default: the live run's mean
@@ -141,6 +148,7 @@ type replayFlags struct {
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
+	startModel                   string
 	workload, checkpointDir, run string
 	planner, plannerToken        string
 	out, logLevel                string
@@ -151,6 +159,12 @@ type replayFlags struct {
 	gangs                        bool
 	prepareOnly, seedHistory     bool
 }
+
+// defaultStartModel is how the simulator beside a replay models the
+// clients' starts, unless -start-model says: shared fitted the live starts
+// better than the queue in 56 of 57 saved replays (docs/replay.md, Starts
+// as a shared set-up).
+const defaultStartModel = "shared"
 
 var runIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
@@ -173,6 +187,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -gang-spread must be a non-negative number of trace seconds")
 	case f.runOverhead != -1 && !seconds(f.runOverhead):
 		return usagef("flag -run-overhead must be a non-negative number of trace seconds")
+	case f.startModel != "queue" && f.startModel != "shared":
+		return usagef("flag -start-model: want queue or shared, got %q", f.startModel)
 	case f.stopLatency != -1 && !seconds(f.stopLatency):
 		return usagef("flag -stop-latency must be a non-negative number of trace seconds")
 	case f.workload == "" && !f.prepareOnly && f.from == "":
@@ -211,6 +227,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
 	fs.Float64Var(&f.gangSpread, "gang-spread", -1, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", -1, "")
+	fs.StringVar(&f.startModel, "start-model", defaultStartModel, "")
 	fs.StringVar(&f.workload, "workload", "", "")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "")
 	fs.StringVar(&f.run, "run", "", "")
@@ -360,7 +377,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
 	res *replay.Result, info replayInfo, log hclog.Logger) error {
 	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
-		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency})
+		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, Shared: f.startModel == "shared"})
 	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
 		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
 		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,

@@ -62,6 +62,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 	dir := t.TempDir()
 	f.out, f.json, f.timeScale, f.held, f.gangs = dir, true, 10, true, true
 	f.startLatency, f.startSpread, f.gangSpread, f.runOverhead, f.stopLatency = -1, -1, -1, -1, -1
+	f.startModel = defaultStartModel
 	var out, errb bytes.Buffer
 	c := &replayCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errb}}
 	must.NoError(t, c.measureAndReport(&f, in, pol, ideal, res,

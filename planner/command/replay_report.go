@@ -74,7 +74,8 @@ type replayInfo struct {
 	// where it went (medians, trace seconds).
 	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
 	// StartCostsFrom says where the start latency and spread came from:
-	// "the clients' queue" fitted to the placements and starts, the "gaps
+	// "the clients' shared set-up" (or with -start-model queue "the
+	// clients' queue") fitted to the placements and starts, the "gaps
 	// between starts" where Nomad kept no placement times, or "flags".
 	StartCostsFrom string `json:"start_costs_from"`
 	// JobsSplit and SimJobsSplit count the jobs that finished on a run
@@ -159,6 +160,9 @@ func renderReplay(rep replayReport) string {
 			100*p.ClientsBusy, p.ClientsPerStart)
 		fmt.Fprintf(&b, "the clients' queue, fitted on %d tasks: each starts %.1f s after its placement, %.1f s after the task before it at the soonest\n",
 			p.ClientTasks, p.ClientDelay, p.ClientService)
+		fmt.Fprintf(&b, "their shared set-up, fitted on the same: each joins it %.1f s after its placement and needs %.2f s of it, shared with the tasks beside it\n",
+			p.SharedDelay, p.SharedService)
+		fmt.Fprintf(&b, "error of each fit on the starts jobs waited for (root mean square): queue %.1f s, shared %.1f s\n", p.ClientRMS, p.SharedRMS)
 	}
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
 	if n := rep.Replay.NomadEvictions; n > 0 {

@@ -58,6 +58,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{append(base, "-stop-latency", "-2"), "flag -stop-latency"},
 		{append(base, "-start-spread", "-3"), "flag -start-spread"},
 		{append(base, "-gang-spread", "-0.5"), "flag -gang-spread"},
+		{append(base, "-start-model", "fifo"), "flag -start-model"},
 		{append(base, "-lanes", "-2"), "flags -lanes and -lane-memory must not be negative"},
 		{append(base, "-lanes", "2", "-throughputs", "t.json"), "flag -lanes: the replay's workload slows beside a partner"},
 		{append(base, "-max-gpus", "-1"), "flag -max-gpus"},

@@ -401,12 +401,24 @@ type StartParts struct {
 	ClientDelay   float64 `json:"client_delay_s"`
 	ClientService float64 `json:"client_service_s"`
 	ClientTasks   int     `json:"client_tasks"`
+	// SharedDelay and SharedService are the clients' shared set-up
+	// fitted to the same tasks (ClientShare).
+	SharedDelay   float64 `json:"shared_delay_s"`
+	SharedService float64 `json:"shared_service_s"`
+	// ClientRMS and SharedRMS are each fit's root mean square error over
+	// the starts waited on, in trace seconds: which model fits the run.
+	ClientRMS float64 `json:"client_fit_rms_s"`
+	SharedRMS float64 `json:"shared_fit_rms_s"`
 }
 
 // StartLatency is the start latency the simulator is charged when the
 // live run shows where its starts' time went: the planner's part, Nomad's
-// where no stop held the GPUs, and the clients' fixed delay.
-func (p *StartParts) StartLatency() float64 {
+// where no stop held the GPUs, and the clients' fixed delay, in their
+// shared set-up's model or their queue's.
+func (p *StartParts) StartLatency(shared bool) float64 {
+	if shared {
+		return p.Planner + p.NomadUnblocked + p.SharedDelay
+	}
 	return p.Planner + p.NomadUnblocked + p.ClientDelay
 }
 
@@ -431,7 +443,12 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	p := &StartParts{Planner: Mean(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
 		NomadUnblocked: Mean(unblocked)}
 	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(l.Tasks)
-	p.ClientDelay, p.ClientService, p.ClientTasks = ClientQueue(l.Tasks, l.IndependentWorkers)
+	if ts := startedTasks(l.Tasks, l.IndependentWorkers); len(ts) > 0 {
+		var queueErr, sharedErr float64
+		p.ClientDelay, p.ClientService, queueErr = fitStarts(ts, queueCost(ts))
+		p.SharedDelay, p.SharedService, sharedErr = fitStarts(ts, shareCost(ts))
+		p.ClientTasks, p.ClientRMS, p.SharedRMS = len(ts), fitRMS(ts, queueErr), fitRMS(ts, sharedErr)
+	}
 	return p
 }
 
@@ -455,25 +472,126 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 // can stop at one, and two parameters over a thousand tasks take
 // milliseconds.
 func ClientQueue(tasks [][]TaskRun, eachTask bool) (delay, service float64, n int) {
-	type placedTask struct {
-		TaskRun
-		job      int
-		waitedOn bool // the start its job waits for
-	}
-	var ts []placedTask
-	for job, runs := range tasks {
-		for _, t := range runs {
-			if t.Placed > 0 && t.Start >= t.Placed {
-				ts = append(ts, placedTask{TaskRun: t, job: job, waitedOn: eachTask})
-			}
-		}
-	}
+	ts := startedTasks(tasks, eachTask)
 	if len(ts) == 0 {
 		return 0, 0, 0
 	}
-	waits := make([]float64, len(ts))
-	for k, t := range ts {
-		waits[k] = t.Start - t.Placed
+	delay, service, _ = fitStarts(ts, queueCost(ts))
+	return delay, service, len(ts)
+}
+
+// fitRMS is the root mean square error, in trace seconds, of a model's
+// fit (fitStarts' squared error) over the starts waited on.
+func fitRMS(ts []startedTask, squared float64) float64 {
+	n := 0
+	for _, t := range ts {
+		if t.waitedOn {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return math.Sqrt(squared / float64(n))
+}
+
+// queueCost is the squared error, over the starts waited on, of the
+// clients' queue of delay d and service s (ClientQueue).
+func queueCost(ts []startedTask) func(d, s float64) float64 {
+	return func(d, s float64) float64 {
+		prev, sum := math.Inf(-1), 0.0
+		for _, t := range ts {
+			at := max(t.Placed+d, prev+s)
+			prev = at
+			if t.waitedOn {
+				sum += (at - t.Start) * (at - t.Start)
+			}
+		}
+		return sum
+	}
+}
+
+// ClientShare fits the simulator's other model of starts
+// (Config.StartsShared) to the clients' own: each task joins the clients'
+// set-up a fixed delay after Nomad placed its allocation and needs a
+// service time of it, and the tasks in set-up share it equally. It returns
+// the delay and the service, in trace seconds, that put the start each job
+// waits for nearest the live one, and how many tasks it saw, as
+// ClientQueue does. A client starts the allocations it was given side by
+// side: fitted as a queue, a lone task placed beside a gang waited for
+// the whole gang, and the delay grew to cover the gangs' last tasks, which
+// charged one-GPU starts twice what they waited on 2D-Gittins' replays.
+func ClientShare(tasks [][]TaskRun, eachTask bool) (delay, service float64, n int) {
+	ts := startedTasks(tasks, eachTask)
+	if len(ts) == 0 {
+		return 0, 0, 0
+	}
+	delay, service, _ = fitStarts(ts, shareCost(ts))
+	return delay, service, len(ts)
+}
+
+// shareCost is the squared error, over the starts waited on, of the
+// clients' shared set-up of delay d and service s (ClientShare).
+func shareCost(ts []startedTask) func(d, s float64) float64 {
+	// Every task needs the same, so they end in the order they join: each
+	// ends once the set-up's virtual time (the service each task in it
+	// has had) is the service past what it was at its joining.
+	tags := make([]float64, len(ts))
+	return func(d, s float64) float64 {
+		sum, now, virtual, head := 0.0, math.Inf(-1), 0.0, 0
+		for k := 0; k <= len(ts); k++ {
+			join := math.Inf(1)
+			if k < len(ts) {
+				join = ts[k].Placed + d
+			}
+			// The tasks that end before this one joins.
+			for head < k {
+				end := now + (tags[head]-virtual)*float64(k-head)
+				if end > join {
+					break
+				}
+				now, virtual = end, tags[head]
+				for head < k && tags[head] <= virtual {
+					if t := ts[head]; t.waitedOn {
+						sum += (end - t.Start) * (end - t.Start)
+					}
+					head++
+				}
+			}
+			if k == len(ts) {
+				break
+			}
+			if head < k {
+				virtual += (join - now) / float64(k-head)
+			}
+			now = join
+			tags[k] = virtual + s
+		}
+		return sum
+	}
+}
+
+// startedTask is a task that Nomad placed and that started, and whether
+// its start is the one its job waits for.
+type startedTask struct {
+	TaskRun
+	job      int
+	waitedOn bool
+}
+
+// startedTasks is the tasks that started after their placement, in the
+// order of their placements (and starts within one), each placement's
+// last marked as the start its job waits for: a gang runs once its last
+// task has started (every task where the workers run each on its own
+// course: eachTask).
+func startedTasks(tasks [][]TaskRun, eachTask bool) []startedTask {
+	var ts []startedTask
+	for job, runs := range tasks {
+		for _, t := range runs {
+			if t.Placed > 0 && t.Start >= t.Placed {
+				ts = append(ts, startedTask{TaskRun: t, job: job, waitedOn: eachTask})
+			}
+		}
 	}
 	sort.Slice(ts, func(a, b int) bool {
 		if ts[a].Placed != ts[b].Placed {
@@ -481,8 +599,6 @@ func ClientQueue(tasks [][]TaskRun, eachTask bool) (delay, service float64, n in
 		}
 		return ts[a].Start < ts[b].Start
 	})
-	// The model starts a placement's tasks in this order, so its last
-	// one here is the start its job waits for.
 	type placement struct {
 		job    int
 		placed float64
@@ -494,24 +610,22 @@ func ClientQueue(tasks [][]TaskRun, eachTask bool) (delay, service float64, n in
 	for _, k := range last {
 		ts[k].waitedOn = true
 	}
-	cost := func(d, s float64) float64 {
-		prev, sum := math.Inf(-1), 0.0
-		for _, t := range ts {
-			at := max(t.Placed+d, prev+s)
-			prev = at
-			if t.waitedOn {
-				sum += (at - t.Start) * (at - t.Start)
-			}
-		}
-		return sum
+	return ts
+}
+
+// fitStarts is the delay and service of a model of starts that put the
+// starts waited on nearest the live ones (least squares, cost), on a grid
+// refined once: a task's delay at most its wait, the service at most the
+// median wait (a slower set-up would have made most waits longer).
+func fitStarts(ts []startedTask, cost func(d, s float64) float64) (delay, service, best float64) {
+	waits := make([]float64, len(ts))
+	for k, t := range ts {
+		waits[k] = t.Start - t.Placed
 	}
-	// A task's delay is at most its wait; the service at most the
-	// median wait (a queue slower than that would have made most waits
-	// longer).
 	sort.Float64s(waits)
 	dHi, sHi := waits[len(waits)*19/20], waits[len(waits)/2]
 	const steps = 48
-	best := math.Inf(1)
+	best = math.Inf(1)
 	search := func(dLo, dHi, sLo, sHi float64) {
 		for i := 0; i <= steps; i++ {
 			d := dLo + (dHi-dLo)*float64(i)/steps
@@ -526,7 +640,7 @@ func ClientQueue(tasks [][]TaskRun, eachTask bool) (delay, service float64, n in
 	search(0, dHi, 0, sHi)
 	dStep, sStep := dHi/steps, sHi/steps
 	search(max(delay-dStep, 0), delay+dStep, max(service-sStep, 0), service+sStep)
-	return delay, service, len(ts)
+	return delay, service, best
 }
 
 // ClientsBusy is the share of the span from the first placement to the

@@ -392,6 +392,55 @@ func TestClientQueueFitsTheStartEachJobWaitsFor(t *testing.T) {
 	must.Greater(t, 10, delay, must.Sprint("every task a start of its own: the gangs' first tasks count"))
 }
 
+// ClientShare recovers the shared set-up's delay and service from starts
+// made by it, worked out here in small steps of time rather than as the
+// fit works them out; and the queue fits the same starts worse.
+func TestClientShareFitsASharedSetUp(t *testing.T) {
+	const delay, service, step = 3.0, 1.5, 0.001
+	type placement struct {
+		at    float64
+		tasks int
+	}
+	placements := []placement{{0, 1}, {1, 8}, {4, 1}, {5, 2}, {30, 1}, {31, 4}, {32, 1}, {60, 8}, {61, 8}, {62, 1}, {100, 1}}
+	left := make([]float64, len(placements))
+	ends := make([]float64, len(placements))
+	for k := range left {
+		left[k] = service
+	}
+	for now := 0.0; now < 200; now += step {
+		shared := 0
+		for k, p := range placements {
+			if p.at+delay <= now && left[k] > 0 {
+				shared += p.tasks
+			}
+		}
+		for k, p := range placements {
+			if p.at+delay <= now && left[k] > 0 {
+				if left[k] -= step / float64(shared); left[k] <= 0 {
+					ends[k] = now + step
+				}
+			}
+		}
+	}
+	var tasks [][]TaskRun
+	for k, p := range placements {
+		var runs []TaskRun
+		for range p.tasks {
+			runs = append(runs, TaskRun{Placed: p.at, Start: ends[k], End: ends[k] + 500})
+		}
+		tasks = append(tasks, runs)
+	}
+	must.Between(t, 16, ends[1]-1, 19, must.Sprint("the gang shares its set-up with the lone tasks beside it"))
+	d, s, n := ClientShare(tasks, false)
+	must.Eq(t, 35, n)
+	must.Between(t, delay-0.2, d, delay+0.2)
+	must.Between(t, service-0.05, s, service+0.05)
+
+	ts := startedTasks(tasks, false)
+	qd, qs, _ := ClientQueue(tasks, false)
+	must.Greater(t, 2*shareCost(ts)(d, s), queueCost(ts)(qd, qs), must.Sprint("the queue fits starts made by a shared set-up worse"))
+}
+
 // The start latency the simulator is charged: the planner's part, Nomad's
 // where no stop held the GPUs (the stop latency charges that wait), and
 // the clients' fitted delay.
@@ -414,7 +463,8 @@ func TestStartLatencyFromItsParts(t *testing.T) {
 	must.Eq(t, 5.5, p.Planner, must.Sprint("the mean of 5 and 6"))
 	must.Eq(t, 2, p.ClientTasks)
 	must.Between(t, 29, p.ClientDelay, 31)
-	must.Between(t, 5.5+5+29, p.StartLatency(), 5.5+5+31)
+	must.Between(t, 5.5+5+29, p.StartLatency(false), 5.5+5+31)
+	must.Between(t, 5.5+5+p.SharedDelay-1e-9, p.StartLatency(true), 5.5+5+p.SharedDelay+1e-9)
 }
 
 // A job the run did not finish (NaN start and finish, as a timeout leaves

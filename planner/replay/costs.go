@@ -9,9 +9,14 @@ import "github.com/caravan-gpu/caravan/planner/sim"
 type Costs struct {
 	StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency float64
 	Starts, Events, Gangs, Runs, Stops                              int
+	// Shared models the clients' starts as a shared set-up
+	// (sim.Config.StartsShared) rather than a queue: the simulator is
+	// charged so, and where the costs are fitted, they are fitted so.
+	Shared bool
 	// From says where the start latency and spread came from: "the
-	// clients' queue" fitted to the placements and starts, the "gaps
-	// between starts" where Nomad kept too few placement times, or "flags".
+	// clients' queue" or "the clients' shared set-up" fitted to the
+	// placements and starts, the "gaps between starts" where Nomad kept
+	// too few placement times, or "flags".
 	From string
 	// Parts splits a first start's delay where the live run shows where
 	// it went; nil where it does not.
@@ -39,20 +44,25 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	switch {
 	case given.StartLatency >= 0 && given.StartSpread >= 0:
 		c.From = "flags"
+	case fitted && c.Shared:
+		c.From = "the clients' shared set-up"
 	case fitted:
 		c.From = "the clients' queue"
 	}
 	if c.StartSpread < 0 {
-		if fitted {
+		switch {
+		case fitted && c.Shared:
+			c.StartSpread, c.Events = c.Parts.SharedService, c.Parts.ClientTasks
+		case fitted:
 			c.StartSpread, c.Events = c.Parts.ClientService, c.Parts.ClientTasks
-		} else {
+		default:
 			within, _ := live.StartLatency(ideal, 0)
 			c.StartSpread, c.Events = live.StartSpread(ideal, within)
 		}
 	}
 	if c.StartLatency < 0 {
 		if fitted {
-			c.StartLatency, c.Starts = c.Parts.StartLatency(), c.Parts.MeasuredOn
+			c.StartLatency, c.Starts = c.Parts.StartLatency(c.Shared), c.Parts.MeasuredOn
 		} else {
 			c.Delays = live.StartDelays(ideal, c.StartSpread)
 			c.StartLatency, c.Starts = Median(c.Delays), len(c.Delays)
@@ -84,4 +94,5 @@ func (c Costs) Any() bool {
 func (c Costs) Charge(cfg *sim.Config) {
 	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
 	cfg.GangSpread = c.GangSpread
+	cfg.StartsShared = c.Shared
 }
