@@ -12,6 +12,7 @@ type Costs struct {
 	// Shared models the clients' starts as a shared set-up
 	// (sim.Config.StartsShared) rather than a queue: the simulator is
 	// charged so, and where the costs are fitted, they are fitted so.
+	// Costs read from the gaps between starts are a queue's.
 	Shared bool
 	// From says where the start latency and spread came from: "the
 	// clients' queue" or "the clients' shared set-up" fitted to the
@@ -44,6 +45,11 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	switch {
 	case given.StartLatency >= 0 && given.StartSpread >= 0:
 		c.From = "flags"
+	case !fitted:
+		// The gaps between starts read a queue's latency and spread:
+		// charged as a shared set-up, each start would pay a spread
+		// more than the gaps showed.
+		c.Shared = false
 	case fitted && c.Shared:
 		c.From = "the clients' shared set-up"
 	case fitted:

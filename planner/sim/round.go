@@ -233,11 +233,14 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		s.freeBeforeStops = max(0, s.freeBeforeStops-use)
 	}
 	switch {
-	case s.cfg.StartsShared && s.cfg.StartSpread > 0:
+	case s.cfg.StartsShared:
 		// The clients set up the tasks of every start under way side by
-		// side; this one's end moves as others join and leave.
-		tasks := float64(max(js.GPUs, 1))
-		latency = s.setupJoin(i, s.now+latency, tasks) - s.now
+		// side; this one's end moves as others join and leave. No gang
+		// spread: a start's tasks end their set-up together.
+		if s.cfg.StartSpread > 0 {
+			tasks := float64(max(js.GPUs, 1))
+			latency = s.setupJoin(i, s.now+latency, tasks) - s.now
+		}
 	case s.cfg.StartSpread > 0 || s.cfg.GangSpread > 0:
 		// The cluster starts tasks one after another, a spread apart,
 		// those of earlier rounds first; a gang's tasks too (GangSpread
@@ -301,8 +304,8 @@ func (s *simulator) preempt(i int) {
 	if js.laneShare > 0 {
 		s.releaseLane(i)
 	}
-	if js.latency > 0 && s.cfg.StartsShared {
-		s.setupLeave(i) // before the latency goes: it moves the others'
+	if s.cfg.StartsShared {
+		s.setupLeave(i) // a start under way leaves the set-up: the others end sooner
 	}
 	if js.latency > 0 {
 		// Still starting: it gives up its place in the queue of starts.
@@ -347,7 +350,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
 	js.migrations++
-	if js.latency > 0 && s.cfg.StartsShared {
+	if s.cfg.StartsShared {
 		s.setupLeave(i)
 	}
 	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting

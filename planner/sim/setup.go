@@ -2,7 +2,11 @@ package sim
 
 // This file holds the clients' shared set-up of starts (Config.StartsShared).
 
-import "math"
+import (
+	"math"
+
+	"github.com/caravan-gpu/caravan/planner/policy"
+)
 
 var inf = math.Inf(1)
 
@@ -49,7 +53,7 @@ func (p *setupPool) advance(t float64) {
 // t = +Inf, every start's end as things stand.
 func (p *setupPool) run(t float64, ends []float64) {
 	now := p.at
-	for {
+	for now < t {
 		shared, least, next := 0.0, 0.0, t
 		for k := range p.starts {
 			st := &p.starts[k]
@@ -72,39 +76,24 @@ func (p *setupPool) run(t float64, ends []float64) {
 			continue
 		}
 		// Each task in set-up gets 1/shared of it: the least left ends
-		// after least·shared, unless a start joins first.
-		if end := now + least*shared; end <= next {
-			for k := range p.starts {
-				if st := &p.starts[k]; st.left > 0 && st.join <= now {
-					st.left -= least
-					if st.left <= 0 {
-						st.left = 0
-						if ends != nil {
-							ends[k] = end
-						}
+		// after least·shared, unless a start joins (or t comes) first.
+		at, step := now+least*shared, least
+		if at > next {
+			at, step = next, (next-now)/shared
+		}
+		for k := range p.starts {
+			if st := &p.starts[k]; st.left > 0 && st.join <= now {
+				// The least left is used up exactly (x − x = 0); where
+				// a join comes first, rounding may use one up too.
+				if st.left -= step; st.left <= 0 {
+					st.left = 0
+					if ends != nil {
+						ends[k] = at
 					}
 				}
 			}
-			now = end
-			continue
 		}
-		if next >= t && t > now {
-			// Stop at t, part of the way.
-			step := (t - now) / shared
-			for k := range p.starts {
-				if st := &p.starts[k]; st.left > 0 && st.join <= now {
-					st.left = max(st.left-step, 0)
-				}
-			}
-			return
-		}
-		step := (next - now) / shared
-		for k := range p.starts {
-			if st := &p.starts[k]; st.left > 0 && st.join <= now {
-				st.left = max(st.left-step, 0)
-			}
-		}
-		now = next
+		now = at
 	}
 }
 
@@ -115,6 +104,9 @@ func (p *setupPool) plan() []float64 {
 		saved[k] = p.starts[k].left
 	}
 	p.done = append(p.done[:0], make([]float64, len(p.starts))...)
+	for k := range p.done {
+		p.done[k] = p.at // a start with nothing left ends now
+	}
 	p.run(inf, p.done)
 	for k := range p.starts {
 		p.starts[k].left = saved[k]
@@ -167,6 +159,9 @@ func (s *simulator) setupMoved() {
 			continue
 		}
 		js := &s.jobs[st.job]
+		if js.done || js.State != policy.Running {
+			continue
+		}
 		s.settle(js)
 		delta := ends[k] - old
 		js.latency = max(js.latency+delta, 0)

@@ -372,6 +372,28 @@ func TestSharedStartsShareTheSetUp(t *testing.T) {
 	for k, want := range []float64{20.5, 21, 63} {
 		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
 	}
+
+	// A start that joins the moment another's set-up ends: A ends at 3
+	// (1 s alone, then 2 s beside B), and C joins then, beside B's last
+	// 1: B ends at 5, C at 6. (The set-up once looped forever here.)
+	jobs = []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "B", Arrival: 1, GPUs: 1, Duration: 10},
+		{ID: "C", Arrival: 3, GPUs: 1, Duration: 10},
+	}
+	res, err = Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartSpread: 2, StartsShared: true}, jobs)
+	must.NoError(t, err)
+	finishes = []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish}
+	for k, want := range []float64{13, 15, 16} {
+		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
+	}
+
+	// No spread, no set-up: the latency alone, and no gang spread
+	// either, which the shared set-up does not use.
+	res, err = Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, GangSpread: 5,
+		StartsShared: true}, []trace.Job{{ID: "gang", Arrival: 0, GPUs: 4, Duration: 10}})
+	must.NoError(t, err)
+	must.Eq(t, 12, res.Jobs[0].Finish)
 }
 
 // A start taken back before its tasks ran leaves the set-up, and the
