@@ -21,6 +21,7 @@ type setupPool struct {
 	at     float64      // when left was last brought up to date
 	starts []setupStart // in the order they join
 	done   []float64    // scratch: each start's end, as worked out anew
+	saved  []float64    // scratch: each start's left, kept while plan runs ahead
 }
 
 type setupStart struct {
@@ -99,17 +100,14 @@ func (p *setupPool) run(t float64, ends []float64) {
 
 // plan works out every start's end anew, as of p.at, into p.done.
 func (p *setupPool) plan() []float64 {
-	saved := make([]float64, len(p.starts))
-	for k := range p.starts {
-		saved[k] = p.starts[k].left
-	}
-	p.done = append(p.done[:0], make([]float64, len(p.starts))...)
-	for k := range p.done {
-		p.done[k] = p.at // a start with nothing left ends now
+	p.saved, p.done = p.saved[:0], p.done[:0]
+	for _, st := range p.starts {
+		p.saved = append(p.saved, st.left)
+		p.done = append(p.done, p.at) // a start with nothing left ends now
 	}
 	p.run(inf, p.done)
 	for k := range p.starts {
-		p.starts[k].left = saved[k]
+		p.starts[k].left = p.saved[k]
 	}
 	return p.done
 }

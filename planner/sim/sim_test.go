@@ -353,6 +353,16 @@ func TestGangSpreadSpacesOnlyAGangsOwnTasks(t *testing.T) {
 	}
 }
 
+// mustFinishAt checks each job's finish, in the trace's order, to within
+// rounding.
+func mustFinishAt(t *testing.T, res *Result, want ...float64) {
+	t.Helper()
+	must.Eq(t, len(want), len(res.Jobs))
+	for k, w := range want {
+		must.Between(t, w-1e-9, res.Jobs[k].Finish, w+1e-9, must.Sprintf("job %s", res.Jobs[k].ID))
+	}
+}
+
 // With StartsShared the tasks under way share the clients' set-up: the
 // gang joins at 2 and alone would end it at 2 + 8·1; the lone job joins at
 // 6, when each of the gang's tasks still needs 0.5, and the nine tasks
@@ -368,10 +378,7 @@ func TestSharedStartsShareTheSetUp(t *testing.T) {
 	res, err := Run(Config{Cluster: cluster(t, "n2g8"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartLatency: 2, StartSpread: 1,
 		StartsShared: true}, jobs)
 	must.NoError(t, err)
-	finishes := []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish}
-	for k, want := range []float64{20.5, 21, 63} {
-		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
-	}
+	mustFinishAt(t, res, 20.5, 21, 63)
 
 	// A start that joins the moment another's set-up ends: A ends at 3
 	// (1 s alone, then 2 s beside B), and C joins then, beside B's last
@@ -383,10 +390,7 @@ func TestSharedStartsShareTheSetUp(t *testing.T) {
 	}
 	res, err = Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartSpread: 2, StartsShared: true}, jobs)
 	must.NoError(t, err)
-	finishes = []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish}
-	for k, want := range []float64{13, 15, 16} {
-		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
-	}
+	mustFinishAt(t, res, 13, 15, 16)
 
 	// No spread, no set-up: the latency alone, and no gang spread
 	// either, which the shared set-up does not use.
@@ -410,10 +414,7 @@ func TestSharedStartsLeavingFreesTheSetUp(t *testing.T) {
 	}
 	res, err := Run(Config{Cluster: cluster(t, "n1g2"), Policy: mustPolicy(t, "srtf", policy.Config{}), StartSpread: 1, StartsShared: true}, jobs)
 	must.NoError(t, err)
-	finishes := []float64{res.Jobs[0].Finish, res.Jobs[1].Finish, res.Jobs[2].Finish}
-	for k, want := range []float64{7.5 + 1 + 100, 52, 7.5} {
-		must.Between(t, want-1e-9, finishes[k], want+1e-9, must.Sprintf("job %s", jobs[k].ID))
-	}
+	mustFinishAt(t, res, 7.5+1+100, 52, 7.5)
 	must.Eq(t, 0, res.Jobs[0].Preemptions)
 }
 
