@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,11 +73,28 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 		if !math.IsNaN(jobs[i].Finish) {
 			jobs[i].Nodes = finishingNodes(runs, jobs[i].GPUs)
 		}
+		jobs[i].Stops = tj.Stops
+		if tj.Stops == nil {
+			jobs[i].Stops = stopsOfTasks(tl.Stops, runs)
+		}
 	}
 	gpus := in.cluster.GPUs()
 	res.Sim = &sim.Result{Policy: policyName, GPUs: gpus, Jobs: jobs, Util: util,
 		Summary: sim.Summarize(policyName, gpus, jobs, sim.BusyArea(util, end))}
 	return res, info, nil
+}
+
+// stopsOfTasks picks, for a timeline written before each job's stops were
+// kept, the job's own from every stop of the run: each is the end of the
+// first of its tasks that a preemption stopped.
+func stopsOfTasks(stops []float64, runs []replay.TaskRun) []float64 {
+	var own []float64
+	for _, s := range stops {
+		if slices.ContainsFunc(runs, func(r replay.TaskRun) bool { return r.End == s }) {
+			own = append(own, s)
+		}
+	}
+	return own
 }
 
 func secondsDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -32,7 +32,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 	must.NoError(t, err)
 
 	jobs := []sim.JobResult{
-		{ID: "0", GPUs: 1, Weight: 1, Arrival: 0, Start: 4, Finish: 130, Isolated: 100, GPUModel: "V100"},
+		{ID: "0", GPUs: 1, Weight: 1, Arrival: 0, Start: 4, Finish: 130, Isolated: 100, GPUModel: "V100", Preemptions: 1, Stops: []float64{40}},
 		{ID: "1", GPUs: 2, Weight: 1, Arrival: 10, Start: 19, Finish: 90, Isolated: 50, GPUModel: "V100"},
 		{ID: "2", GPUs: 1, Weight: 1, Arrival: 20, Start: math.NaN(), Finish: math.NaN(), JCT: math.NaN(), Isolated: 80},
 	}
@@ -44,11 +44,13 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 		Sim: &sim.Result{Policy: pol.Name, GPUs: 4, Jobs: jobs, Util: util,
 			Summary: sim.Summarize(pol.Name, 4, jobs, sim.BusyArea(util, 130))},
 		Tasks: [][]replay.TaskRun{
-			{{Placed: 1.5, Start: 4, End: 130, Node: "n1"}},
+			{{Placed: 1.5, Start: 4, End: 40, Node: "n1"}, {Placed: 45, Start: 50, End: 130, Node: "n1"}},
 			{{Placed: 11, Start: 16, End: 90, Node: "n1"}, {Placed: 11, Start: 19, End: 89.75, Node: "n1"}},
 			nil,
 		},
-		Releases: [][]float64{{1}, {10.5}, nil},
+		Releases: [][]float64{{1, 44}, {10.5}, nil},
+		Holds:    [][]float64{{39}, nil, nil},
+		Stops:    []float64{40}, StopDelays: []float64{1},
 		Wall:     3 * 1e9, MaxLag: 2e6,
 	}
 	if f.lanes > 1 {
@@ -79,6 +81,21 @@ func TestReplayFromReportsASavedRunAgain(t *testing.T) {
 	must.Eq(t, exitOK, code, must.Sprint(stderr))
 	must.Eq(t, want, got)
 	must.StrContains(t, got, `"start_costs_from"`)
+	must.StrContains(t, got, `"live_stops": [`+"\n"+`        40`+"\n")
+
+	// A timeline written before each job's stops were kept gives them
+	// from the run's stops and the job's tasks.
+	timeline := filepath.Join(dir, "live", "timeline.json")
+	data, err := os.ReadFile(timeline)
+	must.NoError(t, err)
+	old := strings.ReplaceAll(string(data), `,"stops":[40]}`, "}")
+	old = strings.ReplaceAll(old, `,"stops":[]}`, "}")
+	must.NotEq(t, string(data), old)
+	must.StrNotContains(t, old, `"stops":[]`)
+	must.NoError(t, os.WriteFile(timeline, []byte(old), 0o644))
+	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-json")
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	must.Eq(t, want, got)
 
 	// A cost given by flag replaces the measured one, as in a replay.
 	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-json", "-start-latency", "7", "-start-spread", "0")

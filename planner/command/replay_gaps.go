@@ -246,6 +246,9 @@ type timelineJob struct {
 	Tasks    []timelineTask `json:"tasks"`    // in order of start
 	Releases []float64      `json:"releases"` // the planner's releases, oldest first
 	Holds    []float64      `json:"holds"`    // the planner's holds, oldest first
+	// Stops are when Nomad stopped its tasks for each preemption, oldest
+	// first; null in a timeline written before they were kept.
+	Stops []float64 `json:"stops"`
 }
 
 // writeTimeline writes res's live timeline as JSON.
@@ -253,7 +256,8 @@ func writeTimeline(path string, res *replay.Result) error {
 	tl := liveTimeline{Jobs: make([]timelineJob, 0, len(res.Sim.Jobs)),
 		Stops: append([]float64{}, res.Stops...), StopDelays: append([]float64{}, res.StopDelays...)}
 	for i, j := range res.Sim.Jobs {
-		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: []timelineTask{}, Releases: []float64{}, Holds: []float64{}}
+		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: []timelineTask{}, Releases: []float64{}, Holds: []float64{},
+			Stops: append([]float64{}, j.Stops...)}
 		if !math.IsNaN(j.Finish) {
 			tj.Finish = &j.Finish
 		}

@@ -92,7 +92,7 @@ func TestSplitJobs(t *testing.T) {
 func TestWriteTimeline(t *testing.T) {
 	res := &replay.Result{
 		Sim: &sim.Result{Jobs: []sim.JobResult{
-			{ID: "a", GPUs: 2, Arrival: 0, Finish: 90},
+			{ID: "a", GPUs: 2, Arrival: 0, Finish: 90, Preemptions: 1, Stops: []float64{40}},
 			{ID: "b", GPUs: 1, Arrival: 5, Finish: math.NaN()},
 		}},
 		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
@@ -116,6 +116,8 @@ func TestWriteTimeline(t *testing.T) {
 	must.Nil(t, got.Jobs[1].Finish)
 	must.Eq(t, []timelineTask{}, got.Jobs[1].Tasks)
 	must.Eq(t, []float64{40}, got.Stops)
+	must.Eq(t, []float64{40}, got.Jobs[0].Stops)
+	must.Eq(t, []float64{}, got.Jobs[1].Stops)
 
 	// A run without preemptions has none, not null.
 	res.Stops, res.StopDelays = nil, nil
