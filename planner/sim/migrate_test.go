@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -50,4 +51,37 @@ func TestMigrationCost(t *testing.T) {
 			must.Eq(t, 0, res.Summary.Preemptions, must.Sprint("a migration is not a preemption"))
 		})
 	}
+}
+
+// With StartsShared a move sets its tasks up again beside the other starts
+// under way. On two V100s and two K80s, four jobs of TestMigrationCost's
+// type start at 0, the first and third on the V100s, and share the set-up
+// (1 s a task): all run from 4. Of 10,000 steps on the V100s and 3,000 on
+// the K80s, the first two end at 1,004, and the K80s' jobs, 1,000 steps
+// done, move there together: 2 s of set-up shared, 30 s of move, 200 s of
+// work, ending at 1,236. With the sizes swapped, the 3,000-step job on a
+// V100 ends at 304 and the 10,000-step job on a K80 moves alone: 1 s of
+// set-up, 30 s, 970 s; the other K80 job moves alone at 1,004.
+func TestMigrationJoinsTheSharedSetUp(t *testing.T) {
+	tputs, err := trace.ParseThroughputs(strings.NewReader(
+		`{"v100": {"('steep', 1)": {"null": 10}}, "k80": {"('steep', 1)": {"null": 1}}}`), "test")
+	must.NoError(t, err)
+	cfg := Config{Cluster: cluster(t, "2xV100,2xK80"), Throughputs: tputs, MigrationCost: policy.DefaultMigrationCost,
+		Policy: mustPolicy(t, "fjf+migrate", policy.Config{}), StartSpread: 1, StartsShared: true}
+	jobs := func(steps ...float64) []trace.Job {
+		var js []trace.Job
+		for k, n := range steps {
+			js = append(js, trace.Job{ID: strconv.Itoa(k), GPUs: 1, JobType: "steep", Steps: n})
+		}
+		return js
+	}
+	res, err := Run(cfg, jobs(10000, 3000, 10000, 3000))
+	must.NoError(t, err)
+	mustFinishAt(t, res, 1004, 1236, 1004, 1236)
+	must.Eq(t, 2, res.Summary.Migrations)
+
+	res, err = Run(cfg, jobs(10000, 10000, 3000, 3000))
+	must.NoError(t, err)
+	mustFinishAt(t, res, 1004, 304+1+30+970, 304, 1004+1+30+200)
+	must.Eq(t, 2, res.Summary.Migrations)
 }

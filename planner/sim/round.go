@@ -340,7 +340,8 @@ func (s *simulator) preempt(i int) {
 // migrate moves a running job to d's GPU model (or, Synergy's lease, to
 // other GPUs of its own): it stops and starts again there, losing
 // MigrationCost seconds of run time on the new model and paying every
-// start's latency and overhead.
+// start's latency and overhead (with StartsShared, its share of the
+// set-up too).
 func (s *simulator) migrate(i int, d *policy.Decision) {
 	js := &s.jobs[i]
 	s.settle(js)
@@ -356,8 +357,13 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting
 	js.work += s.cfg.MigrationCost * s.wallRate(js)
 	js.idleEnd = js.work
-	js.work += (s.cfg.StartLatency + s.cfg.RunOverhead) * s.wallRate(js)
-	js.latency, js.gangTail = s.cfg.StartLatency, 0
+	latency := s.cfg.StartLatency
+	if s.cfg.StartsShared && s.cfg.StartSpread > 0 {
+		// Its tasks are set up again, beside the starts under way.
+		latency = s.setupJoin(i, s.now+latency, float64(max(js.GPUs, 1))) - s.now
+	}
+	js.work += (latency + s.cfg.RunOverhead) * s.wallRate(js)
+	js.latency, js.gangTail = latency, 0
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)
 }
