@@ -393,6 +393,13 @@ func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *p
 		}
 	}
 	info.StartLatencyMean, info.SimMeanLatencyAvgJCT = meanLatencyRun(in, pol, costs)
+	if costs.Any() {
+		band, err := costBand(in, pol, costs, simRes.Summary.AvgJCT)
+		if err != nil {
+			return err
+		}
+		info.SimCostBand = &band
+	}
 	info.SimNoDelayAvgJCT = ideal.Summary.AvgJCT
 	return c.report(f, in, replayReport{Replay: info}, costs, res, simRes)
 }
@@ -422,6 +429,37 @@ func meanLatencyRun(in *traceInputs, pol *policy.Policy, costs replay.Costs) (la
 		avgJCT = m.Summary.AvgJCT
 	}
 	return mean.StartLatency, avgJCT
+}
+
+// costBandStep is how far costBand moves each cost: less than the costs
+// measured on two runs of one trace and policy differ.
+const costBandStep = 0.05
+
+// costBand is the least and the most average JCT of the simulator charged
+// costs (avgJCT, as run) and of each run with one charged cost
+// costBandStep lower or higher. A policy whose order turns on near ties
+// moves far within it: a preemption falls on the other side of one, and
+// the jobs after it with it.
+func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT float64) ([2]float64, error) {
+	band := [2]float64{avgJCT, avgJCT}
+	for k := range 5 {
+		for _, f := range []float64{1 - costBandStep, 1 + costBandStep} {
+			c := costs
+			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency}[k]
+			if *cost <= 0 || k == 2 && c.Shared { // no gang spread is charged beside the shared set-up
+				continue
+			}
+			*cost *= f
+			cfg := in.simConfig(pol)
+			c.Charge(&cfg)
+			res, err := sim.Run(cfg, in.jobs)
+			if err != nil {
+				return band, fmt.Errorf("simulator: %w", err)
+			}
+			band[0], band[1] = min(band[0], res.Summary.AvgJCT), max(band[1], res.Summary.AvgJCT)
+		}
+	}
+	return band, nil
 }
 
 // writeKV writes the jobs' throughput profiles and, with -seed-history,

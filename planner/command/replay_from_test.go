@@ -182,3 +182,24 @@ func TestReplaySimulatesTheModelsAsAClientListsThem(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "K80", jobs[0].GPUModel)
 }
+
+// The cost band runs the simulator with each charged cost 5% off: one
+// 100 s job that waits a 10 s start latency, and nothing else charged,
+// ends 0.5 s sooner or later.
+func TestCostBandMovesEachChargedCost(t *testing.T) {
+	tr := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n")
+	var f replayFlags
+	fs := newFlags("replay")
+	f.traceFlags.register(fs)
+	must.NoError(t, parse(fs, []string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}))
+	in, _, err := f.load()
+	must.NoError(t, err)
+	band, err := costBand(in, in.policies[0], replay.Costs{StartLatency: 10}, 110)
+	must.NoError(t, err)
+	must.Eq(t, [2]float64{109.5, 110.5}, band)
+
+	// The cost that moves it most sets it: 5% of a 20 s run overhead.
+	band, err = costBand(in, in.policies[0], replay.Costs{StartLatency: 10, RunOverhead: 20}, 130)
+	must.NoError(t, err)
+	must.Eq(t, [2]float64{129, 131}, band)
+}

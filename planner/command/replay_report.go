@@ -70,6 +70,11 @@ type replayInfo struct {
 	// charging it instead: how much a few slow starts weigh.
 	StartLatencyMean     float64 `json:"start_latency_mean_s,omitempty"`
 	SimMeanLatencyAvgJCT float64 `json:"sim_mean_start_latency_avg_jct,omitempty"`
+	// SimCostBand is the least and the most average JCT the simulator
+	// gives with any one charged cost costBandStep lower or higher: how far
+	// the simulation moves within its costs' error, where a policy's
+	// near ties fall one way or the other. Absent where nothing is charged.
+	SimCostBand *[2]float64 `json:"sim_avg_jct_one_cost_5pct_off,omitempty"`
 	// StartParts splits a first start's delay where the live run shows
 	// where it went (medians, trace seconds).
 	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
@@ -165,6 +170,11 @@ func renderReplay(rep replayReport) string {
 		fmt.Fprintf(&b, "error of each fit on the starts jobs waited for (root mean square): queue %.1f s, shared %.1f s\n", p.ClientRMS, p.SharedRMS)
 	}
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
+	if band := rep.Replay.SimCostBand; band != nil && len(rep.Live.Policies) > 0 {
+		live := rep.Live.Policies[0].AvgJCT
+		fmt.Fprintf(&b, "the simulation with any one cost %.0f%% off: %s to %s (live ÷ sim %.3f to %.3f)\n",
+			100*costBandStep, dur(band[0]), dur(band[1]), live/band[1], live/band[0])
+	}
 	if n := rep.Replay.NomadEvictions; n > 0 {
 		fmt.Fprintf(&b, "allocations evicted by Nomad's own preemption, not a planner's hold: %d\n", n)
 	}
