@@ -170,7 +170,7 @@ func renderReplay(rep replayReport) string {
 		fmt.Fprintf(&b, "error of each fit on the starts jobs waited for (root mean square): queue %.1f s, shared %.1f s\n", p.ClientRMS, p.SharedRMS)
 	}
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
-	if band := rep.Replay.SimCostBand; band != nil && len(rep.Live.Policies) > 0 {
+	if band := rep.Replay.SimCostBand; band != nil && band[0] > 0 && len(rep.Live.Policies) > 0 {
 		live := rep.Live.Policies[0].AvgJCT
 		fmt.Fprintf(&b, "the simulation with any one cost %.0f%% off: %s to %s (live ÷ sim %.3f to %.3f)\n",
 			100*costBandStep, dur(band[0]), dur(band[1]), live/band[1], live/band[0])

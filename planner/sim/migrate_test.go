@@ -84,4 +84,12 @@ func TestMigrationJoinsTheSharedSetUp(t *testing.T) {
 	must.NoError(t, err)
 	mustFinishAt(t, res, 1004, 304+1+30+970, 304, 1004+1+30+200)
 	must.Eq(t, 2, res.Summary.Migrations)
+
+	// A start latency of 2: every task joins the set-up 2 s after its
+	// start, the first ones' too (all run from 6), and the moves at 1,006
+	// join it at 1,008.
+	cfg.StartLatency = 2
+	res, err = Run(cfg, jobs(10000, 3000, 10000, 3000))
+	must.NoError(t, err)
+	mustFinishAt(t, res, 1006, 1008+2+30+200, 1006, 1008+2+30+200)
 }
