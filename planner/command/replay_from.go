@@ -85,8 +85,8 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 }
 
 // stopsOfTasks picks, for a timeline written before each job's stops were
-// kept, the job's own from every stop of the run: each is the end of the
-// first of its tasks that a preemption stopped.
+// kept, the job's own from every stop of the run: each is the earliest end
+// among the tasks a preemption stopped.
 func stopsOfTasks(stops []float64, runs []replay.TaskRun) []float64 {
 	var own []float64
 	for _, s := range stops {

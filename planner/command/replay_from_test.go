@@ -51,7 +51,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 		Releases: [][]float64{{1, 44}, {10.5}, nil},
 		Holds:    [][]float64{{39}, nil, nil},
 		Stops:    []float64{40}, StopDelays: []float64{1},
-		Wall:     3 * 1e9, MaxLag: 2e6,
+		Wall: 3 * 1e9, MaxLag: 2e6,
 	}
 	if f.lanes > 1 {
 		res.SharedSpeed = sharedSpeed(f.lanes)

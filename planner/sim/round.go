@@ -237,10 +237,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		// The clients set up the tasks of every start under way side by
 		// side; this one's end moves as others join and leave. No gang
 		// spread: a start's tasks end their set-up together.
-		if s.cfg.StartSpread > 0 {
-			tasks := float64(max(js.GPUs, 1))
-			latency = s.setupJoin(i, s.now+latency, tasks) - s.now
-		}
+		latency = s.sharedSetUp(i, latency)
 	case s.cfg.StartSpread > 0 || s.cfg.GangSpread > 0:
 		// The cluster starts tasks one after another, a spread apart,
 		// those of earlier rounds first; a gang's tasks too (GangSpread
@@ -358,9 +355,9 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.work += s.cfg.MigrationCost * s.wallRate(js)
 	js.idleEnd = js.work
 	latency := s.cfg.StartLatency
-	if s.cfg.StartsShared && s.cfg.StartSpread > 0 {
+	if s.cfg.StartsShared {
 		// Its tasks are set up again, beside the starts under way.
-		latency = s.setupJoin(i, s.now+latency, float64(max(js.GPUs, 1))) - s.now
+		latency = s.sharedSetUp(i, latency)
 	}
 	js.work += (latency + s.cfg.RunOverhead) * s.wallRate(js)
 	js.latency, js.gangTail = latency, 0

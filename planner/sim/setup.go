@@ -130,6 +130,16 @@ func (s *simulator) setupJoin(i int, join, tasks float64) float64 {
 	return p.starts[k].end
 }
 
+// sharedSetUp enters job i's start, whose tasks join the set-up latency
+// from now, and says how long until its set-up ends; with no spread there
+// is no set-up, and it is latency.
+func (s *simulator) sharedSetUp(i int, latency float64) float64 {
+	if !(s.cfg.StartSpread > 0) {
+		return latency
+	}
+	return s.setupJoin(i, s.now+latency, float64(max(s.jobs[i].GPUs, 1))) - s.now
+}
+
 // setupLeave takes job i's start out of the set-up, when it is taken
 // back before its tasks ran: the starts it shared with end sooner.
 func (s *simulator) setupLeave(i int) {
