@@ -485,7 +485,7 @@ func (r *recorder) outOfMemory(enc *json.Encoder, it int, err error) error {
 
 func (r *recorder) release() {
 	if r.cfg.GPU != "" && r.cfg.SimStateDir != "" {
-		_ = sim.ReleaseProcess(r.cfg.SimStateDir, r.cfg.GPU, r.pid)
+		_ = sim.ReleaseOwnProcess(r.ctx, r.cfg.SimStateDir, r.cfg.GPU, r.pid)
 	}
 }
 

@@ -268,3 +268,41 @@ func TestALockIsNotTakenThroughALink(t *testing.T) {
 	_, err := os.Lstat(target)
 	must.True(t, os.IsNotExist(err))
 }
+
+// A process that finishes while checkpointed, between the checkpoint and
+// the freeze, leaves the GPU only once it is restored, as CUDA's teardown
+// waits for the restore: its restore then finds its state, rather than
+// fail and end the task. The release must also hold off a checkpoint while
+// it runs.
+func TestAProcessLeavingWhileCheckpointedWaitsForItsRestore(t *testing.T) {
+	b := simBackend(t, "15360")
+	ctx := context.Background()
+	pid := sleeper(t)
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 1000))
+	must.NoError(t, b.Checkpoint(ctx, pid))
+	released := make(chan error, 1)
+	go func() { released <- ReleaseOwnProcess(ctx, b.stateDir, "GPU-a", pid) }()
+	select {
+	case err := <-released:
+		t.Fatalf("the release did not wait for the restore (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	must.NoError(t, b.Restore(ctx, pid))
+	select {
+	case err := <-released:
+		must.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release went on waiting after the restore")
+	}
+	procs, err := b.Processes("GPU-a")
+	must.NoError(t, err)
+	must.SliceEmpty(t, procs)
+
+	// Until its context ends: a task being stopped is not held up.
+	must.NoError(t, SetProcessMemory(b.stateDir, "GPU-a", pid, 1000))
+	must.NoError(t, b.Checkpoint(ctx, pid))
+	stopped, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	must.NoError(t, ReleaseOwnProcess(stopped, b.stateDir, "GPU-a", pid))
+	must.Error(t, b.Restore(ctx, pid))
+}

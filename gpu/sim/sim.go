@@ -516,17 +516,43 @@ func lockPath(stateDir, uuid string, pid int) string {
 // runs it is accounted running, and once it exits, exited, as NVML keeps a
 // process's statistics for its whole lifetime.
 func ReleaseProcess(stateDir, uuid string, pid int) error {
+	return releaseProcess(context.Background(), stateDir, uuid, pid, false)
+}
+
+// ReleaseOwnProcess is ReleaseProcess called by the process itself as it
+// leaves the GPU: like CUDA's teardown it waits while the process is
+// checkpointed, until its restore or until ctx ends, so that a process
+// checkpointed just as it finished does not take its checkpoint with it
+// and leave its restore nothing to bring back. The wait and the release
+// are one step under the process's lock, so no checkpoint falls between.
+func ReleaseOwnProcess(ctx context.Context, stateDir, uuid string, pid int) error {
+	return releaseProcess(ctx, stateDir, uuid, pid, true)
+}
+
+func releaseProcess(ctx context.Context, stateDir, uuid string, pid int, waitRestored bool) error {
 	if _, err := os.Stat(filepath.Join(stateDir, "procs", uuid)); errors.Is(err, os.ErrNotExist) {
 		return nil // it never held memory here
 	}
-	unlock, err := lockProcess(stateDir, uuid, pid)
-	if err != nil {
-		return err
-	}
-	err = release(stateDir, uuid, pid)
-	unlock()
-	if err != nil {
-		return err
+	checkpointed := filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid))
+	for {
+		unlock, err := lockProcess(stateDir, uuid, pid)
+		if err != nil {
+			return err
+		}
+		if _, statErr := os.Stat(checkpointed); waitRestored && statErr == nil && ctx.Err() == nil {
+			unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Millisecond):
+			}
+			continue
+		}
+		err = release(stateDir, uuid, pid)
+		unlock()
+		if err != nil {
+			return err
+		}
+		break
 	}
 	if err := os.Remove(lockPath(stateDir, uuid, pid)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
