@@ -5,11 +5,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +133,45 @@ func liveAndSimulated(t *testing.T, stdout string) (live, simulated float64) {
 	must.SliceLen(t, 1, rep.Sim.Policies)
 	must.Eq(t, 0, rep.Live.Policies[0].Unfinished)
 	return rep.Live.Policies[0].AvgJCT, rep.Sim.Policies[0].AvgJCT
+}
+
+// On GPUs of two models the report tells the models each job ran on, live
+// and simulated, and the live planner breaks a tie between models as the
+// simulator does: the first job, arriving to four free GPUs of each, goes to
+// the first model by name on both sides.
+func TestReplayTellsTheModelsJobsRanOn(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	stdout, _ := runReplay(t, dir, replayTrace, "-cluster", "4xV100,4xK80", "-policy", "fifo",
+		"-time-scale", "10", "-json", "-out", out)
+	live, simulated := liveAndSimulated(t, stdout)
+	t.Logf("avg JCT: live %.1f s, simulated %.1f s (%.3f)", live, simulated, live/simulated)
+	f, err := os.Open(filepath.Join(out, "jobs.csv"))
+	must.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	must.NoError(t, err)
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	must.SliceLen(t, 8, rows, must.Sprint("a header and the seven jobs"))
+	for _, name := range []string{"live_ran_on", "sim_ran_on"} {
+		_, ok := col[name]
+		must.True(t, ok, must.Sprintf("jobs.csv has no column %s: %v", name, rows[0]))
+	}
+	for _, r := range rows[1:] {
+		liveOn, simOn := r[col["live_ran_on"]], r[col["sim_ran_on"]]
+		must.NotEq(t, "", liveOn, must.Sprintf("job %s: no live models", r[0]))
+		must.NotEq(t, "", simOn, must.Sprintf("job %s: no simulated models", r[0]))
+		if r[0] == "0" {
+			must.Eq(t, "K80", strings.Split(liveOn, ";")[0], must.Sprint("live, the tie goes to the first model by name"))
+			must.Eq(t, "K80", strings.Split(simOn, ";")[0], must.Sprint("simulated, the tie goes to the first model by name"))
+		}
+	}
+	timeline, err := os.ReadFile(filepath.Join(out, "live", "timeline.json"))
+	must.NoError(t, err)
+	must.StrContains(t, string(timeline), `"model":"K80"`)
 }
 
 // acrossNodesTrace is seven jobs for n4g2: 4-GPU jobs that fit two nodes

@@ -61,10 +61,11 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 		MaxLag: secondsDuration(info.MaxLag), Wall: secondsDuration(info.WallSeconds), TimedOut: info.TimedOut,
 		Evictions: info.NomadEvictions}
 	end := 0.0
+	several := len(in.cluster.Models()) > 1
 	for i, tj := range tl.Jobs {
 		var runs []replay.TaskRun
 		for _, t := range tj.Tasks {
-			runs = append(runs, replay.TaskRun{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU})
+			runs = append(runs, replay.TaskRun{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU, Model: t.Model})
 			end = max(end, t.End)
 		}
 		res.Tasks = append(res.Tasks, runs)
@@ -72,6 +73,9 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 		res.Holds = append(res.Holds, tj.Holds)
 		if !math.IsNaN(jobs[i].Finish) {
 			jobs[i].Nodes = finishingNodes(runs, jobs[i].GPUs)
+		}
+		if several {
+			jobs[i].RanOn = replay.RanOn(runs)
 		}
 		jobs[i].Stops = tj.Stops
 		if tj.Stops == nil {

@@ -56,6 +56,9 @@ type jobGap struct {
 	// LiveStops are when Nomad stopped the job's tasks for each
 	// preemption; SimStops the simulator's rounds that preempted it.
 	LiveStops, SimStops []float64
+	// LiveRanOn and SimRanOn are the GPU models of each side's runs
+	// (sim.JobResult.RanOn); nil on a cluster of one model.
+	LiveRanOn, SimRanOn []string
 	// LiveJCTMinusSim is NaN where a side did not finish the job.
 	LiveJCTMinusSim float64
 	// MissingFromSide names the side without the job at all.
@@ -83,10 +86,13 @@ func (g jobGap) MarshalJSON() ([]byte, error) {
 		SimPreemptions  int       `json:"sim_preemptions"`
 		LiveStops       []float64 `json:"live_stops"`
 		SimStops        []float64 `json:"sim_stops"`
+		LiveRanOn       []string  `json:"live_ran_on,omitempty"`
+		SimRanOn        []string  `json:"sim_ran_on,omitempty"`
 		LiveJCTMinusSim *float64  `json:"live_jct_minus_sim"`
 		MissingFrom     string    `json:"missing_from,omitempty"`
 	}{g.ID, g.GPUs, num(g.Arrival), num(g.LiveStart), num(g.SimStart), num(g.LiveFinish), num(g.SimFinish),
-		g.LivePreemptions, g.SimPreemptions, orEmpty(g.LiveStops), orEmpty(g.SimStops), num(g.LiveJCTMinusSim), g.MissingFromSide})
+		g.LivePreemptions, g.SimPreemptions, orEmpty(g.LiveStops), orEmpty(g.SimStops), g.LiveRanOn, g.SimRanOn,
+		num(g.LiveJCTMinusSim), g.MissingFromSide})
 }
 
 // jobGaps joins the live and simulated jobs by ID, the jobs whose JCTs
@@ -102,11 +108,11 @@ func jobGaps(live, simulated *sim.Result) []jobGap {
 	var out []jobGap
 	for _, l := range live.Jobs {
 		g := jobGap{ID: l.ID, GPUs: l.GPUs, Arrival: l.Arrival, LiveStart: l.Start, LiveFinish: l.Finish,
-			LivePreemptions: l.Preemptions, LiveStops: l.Stops, SimStart: math.NaN(), SimFinish: math.NaN()}
+			LivePreemptions: l.Preemptions, LiveStops: l.Stops, LiveRanOn: l.RanOn, SimStart: math.NaN(), SimFinish: math.NaN()}
 		s, ok := simByID[l.ID]
 		if ok {
 			seen[l.ID] = true
-			g.SimStart, g.SimFinish, g.SimPreemptions, g.SimStops = s.Start, s.Finish, s.Preemptions, s.Stops
+			g.SimStart, g.SimFinish, g.SimPreemptions, g.SimStops, g.SimRanOn = s.Start, s.Finish, s.Preemptions, s.Stops, s.RanOn
 		} else {
 			g.MissingFromSide = "sim"
 		}
@@ -116,7 +122,8 @@ func jobGaps(live, simulated *sim.Result) []jobGap {
 	for _, s := range simulated.Jobs {
 		if !seen[s.ID] {
 			out = append(out, jobGap{ID: s.ID, GPUs: s.GPUs, Arrival: s.Arrival, LiveStart: math.NaN(), LiveFinish: math.NaN(),
-				SimStart: s.Start, SimFinish: s.Finish, SimPreemptions: s.Preemptions, SimStops: s.Stops, LiveJCTMinusSim: math.NaN(), MissingFromSide: "live"})
+				SimStart: s.Start, SimFinish: s.Finish, SimPreemptions: s.Preemptions, SimStops: s.Stops, SimRanOn: s.RanOn,
+				LiveJCTMinusSim: math.NaN(), MissingFromSide: "live"})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b jobGap) int {
@@ -142,13 +149,26 @@ func renderGaps(gaps []jobGap) string {
 	var b strings.Builder
 	b.WriteString("jobs whose live JCT differs most from the simulated (trace seconds; every job in jobs.csv with -out):\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "job\tGPUs\tarrival\tstart live\tstart sim\tfinish live\tfinish sim\tpreempted live\tpreempted sim\tlive − sim JCT\t")
-	for _, g := range gaps[:min(topGaps, len(gaps))] {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g.ID, g.GPUs, secs(g.Arrival), secs(g.LiveStart), secs(g.SimStart),
-			secs(g.LiveFinish), secs(g.SimFinish), stopsAt(g.LiveStops), stopsAt(g.SimStops), signedSecs(g.LiveJCTMinusSim))
+	shown := gaps[:min(topGaps, len(gaps))]
+	models := slices.ContainsFunc(shown, func(g jobGap) bool { return g.LiveRanOn != nil || g.SimRanOn != nil })
+	head := "job\tGPUs\tarrival\tstart live\tstart sim\tfinish live\tfinish sim\tpreempted live\tpreempted sim\t"
+	if models {
+		head += "ran on live\tran on sim\t"
+	}
+	fmt.Fprintln(tw, head+"live − sim JCT\t")
+	for _, g := range shown {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", g.ID, g.GPUs, secs(g.Arrival), secs(g.LiveStart), secs(g.SimStart),
+			secs(g.LiveFinish), secs(g.SimFinish), stopsAt(g.LiveStops), stopsAt(g.SimStops))
+		if models {
+			fmt.Fprintf(tw, "%s\t%s\t", ranOnText(g.LiveRanOn), ranOnText(g.SimRanOn))
+		}
+		fmt.Fprintf(tw, "%s\t\n", signedSecs(g.LiveJCTMinusSim))
 	}
 	tw.Flush()
 	b.WriteString("(preempted: at which trace seconds; live when Nomad stopped the tasks, simulated the round that preempted)\n")
+	if models {
+		b.WriteString("(ran on: the GPU models of its runs in order, a model once for runs on it in a row)\n")
+	}
 	return b.String()
 }
 
@@ -197,6 +217,14 @@ func signedSecs(v float64) string {
 	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
+// ranOnText writes a job's models for the report's table: "—" for none.
+func ranOnText(models []string) string {
+	if len(models) == 0 {
+		return "—"
+	}
+	return strings.Join(models, " ")
+}
+
 // writeGapsCSV writes every job's gap, as the report's table orders them.
 func writeGapsCSV(path string, gaps []jobGap) error {
 	f, err := os.Create(path)
@@ -205,7 +233,7 @@ func writeGapsCSV(path string, gaps []jobGap) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"id", "gpus", "arrival", "live_start", "sim_start", "live_finish", "sim_finish",
-		"live_preemptions", "sim_preemptions", "live_stops", "sim_stops", "live_jct_minus_sim", "missing_from"})
+		"live_preemptions", "sim_preemptions", "live_stops", "sim_stops", "live_jct_minus_sim", "missing_from", "live_ran_on", "sim_ran_on"})
 	num := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -215,7 +243,7 @@ func writeGapsCSV(path string, gaps []jobGap) error {
 	for _, g := range gaps {
 		_ = w.Write([]string{g.ID, strconv.Itoa(g.GPUs), num(g.Arrival), num(g.LiveStart), num(g.SimStart), num(g.LiveFinish),
 			num(g.SimFinish), strconv.Itoa(g.LivePreemptions), strconv.Itoa(g.SimPreemptions), joinTimes(g.LiveStops, 3, ";"),
-			joinTimes(g.SimStops, 3, ";"), num(g.LiveJCTMinusSim), g.MissingFromSide})
+			joinTimes(g.SimStops, 3, ";"), num(g.LiveJCTMinusSim), g.MissingFromSide, strings.Join(g.LiveRanOn, ";"), strings.Join(g.SimRanOn, ";")})
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())
@@ -236,6 +264,9 @@ type timelineTask struct {
 	End    float64 `json:"end"`
 	Node   string  `json:"node"`
 	GPU    string  `json:"gpu,omitempty"` // the lane's physical GPU; absent for a whole GPU
+	// Model is the GPU model it ran on; absent where unknown, and in a
+	// timeline written before models were kept.
+	Model string `json:"model,omitempty"`
 }
 
 type timelineJob struct {
@@ -263,7 +294,7 @@ func writeTimeline(path string, res *replay.Result) error {
 		}
 		if i < len(res.Tasks) {
 			for _, t := range res.Tasks[i] {
-				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU})
+				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU, Model: t.Model})
 			}
 		}
 		if i < len(res.Releases) {

@@ -67,8 +67,41 @@ func TestJobGapsPutTheLargestFirst(t *testing.T) {
 	must.NoError(t, err)
 	rows := strings.Split(strings.TrimSpace(string(csvData)), "\n")
 	must.Len(t, 5, rows)
-	must.Eq(t, "c,2,7.000,,30.000,,90.000,0,0,,,,", rows[1])
-	must.Eq(t, "b,4,5.000,400.000,50.000,900.000,550.000,4,1,450.000;500.000;600.250;700.000,120.000,350.000,", rows[2])
+	must.Eq(t, "c,2,7.000,,30.000,,90.000,0,0,,,,,,", rows[1])
+	must.Eq(t, "b,4,5.000,400.000,50.000,900.000,550.000,4,1,450.000;500.000;600.250;700.000,120.000,350.000,,,", rows[2])
+	must.StrNotContains(t, text, "ran on", must.Sprint("no models on a cluster of one"))
+}
+
+// On a cluster of several models the report tells which models each job
+// ran on, on each side: a job put on a K80 live and a V100 simulated is
+// read at a glance.
+func TestJobGapsTellTheModelsOnSeveral(t *testing.T) {
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 10, Finish: 1000, Preemptions: 1, Stops: []float64{100}, RanOn: []string{"V100", "K80"}},
+		{ID: "b", GPUs: 1, Arrival: 0, Start: 10, Finish: 100, RanOn: []string{"P100"}},
+	}}
+	simulated := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 0, Finish: 200, Preemptions: 1, Stops: []float64{100}, RanOn: []string{"V100"}},
+		{ID: "b", GPUs: 1, Arrival: 0, Start: 0, Finish: 90, RanOn: []string{"P100"}},
+	}}
+	gaps := jobGaps(live, simulated)
+	must.Eq(t, []string{"V100", "K80"}, gaps[0].LiveRanOn)
+	must.Eq(t, []string{"V100"}, gaps[0].SimRanOn)
+	text := renderGaps(gaps)
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	must.StrContains(t, lines[1], "ran on live")
+	must.StrContains(t, lines[2], "V100 K80")
+	must.StrContains(t, text, "(ran on:")
+	data, err := json.Marshal(gaps[0])
+	must.NoError(t, err)
+	must.StrContains(t, string(data), `"live_ran_on":["V100","K80"],"sim_ran_on":["V100"]`)
+	path := filepath.Join(t.TempDir(), "jobs.csv")
+	must.NoError(t, writeGapsCSV(path, gaps))
+	csvData, err := os.ReadFile(path)
+	must.NoError(t, err)
+	rows := strings.Split(strings.TrimSpace(string(csvData)), "\n")
+	must.StrHasSuffix(t, ",live_ran_on,sim_ran_on", rows[0])
+	must.StrHasSuffix(t, ",V100;K80,V100", rows[1])
 }
 
 func TestSplitJobs(t *testing.T) {
@@ -95,7 +128,7 @@ func TestWriteTimeline(t *testing.T) {
 			{ID: "a", GPUs: 2, Arrival: 0, Finish: 90, Preemptions: 1, Stops: []float64{40}},
 			{ID: "b", GPUs: 1, Arrival: 5, Finish: math.NaN()},
 		}},
-		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
+		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1", Model: "V100"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
 		Releases:   [][]float64{{3}, nil},
 		Holds:      [][]float64{{40}, nil},
 		Stops:      []float64{40},
@@ -108,7 +141,8 @@ func TestWriteTimeline(t *testing.T) {
 	var got liveTimeline
 	must.NoError(t, json.Unmarshal(data, &got))
 	must.Len(t, 2, got.Jobs)
-	must.Eq(t, []timelineTask{{Placed: 4, Start: 10, End: 90, Node: "n1"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, got.Jobs[0].Tasks)
+	must.Eq(t, []timelineTask{{Placed: 4, Start: 10, End: 90, Node: "n1", Model: "V100"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, got.Jobs[0].Tasks)
+	must.StrNotContains(t, string(data), `"model":""`, must.Sprint("a task of no known model has none"))
 	must.Eq(t, []float64{3}, got.Jobs[0].Releases)
 	must.Eq(t, []float64{40}, got.Jobs[0].Holds)
 	must.Eq(t, []float64{}, got.Jobs[1].Holds)

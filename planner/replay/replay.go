@@ -1,11 +1,13 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -267,6 +269,23 @@ type Result struct {
 type TaskRun struct {
 	Start, End, Placed float64
 	Node, GPU          string
+	Model              string // the GPU model it ran on; "" when unknown
+}
+
+// RanOn are the GPU models of runs, in order of start, a model given once
+// for runs on it in a row (a gang's tasks, a restart on the same model):
+// the live side of sim.JobResult.RanOn. Runs of no known model are passed
+// over.
+func RanOn(runs []TaskRun) []string {
+	byStart := slices.Clone(runs)
+	slices.SortStableFunc(byStart, func(a, b TaskRun) int { return cmp.Compare(a.Start, b.Start) })
+	var out []string
+	for _, r := range byStart {
+		if r.Model != "" && (len(out) == 0 || out[len(out)-1] != r.Model) {
+			out = append(out, r.Model)
+		}
+	}
+	return out
 }
 
 // stopDelays pairs each of a job's preemption stops with the hold that
@@ -443,7 +462,11 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		}
 		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.history[i].Holds, o.Stops)...)
 		for _, r := range o.Runs {
-			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed), Node: r.Node, GPU: r.GPU})
+			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed),
+				Node: r.Node, GPU: r.GPU, Model: r.Model})
+		}
+		if severalModels(p.models) {
+			res.Sim.Jobs[i].RanOn = RanOn(res.Tasks[i])
 		}
 		res.Releases[i] = traceTimes(clock, tr.history[i].Releases)
 		res.Holds[i] = traceTimes(clock, tr.history[i].Holds)
@@ -576,4 +599,19 @@ func groupSummary(stub *api.JobListStub) api.TaskGroupSummary {
 		return api.TaskGroupSummary{}
 	}
 	return stub.JobSummary.Summary[GroupName]
+}
+
+// severalModels says whether models (device instance to GPU model) holds
+// more than one model: as in the simulator, a job's models are told only
+// on a cluster of several.
+func severalModels(models map[string]string) bool {
+	first := ""
+	for _, m := range models {
+		if first == "" {
+			first = m
+		} else if m != first {
+			return true
+		}
+	}
+	return false
 }

@@ -274,3 +274,18 @@ func TestStopDelays(t *testing.T) {
 	got := stopDelays(c, []time.Time{at(20), at(50)}, []time.Time{at(20.5), at(40), at(50.25)})
 	must.Eq(t, []float64{5, 2.5}, got, must.Sprint("0.5 s and 0.25 s real at scale 10; the stop at 40 had no hold after the one before it"))
 }
+
+// A job's models, live, are its runs' in order of start, a model once for
+// runs on it in a row: a gang's tasks and a restart on the same model
+// give it once, a run of no known model none.
+func TestRanOn(t *testing.T) {
+	runs := []TaskRun{
+		{Start: 50, Model: "K80"}, {Start: 10, Model: "V100"}, {Start: 11, Model: "V100"},
+		{Start: 30, Model: "V100"}, {Start: 40}, {Start: 60, Model: "K80"}, {Start: 70, Model: "V100"},
+	}
+	must.Eq(t, []string{"V100", "K80", "V100"}, RanOn(runs))
+	must.Eq(t, 50, runs[0].Start, must.Sprint("the runs are left in their order"))
+	must.Nil(t, RanOn(nil))
+	must.False(t, severalModels(map[string]string{"a": "V100", "b": "V100"}))
+	must.True(t, severalModels(map[string]string{"a": "V100", "b": "K80"}))
+}

@@ -25,13 +25,14 @@ func TestMigrationCost(t *testing.T) {
 		stepsB     float64
 		finishB    float64
 		migrations int
+		ranOnB     []string
 	}{
 		// 2,000 steps left: 2,000 s on the K80, or 30 s + 200 s on the
 		// V100, the 30 s charged as 300 steps of work there.
-		{"moves when a faster GPU frees", "fjf+migrate", 3000, 1000 + 30 + 200, 1},
-		{"stays without the migrate step", "fjf", 3000, 3000, 0},
+		{"moves when a faster GPU frees", "fjf+migrate", 3000, 1000 + 30 + 200, 1, []string{"K80", "V100"}},
+		{"stays without the migrate step", "fjf", 3000, 3000, 0, []string{"K80"}},
 		// 10 steps left: 10 s on the K80 is less than the move costs.
-		{"stays when less is left than the move costs", "fjf+migrate", 1010, 1010, 0},
+		{"stays when less is left than the move costs", "fjf+migrate", 1010, 1010, 0, []string{"K80"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +48,8 @@ func TestMigrationCost(t *testing.T) {
 			must.Eq(t, "V100", res.Jobs[0].GPUModel)
 			must.EqFunc(t, tc.finishB, res.Jobs[1].Finish, func(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 })
 			must.Eq(t, tc.migrations, res.Jobs[1].Migrations)
+			must.Eq(t, tc.ranOnB, res.Jobs[1].RanOn)
+			must.Eq(t, []string{"V100"}, res.Jobs[0].RanOn)
 			must.Eq(t, tc.migrations, res.Summary.Migrations)
 			must.Eq(t, 0, res.Summary.Preemptions, must.Sprint("a migration is not a preemption"))
 		})
@@ -92,4 +95,15 @@ func TestMigrationJoinsTheSharedSetUp(t *testing.T) {
 	res, err = Run(cfg, jobs(10000, 3000, 10000, 3000))
 	must.NoError(t, err)
 	mustFinishAt(t, res, 1006, 1008+2+30+200, 1006, 1008+2+30+200)
+}
+
+// A job's models are told on a cluster of several only: on one model they
+// say nothing, and the full traces' results carry none.
+func TestRanOnOnlyOnSeveralModels(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", GPUs: 1, Duration: 100}, {ID: "B", GPUs: 1, Duration: 50}}
+	res, err := Run(Config{Cluster: cluster(t, "2xV100"), Policy: mustPolicy(t, "fifo", policy.Config{})}, jobs)
+	must.NoError(t, err)
+	for _, j := range res.Jobs {
+		must.Nil(t, j.RanOn)
+	}
 }

@@ -214,6 +214,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	js.State = policy.Running
 	js.Wait = 0
 	js.GPUModel = d.GPUModel
+	s.ranOn(js, d.GPUModel)
 	js.Placement, js.Placed = d.Slots, s.now
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
@@ -344,6 +345,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	s.settle(js)
 	s.setBusy(-s.gpuUse(js))
 	js.GPUModel = d.GPUModel
+	s.ranOn(js, d.GPUModel)
 	js.Placement, js.Placed = d.Slots, s.now
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup

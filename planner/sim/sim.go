@@ -114,6 +114,9 @@ type JobResult struct {
 	Stops      []float64
 	Migrations int    // moves while running: to another GPU model, or (Synergy's lease) other GPUs
 	GPUModel   string // model it finished on
+	// RanOn are the GPU models of its runs, first start first, a model
+	// given once for runs on it in a row; nil on a cluster of one model.
+	RanOn []string
 	// Model is the job's own (a Synergy sensitivity's), "" when none.
 	Model string
 	// Nodes is how many nodes the run it finished on (or last ran)
@@ -178,6 +181,7 @@ type jobState struct {
 	start       float64
 	preempts    int
 	stops       []float64 // when each preemption happened
+	ranOn       []string  // JobResult.RanOn
 	migrations  int
 	nodes       int // nodes the run it is on (or last was) spans
 	speedup     float64
@@ -637,5 +641,12 @@ func (s *simulator) setBusy(delta float64) {
 		} else {
 			s.util = append(s.util, UtilPoint{T: s.now, Busy: s.busy})
 		}
+	}
+}
+
+// ranOn notes that js runs on model from now, on a cluster of several.
+func (s *simulator) ranOn(js *jobState, model string) {
+	if s.model == "" && (len(js.ranOn) == 0 || js.ranOn[len(js.ranOn)-1] != model) {
+		js.ranOn = append(js.ranOn, model)
 	}
 }

@@ -34,6 +34,18 @@ func (c Cluster) GPUs() int {
 	return n
 }
 
+// Models are the GPU models of c's nodes with GPUs, each once, in the
+// order of its groups.
+func (c Cluster) Models() []string {
+	var out []string
+	for _, g := range c.Groups {
+		if g.Count > 0 && g.GPUs > 0 && !slices.Contains(out, g.GPUModel) {
+			out = append(out, g.GPUModel)
+		}
+	}
+	return out
+}
+
 // ByModelName is c with its node groups in order of GPU model name, each
 // model's groups in their own order: the order a Nomad client that holds
 // several models lists its GPUs in to the planner. A policy that breaks a
