@@ -270,10 +270,9 @@ func TestALockIsNotTakenThroughALink(t *testing.T) {
 }
 
 // A process that finishes while checkpointed, between the checkpoint and
-// the freeze, leaves the GPU only once it is restored, as CUDA's teardown
-// waits for the restore: its restore then finds its state, rather than
-// fail and end the task. The release must also hold off a checkpoint while
-// it runs.
+// the freeze, leaves the GPU only once it is restored, as a CUDA call of a
+// checkpointed process waits for the restore: its restore then finds its
+// state, rather than fail and end the task.
 func TestAProcessLeavingWhileCheckpointedWaitsForItsRestore(t *testing.T) {
 	b := simBackend(t, "15360")
 	ctx := context.Background()

@@ -520,7 +520,7 @@ func ReleaseProcess(stateDir, uuid string, pid int) error {
 }
 
 // ReleaseOwnProcess is ReleaseProcess called by the process itself as it
-// leaves the GPU: like CUDA's teardown it waits while the process is
+// leaves the GPU: like a CUDA call it waits while the process is
 // checkpointed, until its restore or until ctx ends, so that a process
 // checkpointed just as it finished does not take its checkpoint with it
 // and leave its restore nothing to bring back. The wait and the release

@@ -465,7 +465,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed),
 				Node: r.Node, GPU: r.GPU, Model: r.Model})
 		}
-		if severalModels(p.models) {
+		if len(cfg.Cluster.Models()) > 1 {
 			res.Sim.Jobs[i].RanOn = RanOn(res.Tasks[i])
 		}
 		res.Releases[i] = traceTimes(clock, tr.history[i].Releases)
@@ -599,19 +599,4 @@ func groupSummary(stub *api.JobListStub) api.TaskGroupSummary {
 		return api.TaskGroupSummary{}
 	}
 	return stub.JobSummary.Summary[GroupName]
-}
-
-// severalModels says whether models (device instance to GPU model) holds
-// more than one model: as in the simulator, a job's models are told only
-// on a cluster of several.
-func severalModels(models map[string]string) bool {
-	first := ""
-	for _, m := range models {
-		if first == "" {
-			first = m
-		} else if m != first {
-			return true
-		}
-	}
-	return false
 }

@@ -286,6 +286,4 @@ func TestRanOn(t *testing.T) {
 	must.Eq(t, []string{"V100", "K80", "V100"}, RanOn(runs))
 	must.Eq(t, 50, runs[0].Start, must.Sprint("the runs are left in their order"))
 	must.Nil(t, RanOn(nil))
-	must.False(t, severalModels(map[string]string{"a": "V100", "b": "V100"}))
-	must.True(t, severalModels(map[string]string{"a": "V100", "b": "K80"}))
 }

@@ -107,3 +107,21 @@ func TestRanOnOnlyOnSeveralModels(t *testing.T) {
 		must.Nil(t, j.RanOn)
 	}
 }
+
+// A start taken back before its task ran names no model: the job never ran
+// there, and a live replay, which counts only the tasks that started,
+// would not name it either. On two V100s and a K80, A starts on the V100s
+// (the most free) at 0 with a start latency of 10; B, shorter and two GPUs
+// wide, arrives at 5 and fits only on the V100s, so srtf takes A's start
+// back; at C's arrival, at 7, A starts again on the K80.
+func TestRanOnLeavesOutAStartTakenBack(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", GPUs: 1, Duration: 1000}, {ID: "B", GPUs: 2, Arrival: 5, Duration: 50},
+		{ID: "C", GPUs: 1, Arrival: 7, Duration: 2000}}
+	res, err := Run(Config{Cluster: cluster(t, "2xV100,1xK80"), StartLatency: 10,
+		Policy: mustPolicy(t, "srtf", policy.Config{})}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 0, res.Jobs[0].Preemptions, must.Sprint("a start taken back is no preemption"))
+	must.Eq(t, 2, res.Jobs[0].Queueing, must.Sprint("A waited from 5 to 7"))
+	must.Eq(t, []string{"K80"}, res.Jobs[0].RanOn)
+	must.Eq(t, []string{"V100"}, res.Jobs[1].RanOn)
+}

@@ -317,6 +317,7 @@ func (s *simulator) preempt(i int) {
 		// preempted.
 		s.freeBeforeStops += s.gpuUse(js)
 		js.latency = 0
+		js.ranOnTakenBack()
 	} else {
 		// A gang of which some tasks run (its last still starting) has
 		// tasks to stop, as a running job has.

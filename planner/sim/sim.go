@@ -182,6 +182,7 @@ type jobState struct {
 	preempts    int
 	stops       []float64 // when each preemption happened
 	ranOn       []string  // JobResult.RanOn
+	ranOnAdded  bool      // the last start or move added ranOn's last model
 	migrations  int
 	nodes       int // nodes the run it is on (or last was) spans
 	speedup     float64
@@ -646,7 +647,18 @@ func (s *simulator) setBusy(delta float64) {
 
 // ranOn notes that js runs on model from now, on a cluster of several.
 func (s *simulator) ranOn(js *jobState, model string) {
-	if s.model == "" && (len(js.ranOn) == 0 || js.ranOn[len(js.ranOn)-1] != model) {
+	js.ranOnAdded = s.model == "" && model != "" && (len(js.ranOn) == 0 || js.ranOn[len(js.ranOn)-1] != model)
+	if js.ranOnAdded {
 		js.ranOn = append(js.ranOn, model)
+	}
+}
+
+// ranOnTakenBack forgets the model of a start taken back before its task
+// ran: the job never ran there, as a live replay, which counts only tasks
+// that started, would tell.
+func (js *jobState) ranOnTakenBack() {
+	if js.ranOnAdded {
+		js.ranOn = js.ranOn[:len(js.ranOn)-1]
+		js.ranOnAdded = false
 	}
 }
