@@ -535,17 +535,19 @@ func releaseProcess(ctx context.Context, stateDir, uuid string, pid int, waitRes
 	}
 	checkpointed := filepath.Join(stateDir, "checkpointed", uuid, strconv.Itoa(pid))
 	for {
+		if waitRestored {
+			_ = WaitRestored(ctx, stateDir, uuid, pid) // an ended ctx releases at once
+		}
 		unlock, err := lockProcess(stateDir, uuid, pid)
 		if err != nil {
 			return err
 		}
-		if _, statErr := os.Stat(checkpointed); waitRestored && statErr == nil && ctx.Err() == nil {
-			unlock()
-			select {
-			case <-ctx.Done():
-			case <-time.After(2 * time.Millisecond):
+		if waitRestored && ctx.Err() == nil {
+			// Checkpointed again between the wait and the lock.
+			if _, err := os.Stat(checkpointed); err == nil {
+				unlock()
+				continue
 			}
-			continue
 		}
 		err = release(stateDir, uuid, pid)
 		unlock()

@@ -454,6 +454,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 	res.Tasks = make([][]TaskRun, len(tr.outcomes))
 	res.Releases = make([][]float64, len(tr.outcomes))
 	res.Holds = make([][]float64, len(tr.outcomes))
+	severalModels := len(cfg.Cluster.Models()) > 1
 	for i, o := range tr.outcomes {
 		res.Writes[i] = tr.history[i].Version
 		res.Evictions += o.Evictions
@@ -465,7 +466,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed),
 				Node: r.Node, GPU: r.GPU, Model: r.Model})
 		}
-		if len(cfg.Cluster.Models()) > 1 {
+		if severalModels {
 			res.Sim.Jobs[i].RanOn = RanOn(res.Tasks[i])
 		}
 		res.Releases[i] = traceTimes(clock, tr.history[i].Releases)
