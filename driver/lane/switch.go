@@ -208,6 +208,13 @@ func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
 		}
 		return false
 	}
+	// Told before any partner is ended for it, so that the task's events
+	// read in the order of cause and effect.
+	if !m.waitingForRoom {
+		m.waitingForRoom = true
+		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("restore in %s waits for %d MiB; %d MiB free on the GPU", l.key, need, free),
+			Annotations: map[string]string{"lane": l.key.String()}})
+	}
 	var grower *member
 	var grew, growerUse, growerProfile uint64
 	for _, o := range l.members {
@@ -233,11 +240,6 @@ func (c *Coordinator) roomToRestore(l *laneState, m *member) bool {
 		c.emit(Event{TaskID: frozen.TaskID, Err: err, Message: fmt.Sprintf("%v; the task is ended so that its partner can run", err),
 			Annotations: map[string]string{"lane": l.key.String()}})
 		c.evict(frozen, err)
-	}
-	if !m.waitingForRoom {
-		m.waitingForRoom = true
-		c.emit(Event{TaskID: m.TaskID, Message: fmt.Sprintf("restore in %s waits for %d MiB; %d MiB free on the GPU", l.key, need, free),
-			Annotations: map[string]string{"lane": l.key.String()}})
 	}
 	return false
 }
