@@ -277,9 +277,11 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b, state := simGPUBackend(t)
 			failed := make(chan string, 4)
+			var handedBack atomic.Int32
 			rec := &recorder{}
 			c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add,
 				ResumeFailed: func(id string, err error) {
+					handedBack.Add(1)
 					select {
 					case failed <- id:
 					default:
@@ -296,10 +298,16 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 				case id := <-failed:
 					must.Eq(t, "b", id)
 					must.Positive(t, rec.count("b", "failed after 3 attempt(s)"))
-					must.Eq(t, 2, rec.count("b", "retrying"))
 				case <-time.After(5 * time.Second):
 					t.Fatal("a failed resume was never handed back")
 				}
+				// b, ending, is passed by at a's next turns: no restore of
+				// it is tried again, and it is handed back once.
+				turns := rec.count("a", "resumed in")
+				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "resumed in") >= turns+3 }),
+					wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+				must.Eq(t, 2, rec.count("b", "retrying"))
+				must.Eq(t, 1, handedBack.Load())
 				return
 			}
 			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "restored PIDs") > 0 }),
@@ -377,7 +385,7 @@ func TestRestoredLaneStaysFrozenThenResumesOnSchedule(t *testing.T) {
 		return states["b"].Suspended && len(states["b"].Checkpointed) == 1
 	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
 	stop()
-	time.Sleep(20 * time.Millisecond)
+	c1.Wait() // no step of c1 persists after this
 	mu.Lock()
 	saved := map[string]MemberState{"a": states["a"], "b": states["b"]}
 	mu.Unlock()
@@ -542,7 +550,8 @@ func TestFailedSuspendEndsTheTaskNotItsPartner(t *testing.T) {
 func TestLeaveReportsAFailedResume(t *testing.T) {
 	b, state := simGPUBackend(t)
 	rec := &recorder{}
-	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
+	// a's turn outlasts the test: b stays suspended until it leaves.
+	c, _ := simCoordinator(t, b, time.Minute, Hooks{Event: rec.add})
 	pa, pb, ida, idb := twoOnTheGPU(t, state)
 	key := Key{GPU: simGPU, Lane: 5}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
@@ -616,7 +625,9 @@ func (s *spawningTask) gpuPIDs(b *sim.Backend) func() []GPUProcess {
 func TestProcessStartedDuringASuspendIsCheckpointedToo(t *testing.T) {
 	b, state := simGPUBackend(t)
 	rec := &recorder{}
-	c, _ := simCoordinator(t, b, 50*time.Millisecond, Hooks{Event: rec.add})
+	// a's turn is long enough for the checks of b while suspended, short
+	// enough for b's next turn to come within the test.
+	c, _ := simCoordinator(t, b, time.Second, Hooks{Event: rec.add})
 	pa, _, ida, idb := twoOnTheGPU(t, state)
 	spawner := &spawningTask{t: t, state: state, pids: []int{idb}}
 	key := Key{GPU: simGPU, Lane: 6}

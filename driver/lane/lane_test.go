@@ -140,13 +140,16 @@ func TestProfilesThatFitRunConcurrently(t *testing.T) {
 	key := Key{GPU: "GPU-0", Lane: 0}
 	c.Join(key, 8000, Member{TaskID: "a", Profile: Profile{PersistentMiB: 3000, EphemeralMiB: 2000, Known: true}, Processes: a.processes()}, MemberState{})
 	c.Join(key, 8000, Member{TaskID: "b", Profile: Profile{PersistentMiB: 2000, EphemeralMiB: 1000, Known: true}, Processes: b.processes()}, MemberState{})
-	time.Sleep(300 * time.Millisecond)
-	must.False(t, a.stopped())
-	must.False(t, b.stopped())
+	// The mode is set before the event is told.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "run concurrently") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
 	st, ok := c.Status("a")
 	must.True(t, ok)
 	must.Eq(t, "concurrent", st.Mode)
-	must.Positive(t, rec.count("b", "run concurrently"))
+	// Several quanta later, neither has been stopped.
+	time.Sleep(300 * time.Millisecond)
+	must.False(t, a.stopped())
+	must.False(t, b.stopped())
 }
 
 func TestProfilesThatDoNotFitTakeTurns(t *testing.T) {
@@ -236,12 +239,12 @@ func TestMeasuresUnknownProfile(t *testing.T) {
 		return 2000 + uint64(n.Add(1)%4)*500
 	}
 	c.Join(Key{GPU: "GPU-0", Lane: 3}, 8000, Member{TaskID: "a", Processes: a.processes(), GPUMemoryMiB: usage, Iterations: NewIterationCounter(path)}, MemberState{})
-	time.Sleep(100 * time.Millisecond)
+	// Two of the usage's cycles sampled before the marks.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return n.Load() >= 8 }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
 	must.NoError(t, os.WriteFile(path, []byte("1\n2\n3\n4\n"), 0o644))
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) && rec.count("a", "measured memory profile") == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("a", "measured memory profile") > 0 }),
+		wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
 	st, _ := c.Status("a")
 	must.True(t, st.Profile.Measured)
 	must.Eq(t, 2000, st.Profile.PersistentMiB)

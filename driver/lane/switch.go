@@ -300,6 +300,11 @@ func (c *Coordinator) annotate(l *laneState, m *member, latencyKey string, d tim
 // which ends it rather than leaving it frozen. A restore that ran out of
 // memory is handed over at once, as no retry can bring the process back.
 func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
+	if m.evicted {
+		// Ending: its turns pass it by until it leaves, rather than try
+		// and end it again at every one.
+		return false
+	}
 	h := m.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -357,8 +362,6 @@ func (c *Coordinator) resume(l *laneState, m *member, why string) bool {
 				c.opts.Hooks.ResumeFailed(m.TaskID, err)
 			}()
 		}
-		// Ending: its turns pass it by until it leaves, rather than try
-		// and end it again at every one.
 		m.evicted = true
 		return false
 	}

@@ -15,9 +15,12 @@ func TestSettleWaitsForABurstToEnd(t *testing.T) {
 	sent := make(chan int, 1)
 	go func() {
 		n := 0
-		for ; n < 40; n++ {
-			changes <- struct{}{}
+		changes <- struct{}{}
+		for n = 1; n < 40; n++ {
+			// The pause before each change, so that the count follows the
+			// last change at once.
 			time.Sleep(5 * time.Millisecond)
+			changes <- struct{}{}
 		}
 		sent <- n
 	}()
