@@ -509,7 +509,8 @@ func TestLostLeadershipCancelsTheRoundsWrites(t *testing.T) {
 // answered for nomad.unreachable_after, and passes again when it answers.
 func TestHealthFailsWhenNomadIsUnreachable(t *testing.T) {
 	fake := nomadxtest.New()
-	p, err := New(settings(t, `nomad { unreachable_after = "50ms" }`), fake, nil, nil)
+	// Wide enough that the health read just after a round is never late.
+	p, err := New(settings(t, `nomad { unreachable_after = "500ms" }`), fake, nil, nil)
 	must.NoError(t, err)
 	health := func() (int, string) {
 		rec := httptest.NewRecorder()
@@ -520,7 +521,7 @@ func TestHealthFailsWhenNomadIsUnreachable(t *testing.T) {
 	must.NoError(t, err)
 	code, _ := health()
 	must.Eq(t, http.StatusOK, code)
-	time.Sleep(80 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
 	code, body := health()
 	must.Eq(t, http.StatusServiceUnavailable, code)
 	must.StrContains(t, body, "Nomad has not answered for")
