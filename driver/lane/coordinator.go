@@ -65,6 +65,8 @@ type Hooks struct {
 	// err saying why: it could not be suspended SuspendAttempts times in a
 	// row, or it grew past its profile so that a partner's restore does
 	// not fit on the GPU. The owner ends it; its restart policy takes over.
+	// Either way the lane resumes the task no more: one that is not ended
+	// stays stopped until it leaves.
 	Evict func(taskID string, err error)
 	// Members reports a lane's task count whenever a task joins or leaves
 	// it; 0 means the lane is gone. Calls come in the order of the changes.
