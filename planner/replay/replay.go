@@ -67,7 +67,7 @@ func Prepare(cfg Config) (*Plan, error) {
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
-	models := clusterModels(cfg.Cluster)
+	models := slices.Sorted(slices.Values(cfg.Cluster.Models()))
 	p := &Plan{cfg: cfg, IDs: JobIDs(cfg.Job.Prefix, cfg.Jobs), log: cfg.Log}
 	for _, j := range cfg.Jobs {
 		w, err := PlanWork(j, models, cfg.Throughputs, cfg.Job)
@@ -80,19 +80,6 @@ func Prepare(cfg Config) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-func clusterModels(c trace.Cluster) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, g := range c.Groups {
-		if !seen[g.GPUModel] {
-			seen[g.GPUModel] = true
-			out = append(out, g.GPUModel)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // WriteProfiles writes the throughput profiles the jobs name into Consul
