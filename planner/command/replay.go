@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,6 +109,10 @@ Replay:
   -stop-latency S      trace seconds from the planner's hold to a preempted
                        job's stop, in the simulator's run (caravan sim
                        -stop-latency); default: the live run's median
+  -start-jitter F      also run the simulator 15 times with each start's
+                       latency drawn within ±F of it (caravan sim
+                       -start-jitter), and report the spread of their
+                       average JCT; 0 skips it (default 0.3)
   -seed-history        with -job-sizes: replace the planner's completed-job
                        sample in Consul KV with those sizes ÷ S (2D-Gittins)
   -prepare-only        write the profiles (and -seed-history's sample) to
@@ -148,6 +153,7 @@ type replayFlags struct {
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
+	startJitter                  float64 // 0: no runs with jittered starts
 	startModel                   string
 	workload, checkpointDir, run string
 	planner, plannerToken        string
@@ -191,6 +197,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-model: want queue or shared, got %q", f.startModel)
 	case f.stopLatency != -1 && !seconds(f.stopLatency):
 		return usagef("flag -stop-latency must be a non-negative number of trace seconds")
+	case !(f.startJitter >= 0 && f.startJitter < 1):
+		return usagef("flag -start-jitter must be at least 0 and below 1 (a fraction of the start latency)")
 	case f.workload == "" && !f.prepareOnly && f.from == "":
 		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
 	case f.workload != "" && !filepath.IsAbs(f.workload):
@@ -224,6 +232,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
+	fs.Float64Var(&f.startJitter, "start-jitter", defaultStartJitter, "")
 	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
 	fs.Float64Var(&f.gangSpread, "gang-spread", -1, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", -1, "")
@@ -399,6 +408,9 @@ func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *p
 			return err
 		}
 		info.SimCostBand = &band
+		if info.SimJitter, err = jitterRuns(in, pol, costs, f.startJitter); err != nil {
+			return err
+		}
 	}
 	info.SimNoDelayAvgJCT = ideal.Summary.AvgJCT
 	return c.report(f, in, replayReport{Replay: info}, costs, res, simRes)
@@ -460,6 +472,41 @@ func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT fl
 		}
 	}
 	return band, nil
+}
+
+// defaultStartJitter is -start-jitter's default: the measured start
+// latency of one trace and policy moves by more than that between two
+// runs, so a start's own latency may well be that far from the median.
+const defaultStartJitter = 0.3
+
+// jitterDraws is how many runs jitterRuns makes.
+const jitterDraws = 15
+
+// jitterRuns runs the simulator charged costs jitterDraws times, each
+// start's latency drawn within ±jitter of the charged one from a seed of
+// its own (sim.Config.StartJitter), and gives the spread of their average
+// JCT; nil where jitter is 0 or no start latency is charged. Where a
+// policy's order turns on near ties, one run as charged is one draw among
+// these: a live run outside their spread parts from the simulation by
+// more than the starts' timing explains.
+func jitterRuns(in *traceInputs, pol *policy.Policy, costs replay.Costs, jitter float64) (*jitterSpread, error) {
+	if jitter <= 0 || costs.StartLatency <= 0 {
+		return nil, nil
+	}
+	avg := make([]float64, 0, jitterDraws)
+	for seed := range uint64(jitterDraws) {
+		cfg := in.simConfig(pol)
+		costs.Charge(&cfg)
+		cfg.StartJitter, cfg.JitterSeed = jitter, seed+1
+		res, err := sim.Run(cfg, in.jobs)
+		if err != nil {
+			return nil, fmt.Errorf("simulator: %w", err)
+		}
+		avg = append(avg, res.Summary.AvgJCT)
+	}
+	slices.Sort(avg)
+	at := func(q float64) float64 { return avg[int(q*float64(len(avg)-1))] }
+	return &jitterSpread{Jitter: jitter, Runs: len(avg), Min: avg[0], Q1: at(0.25), Median: at(0.5), Q3: at(0.75), Max: avg[len(avg)-1]}, nil
 }
 
 // writeKV writes the jobs' throughput profiles and, with -seed-history,

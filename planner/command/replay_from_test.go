@@ -2,6 +2,7 @@ package command
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -64,7 +65,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 	dir := t.TempDir()
 	f.out, f.json, f.timeScale, f.held, f.gangs = dir, true, 10, true, true
 	f.startLatency, f.startSpread, f.gangSpread, f.runOverhead, f.stopLatency = -1, -1, -1, -1, -1
-	f.startModel = defaultStartModel
+	f.startModel, f.startJitter = defaultStartModel, defaultStartJitter
 	var out, errb bytes.Buffer
 	c := &replayCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errb}}
 	must.NoError(t, c.measureAndReport(&f, in, pol, ideal, res,
@@ -202,4 +203,40 @@ func TestCostBandMovesEachChargedCost(t *testing.T) {
 	band, err = costBand(in, in.policies[0], replay.Costs{StartLatency: 10, RunOverhead: 20}, 130)
 	must.NoError(t, err)
 	must.Eq(t, [2]float64{129, 131}, band)
+}
+
+// The jittered runs draw each start's latency around the charged one:
+// twenty one-GPU jobs, one after another, each 100 s behind a 10 s start,
+// average between 101 s and 119 s, spread out; none runs without a
+// start latency charged, nor with -start-jitter 0.
+func TestJitterRunsSpreadTheStartLatency(t *testing.T) {
+	var csv strings.Builder
+	csv.WriteString("job_id,num_gpu,submit_time,duration\n")
+	for k := range 20 {
+		fmt.Fprintf(&csv, "%d,1,%d,100\n", k, k*200)
+	}
+	tr := writeTrace(t, csv.String())
+	var f replayFlags
+	fs := newFlags("replay")
+	f.traceFlags.register(fs)
+	must.NoError(t, parse(fs, []string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}))
+	in, _, err := f.load()
+	must.NoError(t, err)
+	j, err := jitterRuns(in, in.policies[0], replay.Costs{StartLatency: 10}, 0.9)
+	must.NoError(t, err)
+	must.NotNil(t, j)
+	must.Eq(t, jitterDraws, j.Runs)
+	must.Eq(t, 0.9, j.Jitter)
+	must.Between(t, 101.0, j.Min, 119.0)
+	must.Between(t, 101.0, j.Max, 119.0)
+	must.Less(t, j.Max, j.Min)
+	must.True(t, j.Min <= j.Q1 && j.Q1 <= j.Median && j.Median <= j.Q3 && j.Q3 <= j.Max, must.Sprint(j))
+
+	for _, c := range []struct {
+		latency, jitter float64
+	}{{0, 0.3}, {10, 0}} {
+		j, err := jitterRuns(in, in.policies[0], replay.Costs{StartLatency: c.latency}, c.jitter)
+		must.NoError(t, err)
+		must.Nil(t, j)
+	}
 }

@@ -75,6 +75,9 @@ type replayInfo struct {
 	// the simulation moves within its costs' error, where a policy's
 	// near ties fall one way or the other. Absent where nothing is charged.
 	SimCostBand *[2]float64 `json:"sim_avg_jct_one_cost_5pct_off,omitempty"`
+	// SimJitter is the spread of the simulator's average JCT over runs
+	// with each start's latency drawn around the charged one (-start-jitter).
+	SimJitter *jitterSpread `json:"sim_avg_jct_start_jitter,omitempty"`
 	// StartParts splits a first start's delay where the live run shows
 	// where it went (medians, trace seconds).
 	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
@@ -94,6 +97,19 @@ type replayInfo struct {
 	// evicted: each is a stop the planner did not decide, which the
 	// simulator never makes.
 	NomadEvictions int `json:"nomad_evictions"`
+}
+
+// jitterSpread is the simulator's average JCT over Runs runs with each
+// start's latency drawn within ±Jitter of the charged one: the least, the
+// quartiles, the median and the most.
+type jitterSpread struct {
+	Jitter float64 `json:"jitter"`
+	Runs   int     `json:"runs"`
+	Min    float64 `json:"min"`
+	Q1     float64 `json:"lower_quartile"`
+	Median float64 `json:"median"`
+	Q3     float64 `json:"upper_quartile"`
+	Max    float64 `json:"max"`
 }
 
 // report completes rep, which holds what run knew of the replay, with the
@@ -174,6 +190,11 @@ func renderReplay(rep replayReport) string {
 		live := rep.Live.Policies[0].AvgJCT
 		fmt.Fprintf(&b, "the simulation with any one cost %.0f%% off: %s to %s (live ÷ sim %.3f to %.3f)\n",
 			100*costBandStep, dur(band[0]), dur(band[1]), live/band[1], live/band[0])
+	}
+	if j := rep.Replay.SimJitter; j != nil && j.Min > 0 && len(rep.Live.Policies) > 0 {
+		live := rep.Live.Policies[0].AvgJCT
+		fmt.Fprintf(&b, "the simulation with each start's latency within ±%.0f%% of it, %d draws: median %s, quartiles %s to %s (live ÷ sim %.3f, quartiles %.3f to %.3f, all %.3f to %.3f)\n",
+			100*j.Jitter, j.Runs, dur(j.Median), dur(j.Q1), dur(j.Q3), live/j.Median, live/j.Q3, live/j.Q1, live/j.Max, live/j.Min)
 	}
 	if n := rep.Replay.NomadEvictions; n > 0 {
 		fmt.Fprintf(&b, "allocations evicted by Nomad's own preemption, not a planner's hold: %d\n", n)

@@ -89,6 +89,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)
+  -start-jitter F      each start's -start-latency drawn uniformly within
+                       ±F of it, from -jitter-seed, as live starts spread
+                       around their median (default 0: none)
+  -jitter-seed N       seed of -start-jitter's draws (default 1)
   -start-spread S      seconds more for each further task (one per GPU)
                        started at the same moment, as a cluster starts
                        them one after another; a gang runs once its last
@@ -135,6 +139,8 @@ type simFlags struct {
 	gangSpread     float64
 	startsShared   bool
 	stopLatency    float64
+	startJitter    float64
+	jitterSeed     uint64
 	json, progress bool
 }
 
@@ -157,6 +163,8 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
 	fs.BoolVar(&f.startsShared, "starts-shared", false, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
+	fs.Float64Var(&f.startJitter, "start-jitter", 0, "")
+	fs.Uint64Var(&f.jitterSeed, "jitter-seed", 1, "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.BoolVar(&f.progress, "progress", false, "")
 	if err := fs.Parse(args); err != nil {
@@ -204,6 +212,8 @@ func (f *simFlags) check() string {
 		return "flag -gang-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
+	case !(f.startJitter >= 0 && f.startJitter < 1):
+		return "flag -start-jitter must be at least 0 and below 1 (a fraction of -start-latency)"
 	case !seconds(f.synergyLease) || f.synergyLease > 0 && f.synergyLease < 1:
 		return "flag -synergy-lease must be 0 (no lease) or at least 1 second"
 	case f.synergyLease > 0 && f.sensitivity == "":
@@ -271,6 +281,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg.PreemptionCost = f.preemptionCost
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
 		scfg.GangSpread, scfg.StartsShared = f.gangSpread, f.startsShared
+		scfg.StartJitter, scfg.JitterSeed = f.startJitter, f.jitterSeed
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

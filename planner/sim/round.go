@@ -224,7 +224,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	} else if s.cfg.PreemptionCost > 0 {
 		js.work += s.cfg.PreemptionCost * s.wallRate(js)
 	}
-	latency := s.cfg.StartLatency
+	latency := s.startLatency()
 	js.gangTail = 0
 	if s.preempted && s.preemptedAt == s.now {
 		use := s.gpuUse(js)
@@ -357,7 +357,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting
 	js.work += s.cfg.MigrationCost * s.wallRate(js)
 	js.idleEnd = js.work
-	latency := s.cfg.StartLatency
+	latency := s.startLatency()
 	if s.cfg.StartsShared {
 		// Its tasks are set up again, beside the starts under way.
 		latency = s.sharedSetUp(i, latency)
@@ -366,6 +366,16 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.latency, js.gangTail = latency, 0
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)
+}
+
+// startLatency is the latency a start holds its GPUs for before its
+// task runs: Config.StartLatency, spread by Config.StartJitter.
+func (s *simulator) startLatency() float64 {
+	l := s.cfg.StartLatency
+	if s.jitter == nil || l <= 0 {
+		return l
+	}
+	return l * (1 + s.cfg.StartJitter*(2*s.jitter.Float64()-1))
 }
 
 // baseRate is the job's solo speed on its current model.

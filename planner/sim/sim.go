@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/caravan-gpu/caravan/internal/minheap"
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -33,6 +34,14 @@ type Config struct {
 	// service meanwhile, as the live planner counts executed time from
 	// the task's start. 0 by default; caravan replay measures it.
 	StartLatency float64
+	// StartJitter spreads each start's StartLatency uniformly over
+	// StartLatency·(1 ± StartJitter), drawn in the order of the starts
+	// from JitterSeed. Live starts do not each take the median, and a
+	// policy whose order turns on near ties follows the draw: runs over
+	// several seeds show how far. 0 by default (every start pays
+	// StartLatency); at least 0 and below 1.
+	StartJitter float64
+	JitterSeed  uint64
 	// StartSpread is how long the cluster takes to start each task, one
 	// per GPU, one after another: a real cluster places and starts the
 	// allocations its rounds release in turn, so jobs that a round starts
@@ -209,8 +218,14 @@ func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("sim: cluster %q has no GPUs", cfg.Cluster.Name)
 	}
+	if !(cfg.StartJitter >= 0 && cfg.StartJitter < 1) {
+		return nil, fmt.Errorf("sim: StartJitter %v is outside [0, 1)", cfg.StartJitter)
+	}
 	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes),
 		recordHistory: cfg.Policy.ReadsHistory(), replaces: cfg.Policy.ReplacesRunning()}
+	if cfg.StartJitter > 0 {
+		s.jitter = rand.New(rand.NewPCG(cfg.JitterSeed, 0))
+	}
 	if err := s.load(jobs); err != nil {
 		return nil, err
 	}
@@ -253,8 +268,9 @@ func buildNodes(cfg Config) []policy.Node {
 }
 
 type simulator struct {
-	cfg  Config
-	snap policy.Snapshot
+	jitter *rand.Rand // Config.StartJitter's draws; nil without it
+	cfg    Config
+	snap   policy.Snapshot
 	// snapOf is the job index of each entry of snap.Jobs.
 	snapOf  []int
 	snapErr error // see Config.checkSnapshot

@@ -288,6 +288,48 @@ func TestStartLatencyAndRunOverhead(t *testing.T) {
 	must.Eq(t, 1, latency.Jobs[0].Preemptions)
 }
 
+// StartJitter draws each start's latency within ±StartJitter of
+// StartLatency: the same seed gives the same run, another seed another
+// one, and no start pays outside the band.
+func TestStartJitter(t *testing.T) {
+	var jobs []trace.Job
+	for k := range 40 {
+		jobs = append(jobs, trace.Job{ID: fmt.Sprint(k), Arrival: float64(k * 50), GPUs: 1, Duration: 10})
+	}
+	run := func(jitter float64, seed uint64) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}),
+			StartLatency: 20, StartJitter: jitter, JitterSeed: seed}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	latencies := func(res *Result) []float64 {
+		var out []float64
+		for _, j := range res.Jobs {
+			out = append(out, j.Finish-j.Start-10) // each runs alone, at once
+		}
+		return out
+	}
+	for _, l := range latencies(run(0, 1)) {
+		must.Eq(t, 20.0, l)
+	}
+	a, again, b := latencies(run(0.3, 1)), latencies(run(0.3, 1)), latencies(run(0.3, 2))
+	must.Eq(t, a, again)
+	must.NotEq(t, a, b)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, l := range append(a, b...) {
+		must.Between(t, 14.0, l, 26.0)
+		lo, hi = min(lo, l), max(hi, l)
+	}
+	// 80 uniform draws spread over most of the band.
+	must.Less(t, 16.0, lo)
+	must.Greater(t, 24.0, hi)
+
+	for _, bad := range []float64{-0.1, 1, math.NaN()} {
+		_, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), StartJitter: bad}, jobs)
+		must.ErrorContains(t, err, "StartJitter")
+	}
+}
+
 // Jobs started at one moment are spread by StartSpread, in the order they
 // start, as a real cluster places and starts them one after another; a
 // later moment starts its own count from the base latency.
