@@ -148,6 +148,13 @@ func (c *Coordinator) takeTurns(l *laneState, now time.Time) time.Duration {
 		return wait
 	}
 	cur.pendingSince = time.Time{}
+	if !anotherCanRun(l, cur) {
+		// Every partner is ending: a switch would suspend cur, and move
+		// its GPU memory out and back, only to resume it. Its turn starts
+		// again.
+		cur.sliceStart, cur.ranAtSliceStart, cur.heldLimit = now, cur.hold.ran(now), 0
+		return c.tick()
+	}
 	if !c.suspend(l, cur, reason) {
 		return c.suspendFailed(l, cur)
 	}
@@ -161,6 +168,17 @@ func (c *Coordinator) takeTurns(l *laneState, now time.Time) time.Duration {
 		}
 	}
 	return c.tick()
+}
+
+// anotherCanRun says whether a member of l other than cur may take the
+// turn: one that is not being ended.
+func anotherCanRun(l *laneState, cur *member) bool {
+	for _, m := range l.members {
+		if m != cur && !m.evicted {
+			return true
+		}
+	}
+	return false
 }
 
 // turnOver decides whether cur's turn is over: if not, it returns how soon
