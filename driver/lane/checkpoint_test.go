@@ -263,15 +263,21 @@ func TestFailedSuspendRollsBackOnlyWhatItCheckpointed(t *testing.T) {
 }
 
 // A resume that fails is retried; one that keeps failing is reported and
-// handed back so that the task is ended rather than left frozen.
+// handed back so that the task is ended rather than left frozen. Until it
+// leaves, the turns pass it by: with another partner, they go on between
+// the two others and no restore of it is tried again; with none, its
+// partner keeps the GPU at its quantum's end instead of being suspended
+// only to be resumed.
 func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 	cases := []struct {
 		name       string
 		failures   int
 		handedBack bool
+		third      bool // c joins the lane too
 	}{
-		{"recovers on retry", 1, false},
-		{"keeps failing", -1, true},
+		{"recovers on retry", 1, false, false},
+		{"keeps failing", -1, true, false},
+		{"keeps failing beside two partners", -1, true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,35 +299,70 @@ func TestFailedResumeIsRetriedThenHandedBack(t *testing.T) {
 			key := Key{GPU: simGPU, Lane: 1}
 			c.Join(key, 8000, Member{TaskID: "a", Profile: big, Processes: pa.processes(), GPUProcesses: gpuPIDsOf(b, ida)}, MemberState{})
 			c.Join(key, 8000, Member{TaskID: "b", Profile: big, Processes: pb.processes(), GPUProcesses: gpuPIDsOf(b, idb)}, MemberState{})
-			if tc.handedBack {
+			if tc.third {
+				pc := startProc(t)
+				idc := pc.cmd.Process.Pid
+				must.NoError(t, sim.SetProcessMemory(state, simGPU, idc, 6000))
+				c.Join(key, 8000, Member{TaskID: "c", Profile: big, Processes: pc.processes(), GPUProcesses: gpuPIDsOf(b, idc)}, MemberState{})
+			}
+			if !tc.handedBack {
+				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "restored PIDs") > 0 }),
+					wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+				must.Eq(t, 1, rec.count("b", "retrying"))
 				select {
-				case id := <-failed:
-					must.Eq(t, "b", id)
-					must.Positive(t, rec.count("b", "failed after 3 attempt(s)"))
-				case <-time.After(5 * time.Second):
-					t.Fatal("a failed resume was never handed back")
+				case <-failed:
+					t.Fatal("a resume that succeeded on retry was handed back")
+				default:
 				}
-				// b, ending, is passed by: no restore of it is tried again,
-				// it is handed back once, and a, its only partner, keeps
-				// running through six of its quanta, not suspended and
-				// checkpointed only to be resumed.
-				suspends := rec.count("a", "suspended in")
-				time.Sleep(300 * time.Millisecond)
-				must.Eq(t, 2, rec.count("b", "retrying"))
-				must.Eq(t, 1, handedBack.Load())
-				must.Eq(t, suspends, rec.count("a", "suspended in"))
 				return
 			}
-			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return rec.count("b", "restored PIDs") > 0 }),
-				wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
-			must.Eq(t, 1, rec.count("b", "retrying"))
 			select {
-			case <-failed:
-				t.Fatal("a resume that succeeded on retry was handed back")
-			default:
+			case id := <-failed:
+				must.Eq(t, "b", id)
+				must.Positive(t, rec.count("b", "failed after 3 attempt(s)"))
+			case <-time.After(5 * time.Second):
+				t.Fatal("a failed resume was never handed back")
 			}
+			if tc.third {
+				// a and c take three more turns between them; b's are
+				// passed by.
+				turns := rec.count("a", "resumed in") + rec.count("c", "resumed in")
+				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+					return rec.count("a", "resumed in")+rec.count("c", "resumed in") >= turns+3
+				}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+			} else {
+				// a keeps the GPU for four of its quanta (stretched by its
+				// switches) without a suspend.
+				suspends := rec.count("a", "suspended in")
+				time.Sleep(4 * max(longestQuantum(rec, "a"), 50*time.Millisecond))
+				must.Eq(t, suspends, rec.count("a", "suspended in"))
+			}
+			must.Eq(t, 2, rec.count("b", "retrying"))
+			must.Eq(t, 1, handedBack.Load())
 		})
 	}
+}
+
+// longestQuantum is the longest quantum a task's turns ended on, from its
+// suspend events ("quantum of Q used"), stretched or not.
+func longestQuantum(r *recorder, taskID string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var q time.Duration
+	for _, e := range r.events {
+		if e.TaskID != taskID {
+			continue
+		}
+		if i := indexOf(e.Message, "quantum of "); i >= 0 {
+			var s string
+			if _, err := fmt.Sscan(e.Message[i+len("quantum of "):], &s); err == nil {
+				if d, err := time.ParseDuration(s); err == nil {
+					q = max(q, d)
+				}
+			}
+		}
+	}
+	return q
 }
 
 // A restore that runs out of memory loses the process, on the hardware as
