@@ -110,9 +110,10 @@ Replay:
                        job's stop, in the simulator's run (caravan sim
                        -stop-latency); default: the live run's median
   -start-jitter F      also run the simulator 15 times with each start's
-                       latency drawn within ±F of it (caravan sim
-                       -start-jitter), and report the spread of their
-                       average JCT; 0 skips it (default 0.3)
+                       latency drawn between 1 − F and 1 + F times the
+                       charged one (caravan sim -start-jitter), and report
+                       the spread of their average JCT; 0 skips it, as
+                       does a run charged no start latency (default 0.3)
   -seed-history        with -job-sizes: replace the planner's completed-job
                        sample in Consul KV with those sizes ÷ S (2D-Gittins)
   -prepare-only        write the profiles (and -seed-history's sample) to
@@ -505,8 +506,8 @@ func jitterRuns(in *traceInputs, pol *policy.Policy, costs replay.Costs, jitter 
 		avg = append(avg, res.Summary.AvgJCT)
 	}
 	slices.Sort(avg)
-	at := func(q float64) float64 { return avg[int(q*float64(len(avg)-1))] }
-	return &jitterSpread{Jitter: jitter, Runs: len(avg), Min: avg[0], Q1: at(0.25), Median: at(0.5), Q3: at(0.75), Max: avg[len(avg)-1]}, nil
+	return &jitterSpread{Jitter: jitter, Runs: len(avg), Min: avg[0], Q1: sim.Percentile(avg, 25), Median: sim.Percentile(avg, 50),
+		Q3: sim.Percentile(avg, 75), Max: avg[len(avg)-1]}, nil
 }
 
 // writeKV writes the jobs' throughput profiles and, with -seed-history,

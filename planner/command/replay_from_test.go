@@ -103,6 +103,17 @@ func TestReplayFromReportsASavedRunAgain(t *testing.T) {
 	must.Eq(t, exitOK, code, must.Sprint(stderr))
 	must.StrContains(t, got, `"start_latency_s": 7,`)
 	must.StrContains(t, got, `"start_costs_from": "flags"`)
+	must.StrContains(t, got, `"sim_avg_jct_start_jitter": {`)
+	must.StrContains(t, got, `"jitter": 0.3,`)
+
+	// The text report says how far the jittered runs spread; -start-jitter
+	// 0 leaves them out.
+	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-start-latency", "7", "-start-spread", "0")
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	must.StrContains(t, got, "the simulation with each start's latency within ±30% of it, 15 draws: median ")
+	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-json", "-start-latency", "7", "-start-jitter", "0")
+	must.Eq(t, exitOK, code, must.Sprint(stderr))
+	must.StrNotContains(t, got, "sim_avg_jct_start_jitter")
 
 	// A run on lanes is measured against its live partners, at the speed
 	// -lanes gives, as the replay measured it.

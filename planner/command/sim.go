@@ -89,9 +89,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)
-  -start-jitter F      each start's -start-latency drawn uniformly within
-                       ±F of it, from -jitter-seed, as live starts spread
-                       around their median (default 0: none)
+  -start-jitter F      each start's latency drawn uniformly between 1 − F
+                       and 1 + F times -start-latency, from -jitter-seed,
+                       as live starts spread around their median; F at
+                       least 0 and below 1 (default 0: none)
   -jitter-seed N       seed of -start-jitter's draws (default 1)
   -start-spread S      seconds more for each further task (one per GPU)
                        started at the same moment, as a cluster starts
@@ -214,6 +215,8 @@ func (f *simFlags) check() string {
 		return "flag -stop-latency must be a non-negative number of seconds"
 	case !(f.startJitter >= 0 && f.startJitter < 1):
 		return "flag -start-jitter must be at least 0 and below 1 (a fraction of -start-latency)"
+	case f.startJitter > 0 && f.startLatency == 0:
+		return "flag -start-jitter spreads -start-latency: give -start-latency too"
 	case !seconds(f.synergyLease) || f.synergyLease > 0 && f.synergyLease < 1:
 		return "flag -synergy-lease must be 0 (no lease) or at least 1 second"
 	case f.synergyLease > 0 && f.sensitivity == "":

@@ -33,6 +33,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-start-latency", "-1"}, "flag -start-latency"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-start-latency", "10", "-start-jitter", "1.5"}, "flag -start-jitter"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-jitter-seed", "-1"}, "jitter-seed"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-start-jitter", "0.3"}, "flag -start-jitter spreads -start-latency"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-run-overhead", "+Inf"}, "flag -run-overhead"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-start-spread", "-1"}, "flag -start-spread"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-gang-spread", "Inf"}, "flag -gang-spread"},

@@ -79,7 +79,8 @@ func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 	cutSets := [][]float64{nil, {500, 5000}, {0, 300}, {300, 300}, {1e-12}, {100, 200, 400, 800}, {10, 11, 12}}
 	names := []string{"srtf", "srsf", "srsf+fastest", "las", "las+fastest", "gittins", "gittins/sizes", "gittins/delta", "predict", "predict"}
 	specs := []string{"n1g1", "n1g4", "n2g4", "n3g8", "5xV100", "13xV100"}
-	costs := []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7}}
+	costs := []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7},
+		{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5}}
 	types := []string{"ResNet-18 (batch size 16)", "ResNet-50 (batch size 64)", "Transformer (batch size 16)"}
 	for trial := 0; trial < 160; trial++ {
 		rng := rand.New(rand.NewPCG(uint64(trial), 77))

@@ -91,9 +91,9 @@ func Summarize(policyName string, gpus int, jobs []JobResult, busyArea float64) 
 			total += v
 		}
 		sum.AvgJCT = total / float64(n)
-		sum.MedianJCT = percentile(jcts, 50)
-		sum.P95JCT = percentile(jcts, 95)
-		sum.P99JCT = percentile(jcts, 99)
+		sum.MedianJCT = Percentile(jcts, 50)
+		sum.P95JCT = Percentile(jcts, 95)
+		sum.P99JCT = Percentile(jcts, 99)
 		sum.WeightedJCT = wjct / wsum
 		sum.AvgQueueing /= float64(n)
 		sum.Makespan = last - first
@@ -145,8 +145,9 @@ func BusyArea(util []UtilPoint, end float64) float64 {
 	return area
 }
 
-// percentile is the nearest-rank percentile of sorted values.
-func percentile(sorted []float64, p float64) float64 {
+// Percentile is the nearest-rank percentile p (0 to 100) of sorted values;
+// the median of an even count is the mean of the middle two.
+func Percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}

@@ -195,15 +195,17 @@ func TestShortcutsChangeNothing(t *testing.T) {
 
 // Rounds carried out on the keyed queue (Policy.RanksByKey,
 // RanksByQueue) start, keep and preempt what full rounds do, with the
-// costs a start adds (whose order the spread depends on) and a preemption
+// costs a start adds (whose order the spread depends on), drawn per start
+// too (StartJitter, drawn in the order of the starts), and a preemption
 // cost, and 2D-LAS and 2D-Gittins with three cuts as well as their
 // default two.
 func TestKeyedRoundsChangeNothing(t *testing.T) {
 	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 2000, Seed: 5, Load: 70})
 	for _, spec := range []string{"n6g8", "n8g8"} {
 		for _, name := range []string{"srsf", "srtf", "srsf+fastest", "las", "las+fastest", "las/cuts", "gittins", "gittins/cuts"} {
-			for _, costs := range []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7}} {
-				t.Run(fmt.Sprintf("%s/%s/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost), func(t *testing.T) {
+			for _, costs := range []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7},
+				{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5}} {
+				t.Run(fmt.Sprintf("%s/%s/%v/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost, costs.StartJitter), func(t *testing.T) {
 					pcfg := policy.Config{}
 					if strings.HasSuffix(name, "/cuts") {
 						pcfg.QueueCuts = []float64{500, 5000, 50000}
