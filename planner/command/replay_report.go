@@ -78,6 +78,9 @@ type replayInfo struct {
 	// SimJitter is the spread of the simulator's average JCT over runs
 	// with each start's latency drawn around the charged one (-start-jitter).
 	SimJitter *jitterSpread `json:"sim_avg_jct_start_jitter,omitempty"`
+	// PreemptionsTakenBack counts the holds followed by a start of the
+	// same job within two planning rounds, live and simulated.
+	PreemptionsTakenBack *takenBackCounts `json:"preemptions_taken_back,omitempty"`
 	// StartParts splits a first start's delay where the live run shows
 	// where it went (medians, trace seconds).
 	StartParts *replay.StartParts `json:"start_latency_parts,omitempty"`
@@ -132,6 +135,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	info.StopLatency, info.StopLatencyMeasuredOn = costs.StopLatency, costs.Stops
 	info.StartParts, info.StartCostsFrom = costs.Parts, costs.From
 	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
+	rep.Replay.PreemptionsTakenBack = takeBacks(res, simRes, f.timeScale)
 	gaps := jobGaps(res.Sim, simRes)
 	rep.Gaps = gaps[:min(topGaps, len(gaps))]
 	if f.out != "" {
@@ -195,6 +199,10 @@ func renderReplay(rep replayReport) string {
 		live := rep.Live.Policies[0].AvgJCT
 		fmt.Fprintf(&b, "the simulation with each start's latency within ±%.0f%% of it, %d draws: median %s, quartiles %s to %s (live ÷ sim %.3f, quartiles %.3f to %.3f, all %.3f to %.3f)\n",
 			100*j.Jitter, j.Runs, dur(j.Median), dur(j.Q1), dur(j.Q3), live/j.Median, live/j.Q3, live/j.Q1, live/j.Max, live/j.Min)
+	}
+	if c := rep.Replay.PreemptionsTakenBack; c != nil {
+		fmt.Fprintf(&b, "holds taken back within %.0f trace s (two planning rounds): live %d of %d, %d of them after Nomad stopped the job; simulated %d of %d preemptions\n",
+			c.Window, c.Live, c.LiveHolds, c.LiveAfterStop, c.Sim, c.SimPreemptions)
 	}
 	if n := rep.Replay.NomadEvictions; n > 0 {
 		fmt.Fprintf(&b, "allocations evicted by Nomad's own preemption, not a planner's hold: %d\n", n)

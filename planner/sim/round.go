@@ -221,8 +221,11 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	s.pending--
 	if !js.started {
 		js.started, js.start = true, s.now
-	} else if s.cfg.PreemptionCost > 0 {
-		js.work += s.cfg.PreemptionCost * s.wallRate(js)
+	} else {
+		js.restarts = append(js.restarts, s.now)
+		if s.cfg.PreemptionCost > 0 {
+			js.work += s.cfg.PreemptionCost * s.wallRate(js)
+		}
 	}
 	latency := s.startLatency()
 	js.gangTail = 0

@@ -120,7 +120,10 @@ type JobResult struct {
 	// Stops are the times of those preemptions, oldest first: the
 	// rounds that preempted it (a live replay's are when Nomad stopped
 	// its tasks).
-	Stops      []float64
+	Stops []float64
+	// Restarts are the rounds that started it again, oldest first: after
+	// a preemption, or a start taken back before its task ran.
+	Restarts   []float64
 	Migrations int    // moves while running: to another GPU model, or (Synergy's lease) other GPUs
 	GPUModel   string // model it finished on
 	// RanOn are the GPU models of its runs, first start first, a model
@@ -190,6 +193,7 @@ type jobState struct {
 	start       float64
 	preempts    int
 	stops       []float64 // when each preemption happened
+	restarts    []float64 // when each start after the first happened
 	ranOn       []string  // JobResult.RanOn
 	ranOnAdded  bool      // the last start or move added ranOn's last model
 	migrations  int

@@ -288,6 +288,10 @@ func TestStartLatencyAndRunOverhead(t *testing.T) {
 	must.Eq(t, 812.5, overhead.Jobs[1].Start)
 	must.Eq(t, 817.5, latency.Jobs[1].Start)
 	must.Eq(t, 1, latency.Jobs[0].Preemptions)
+	// A's one preemption and the round that started it again, after B.
+	must.Eq(t, []float64{812.5}, plain.Jobs[0].Stops)
+	must.Eq(t, []float64{plain.Jobs[1].Finish}, plain.Jobs[0].Restarts)
+	must.Nil(t, plain.Jobs[1].Restarts)
 }
 
 // StartJitter draws each start's latency within ±StartJitter of
