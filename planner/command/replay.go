@@ -293,7 +293,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 
 	// The simulator first: it is quick, and its makespan bounds the wait.
 	scfg := in.simConfig(pol)
-	scfg.KeepUtil = true
+	scfg.KeepUtil, scfg.KeepRestarts = true, true
 	simRes, err := sim.Run(scfg, in.jobs)
 	if err != nil {
 		return fmt.Errorf("simulator: %w", err)
@@ -395,7 +395,7 @@ func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *p
 	simRes := ideal
 	if costs.Any() {
 		scfg := in.simConfig(pol)
-		scfg.KeepUtil = true
+		scfg.KeepUtil, scfg.KeepRestarts = true, true
 		costs.Charge(&scfg)
 		var err error
 		if simRes, err = sim.Run(scfg, in.jobs); err != nil {

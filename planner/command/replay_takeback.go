@@ -51,7 +51,8 @@ func takenBack(holds, starts, stops []float64, window float64) (n, afterStop int
 // takeBacks counts the run's holds and preemptions taken back within
 // takeBackWindow at time scale S: live from the planner's holds and
 // releases and Nomad's stops, simulated from the rounds that preempted
-// each job and started it again. nil where neither side held a job.
+// each job and started it again (sim.Result.Restarts). nil where
+// neither side held a job.
 func takeBacks(res *replay.Result, simRes *sim.Result, timeScale float64) *takenBackCounts {
 	c := &takenBackCounts{Window: takeBackWindow.Seconds() * timeScale}
 	for i, j := range res.Sim.Jobs {
@@ -66,9 +67,13 @@ func takeBacks(res *replay.Result, simRes *sim.Result, timeScale float64) *taken
 		n, after := takenBack(res.Holds[i], releases, j.Stops, c.Window)
 		c.Live, c.LiveAfterStop = c.Live+n, c.LiveAfterStop+after
 	}
-	for _, j := range simRes.Jobs {
+	for i, j := range simRes.Jobs {
 		c.SimPreemptions += len(j.Stops)
-		n, _ := takenBack(j.Stops, j.Restarts, j.Stops, c.Window)
+		var restarts []float64
+		if i < len(simRes.Restarts) {
+			restarts = simRes.Restarts[i]
+		}
+		n, _ := takenBack(j.Stops, restarts, j.Stops, c.Window)
 		c.Sim += n
 	}
 	if c.LiveHolds == 0 && c.SimPreemptions == 0 {

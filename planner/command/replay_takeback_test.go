@@ -46,9 +46,9 @@ func TestTakeBacksCountsBothSides(t *testing.T) {
 		Releases: [][]float64{{0, 150, 900}, {250}},
 	}
 	simRes := &sim.Result{Jobs: []sim.JobResult{
-		{ID: "a", Stops: []float64{100, 500}, Restarts: []float64{150, 700}},
+		{ID: "a", Stops: []float64{100, 500}},
 		{ID: "b"},
-	}}
+	}, Restarts: [][]float64{{150, 700}, nil}}
 	c := takeBacks(res, simRes, 60)
 	must.Eq(t, &takenBackCounts{Window: 120, LiveHolds: 3, Live: 2, LiveAfterStop: 1, SimPreemptions: 2, Sim: 1}, c)
 

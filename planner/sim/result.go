@@ -30,13 +30,13 @@ type Summary struct {
 }
 
 func (s *simulator) result() *Result {
-	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds, snapErr: s.snapErr}
+	res := &Result{Policy: s.cfg.Policy.Name, GPUs: s.gpus, Util: s.util, Rounds: s.rounds, Restarts: s.restarts, snapErr: s.snapErr}
 	res.Jobs = make([]JobResult, len(s.jobs))
 	for i := range s.jobs {
 		js := &s.jobs[i]
 		jr := &res.Jobs[i] // filled in place: a copy of each costs more
 		*jr = JobResult{ID: js.ID, GPUs: js.GPUs, Weight: js.Weight, Arrival: js.Arrival, Start: js.start,
-			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, Stops: js.stops, Restarts: js.restarts, RanOn: js.ranOn, Migrations: js.migrations, GPUModel: js.GPUModel,
+			Queueing: js.queued, Isolated: js.isolated, Preemptions: js.preempts, Stops: js.stops, RanOn: js.ranOn, Migrations: js.migrations, GPUModel: js.GPUModel,
 			Nodes: js.nodes, Model: js.Model}
 		if !js.done {
 			jr.Finish, jr.JCT, jr.Start = math.NaN(), math.NaN(), math.NaN()

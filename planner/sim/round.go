@@ -222,7 +222,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	if !js.started {
 		js.started, js.start = true, s.now
 	} else {
-		js.restarts = append(js.restarts, s.now)
+		if s.restarts != nil {
+			s.restarts[i] = append(s.restarts[i], s.now)
+		}
 		if s.cfg.PreemptionCost > 0 {
 			js.work += s.cfg.PreemptionCost * s.wallRate(js)
 		}

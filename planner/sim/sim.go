@@ -99,6 +99,9 @@ type Config struct {
 	Progress func(done, total int)
 	// KeepUtil records GPU utilisation over time in Result.Util.
 	KeepUtil bool
+	// KeepRestarts records the rounds that started each job again in
+	// Result.Restarts.
+	KeepRestarts bool
 
 	noShortcut    bool // tests: plan every round in full, as without startArrivals, queuedBehind, arrivalRound and the keyed queue's round
 	checkSnapshot bool // tests: compare the kept Snapshot with a fresh copy every round (Result.snapErr)
@@ -120,10 +123,7 @@ type JobResult struct {
 	// Stops are the times of those preemptions, oldest first: the
 	// rounds that preempted it (a live replay's are when Nomad stopped
 	// its tasks).
-	Stops []float64
-	// Restarts are the rounds that started it again, oldest first: after
-	// a preemption, or a start taken back before its task ran.
-	Restarts   []float64
+	Stops      []float64
 	Migrations int    // moves while running: to another GPU model, or (Synergy's lease) other GPUs
 	GPUModel   string // model it finished on
 	// RanOn are the GPU models of its runs, first start first, a model
@@ -151,6 +151,10 @@ type Result struct {
 	Summary Summary
 	// Rounds is how many planning rounds the run asked the policy for.
 	Rounds int
+	// Restarts are, for each job of Jobs, the rounds that started it
+	// again, oldest first: after a preemption, or a start taken back
+	// before its task ran. nil without Config.KeepRestarts.
+	Restarts [][]float64
 
 	snapErr error // see Config.checkSnapshot
 }
@@ -193,7 +197,6 @@ type jobState struct {
 	start       float64
 	preempts    int
 	stops       []float64 // when each preemption happened
-	restarts    []float64 // when each start after the first happened
 	ranOn       []string  // JobResult.RanOn
 	ranOnAdded  bool      // the last start or move added ranOn's last model
 	migrations  int
@@ -229,6 +232,9 @@ func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 		recordHistory: cfg.Policy.ReadsHistory(), replaces: cfg.Policy.ReplacesRunning()}
 	if cfg.StartJitter > 0 {
 		s.jitter = rand.New(rand.NewPCG(cfg.JitterSeed, 0))
+	}
+	if cfg.KeepRestarts {
+		s.restarts = make([][]float64, len(jobs))
 	}
 	if err := s.load(jobs); err != nil {
 		return nil, err
@@ -272,9 +278,10 @@ func buildNodes(cfg Config) []policy.Node {
 }
 
 type simulator struct {
-	jitter *rand.Rand // Config.StartJitter's draws; nil without it
-	cfg    Config
-	snap   policy.Snapshot
+	restarts [][]float64 // Config.KeepRestarts: each job's starts after its first; nil without
+	jitter   *rand.Rand  // Config.StartJitter's draws; nil without it
+	cfg      Config
+	snap     policy.Snapshot
 	// snapOf is the job index of each entry of snap.Jobs.
 	snapOf  []int
 	snapErr error // see Config.checkSnapshot
