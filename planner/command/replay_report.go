@@ -78,8 +78,9 @@ type replayInfo struct {
 	// SimJitter is the spread of the simulator's average JCT over runs
 	// with each start's latency drawn around the charged one (-start-jitter).
 	SimJitter *jitterSpread `json:"sim_avg_jct_start_jitter,omitempty"`
-	// PreemptionsTakenBack counts the holds followed by a start of the
-	// same job within two planning rounds, live and simulated.
+	// PreemptionsTakenBack counts the preemptions whose job was started
+	// again within two planning rounds of the decision, live and
+	// simulated.
 	PreemptionsTakenBack *takenBackCounts `json:"preemptions_taken_back,omitempty"`
 	// StartParts splits a first start's delay where the live run shows
 	// where it went (medians, trace seconds).
@@ -201,8 +202,8 @@ func renderReplay(rep replayReport) string {
 			100*j.Jitter, j.Runs, dur(j.Median), dur(j.Q1), dur(j.Q3), live/j.Median, live/j.Q3, live/j.Q1, live/j.Max, live/j.Min)
 	}
 	if c := rep.Replay.PreemptionsTakenBack; c != nil {
-		fmt.Fprintf(&b, "holds taken back within %.0f trace s (two planning rounds): live %d of %d, %d of them after Nomad stopped the job; simulated %d of %d preemptions\n",
-			c.Window, c.Live, c.LiveHolds, c.LiveAfterStop, c.Sim, c.SimPreemptions)
+		fmt.Fprintf(&b, "preemptions whose job started again within %.0f trace s of the decision (two planning rounds): live %d of %d, simulated %d of %d\n",
+			c.Window, c.Live, c.LivePreemptions, c.Sim, c.SimPreemptions)
 	}
 	if n := rep.Replay.NomadEvictions; n > 0 {
 		fmt.Fprintf(&b, "allocations evicted by Nomad's own preemption, not a planner's hold: %d\n", n)

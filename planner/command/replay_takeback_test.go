@@ -9,49 +9,60 @@ import (
 	"github.com/shoenig/test/must"
 )
 
-func TestTakenBack(t *testing.T) {
+func TestStartedAgain(t *testing.T) {
 	cases := []struct {
-		name                string
-		holds, starts, stop []float64
-		n, afterStop        int
+		name                     string
+		stops, decisions, starts []float64
+		atOnce                   bool
+		n                        int
 	}{
-		{"none", nil, nil, nil, 0, 0},
-		{"never started again", []float64{10}, nil, []float64{12}, 0, 0},
-		{"started again too late", []float64{10}, []float64{130}, []float64{12}, 0, 0},
-		{"at the window's end is too late", []float64{10}, []float64{130.0001, 140}, nil, 0, 0},
-		{"before the stop", []float64{10}, []float64{20}, []float64{25}, 1, 0},
-		{"after the stop", []float64{10}, []float64{20}, []float64{15}, 1, 1},
-		{"a start before the hold is not its taking back", []float64{10}, []float64{5}, nil, 0, 0},
-		{"each hold with the first start after it", []float64{10, 50, 300}, []float64{0, 40, 100, 305}, []float64{30, 310}, 3, 1},
+		{"none", nil, nil, nil, false, 0},
+		{"never started again", []float64{12}, []float64{10}, nil, false, 0},
+		{"started again at the window's end is too late", []float64{12}, []float64{10}, []float64{130}, false, 0},
+		{"started again just within it", []float64{12}, []float64{10}, []float64{129.9}, false, 1},
+		{"started again before the stop ended counts: the stop goes on", []float64{25}, []float64{10}, []float64{20}, false, 1},
+		{"a start before the decision is not its taking back", []float64{12}, []float64{10}, []float64{5}, false, 0},
+		{"a stop with no decision before it", []float64{12}, []float64{20}, []float64{30}, false, 0},
+		{"each stop with its latest decision", []float64{12, 55, 310}, []float64{10, 50, 300}, []float64{0, 40, 200, 305}, false, 2},
+		{"a hold taken back before any stop is no preemption", []float64{400}, []float64{10, 390}, []float64{20, 600}, false, 0},
+		{"a start at the stop's instant: live, none", []float64{10}, []float64{10}, []float64{10}, false, 0},
+		{"a start at the stop's instant: simulated, once", []float64{10}, []float64{10}, []float64{10}, true, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			n, after := takenBack(c.holds, c.starts, c.stop, 120)
-			must.Eq(t, c.n, n)
-			must.Eq(t, c.afterStop, after)
+			must.Eq(t, c.n, startedAgain(c.stops, c.decisions, c.starts, 120, c.atOnce))
 		})
 	}
 }
 
-// A replay at time scale 60 counts within 120 trace s, live from the
-// planner's holds and releases and Nomad's stops, simulated from the
-// rounds that preempted and restarted each job.
+// A replay at time scale 60 counts within 120 trace s, live from Nomad's
+// stops and the planner's holds and releases, simulated from the rounds
+// that preempted and started each job again; a side that did not record
+// what it needs gives no count.
 func TestTakeBacksCountsBothSides(t *testing.T) {
-	res := &replay.Result{
-		Sim: &sim.Result{Jobs: []sim.JobResult{
-			{ID: "a", Stops: []float64{110}},
-			{ID: "b", Finish: math.NaN()},
-		}},
-		Holds:    [][]float64{{100, 400}, {200}},
-		Releases: [][]float64{{0, 150, 900}, {250}},
+	live := func(holds [][]float64) *replay.Result {
+		return &replay.Result{
+			Sim: &sim.Result{Jobs: []sim.JobResult{
+				{ID: "a", Stops: []float64{110, 420}},
+				{ID: "b", Finish: math.NaN()},
+				{ID: "c", Stops: []float64{40}}, // no holds kept for it
+			}},
+			Holds:    holds,
+			Releases: [][]float64{{0, 150, 900}, {250}},
+		}
 	}
 	simRes := &sim.Result{Jobs: []sim.JobResult{
 		{ID: "a", Stops: []float64{100, 500}},
-		{ID: "b"},
-	}, Restarts: [][]float64{{150, 700}, nil}}
-	c := takeBacks(res, simRes, 60)
-	must.Eq(t, &takenBackCounts{Window: 120, LiveHolds: 3, Live: 2, LiveAfterStop: 1, SimPreemptions: 2, Sim: 1}, c)
+		{ID: "b", Stops: []float64{30}},
+		{ID: "c"},
+	}, Restarts: [][]float64{{150, 700}, {30}}}
+	c := takeBacks(live([][]float64{{100, 400}, {200}}), simRes, 60)
+	must.Eq(t, &takenBackCounts{Window: 120, LivePreemptions: 3, Live: 1, SimPreemptions: 3, Sim: 2}, c)
 
-	none := &replay.Result{Sim: &sim.Result{Jobs: []sim.JobResult{{ID: "a"}}}, Holds: [][]float64{nil}}
-	must.Nil(t, takeBacks(none, &sim.Result{Jobs: []sim.JobResult{{ID: "a"}}}, 60))
+	must.Nil(t, takeBacks(live(nil), simRes, 60), must.Sprint("a timeline saved before the holds were kept"))
+	unkept := *simRes
+	unkept.Restarts = nil
+	must.Nil(t, takeBacks(live([][]float64{{100, 400}, {200}}), &unkept, 60), must.Sprint("a simulator run without KeepRestarts"))
+	quiet := &replay.Result{Sim: &sim.Result{Jobs: []sim.JobResult{{ID: "a"}}}, Holds: [][]float64{nil}}
+	must.Nil(t, takeBacks(quiet, &sim.Result{Jobs: []sim.JobResult{{ID: "a"}}, Restarts: [][]float64{nil}}, 60))
 }

@@ -213,6 +213,7 @@ func TestKeyedRoundsChangeNothing(t *testing.T) {
 					run := func(noShortcut bool) *Result {
 						cfg := costs
 						cfg.Cluster, cfg.Policy, cfg.noShortcut = cluster(t, spec), mustPolicy(t, strings.TrimSuffix(name, "/cuts"), pcfg), noShortcut
+						cfg.KeepRestarts = true
 						res, err := Run(cfg, jobs)
 						must.NoError(t, err)
 						return res
@@ -221,6 +222,7 @@ func TestKeyedRoundsChangeNothing(t *testing.T) {
 					must.Positive(t, with.Summary.Preemptions)
 					for i := range with.Jobs {
 						must.Eq(t, without.Jobs[i], with.Jobs[i], must.Sprintf("job %d", i))
+						must.Eq(t, without.Restarts[i], with.Restarts[i], must.Sprintf("job %d's restarts", i))
 					}
 					must.Eq(t, without.Summary, with.Summary)
 				})
