@@ -295,8 +295,20 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 	must.NoError(t, os.WriteFile(actNow, nil, 0o644))
 
 	// Every task is recovered; a suspended one says so, with its checkpoint.
+	// The old driver persists a switch before Nomad hears of it, and it
+	// runs on for a second or so after the restart begins, so its last
+	// switch may have no event. A lane switches every quantum (3 s), so
+	// where the last switch reported came two quanta before the restart,
+	// the lane had stopped switching, and the recovered state must be the
+	// one that switch left.
+	const quantum = 3 * time.Second
 	recovered := map[string]string{}
 	seen := map[string][]string{} // each task's events when last looked at
+	type reported struct {
+		suspended bool
+		at        time.Time
+	}
+	lastReported := map[string]reported{}
 	defer func() {
 		if t.Failed() {
 			for _, id := range ids {
@@ -311,32 +323,40 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 			if _, ok := recovered[id]; ok {
 				continue
 			}
-			seen[id] = taskEvents(t, c, id)
-			for i, ev := range seen[id] {
-				if strings.HasPrefix(ev, "recovered by a new driver process") {
-					recovered[id] = ev
-					// A lane may switch between the last look above and
-					// the client's stop (the quantum is 3 s): the task's
-					// last switch before its recovery says how the old
-					// driver left it.
-					if was, ok := lastSwitch(seen[id][:i]); ok {
-						suspended[id] = was
+			events := taskEventList(t, c, id)
+			seen[id] = seen[id][:0]
+			for _, ev := range events {
+				seen[id] = append(seen[id], ev.DisplayMessage)
+			}
+			for _, ev := range events {
+				if strings.HasPrefix(ev.DisplayMessage, "recovered by a new driver process") {
+					recovered[id] = ev.DisplayMessage
+					// The old driver's last switch: by time, not by place
+					// in the list, as the new driver's first resume can
+					// reach Nomad before its recovery.
+					if was, at, ok := lastSwitch(events, time.Unix(0, ev.Time)); ok {
+						lastReported[id] = reported{was, at}
 					}
 				}
 			}
 		}
 		return len(recovered) == len(ids)
 	})
+	clear(suspended)
+	for id, ev := range recovered {
+		now := strings.Contains(ev, "suspended: true")
+		if now {
+			must.StrContains(t, ev, "suspended: true, checkpointed PIDs", must.Sprintf("%s recovered suspended", id))
+			suspended[id] = true
+		} else {
+			must.StrContains(t, ev, "suspended: false", must.Sprintf("%s recovered", id))
+		}
+		if r, ok := lastReported[id]; ok && restarted.Sub(r.at) >= 2*quantum {
+			must.Eq(t, r.suspended, now, must.Sprintf("%s: its last switch, %s before the restart, left it suspended: %v", id, restarted.Sub(r.at).Round(time.Millisecond), r.suspended))
+		}
+	}
 	t.Logf("all %d tasks recovered %s after the restart began; suspended at the restart: %v", len(recovered),
 		time.Since(restarted).Round(time.Millisecond), suspended)
-	for id, was := range suspended {
-		if !was {
-			must.StrContains(t, recovered[id], "suspended: false", must.Sprintf("%s was resumed just before the restart", id))
-			delete(suspended, id)
-			continue
-		}
-		must.StrContains(t, recovered[id], "suspended: true, checkpointed PIDs", must.Sprintf("%s was suspended at the restart", id))
-	}
 	// One task of each of the eight lanes, give or take a lane caught
 	// between its suspend and its resume.
 	must.Between(t, 7, len(suspended), 9, must.Sprint("tasks suspended at the restart"))
@@ -398,19 +418,24 @@ func TestFaultClientRestartWithSixteenLaneTasks(t *testing.T) {
 	}
 }
 
-// lastSwitch says whether the last lane switch among events suspended
-// the task with its processes checkpointed (true) or resumed it (false);
-// ok is false when events hold neither.
-func lastSwitch(events []string) (suspended, ok bool) {
-	for i := len(events) - 1; i >= 0; i-- {
-		switch ev := events[i]; {
-		case strings.HasPrefix(ev, "suspended in GPU-"):
-			return strings.Contains(ev, "checkpointed PIDs"), true
-		case strings.HasPrefix(ev, "resumed in GPU-"):
-			return false, true
+// lastSwitch says whether the latest lane switch among events before
+// the instant before suspended the task with its processes checkpointed
+// (true) or resumed it (false), and when; ok is false when none came
+// before it.
+func lastSwitch(events []*api.TaskEvent, before time.Time) (suspended bool, at time.Time, ok bool) {
+	for _, ev := range events {
+		t := time.Unix(0, ev.Time)
+		if !t.Before(before) || ok && t.Before(at) {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(ev.DisplayMessage, "suspended in GPU-"):
+			suspended, at, ok = strings.Contains(ev.DisplayMessage, "checkpointed PIDs"), t, true
+		case strings.HasPrefix(ev.DisplayMessage, "resumed in GPU-"):
+			suspended, at, ok = false, t, true
 		}
 	}
-	return false, false
+	return suspended, at, ok
 }
 
 // taskEvents lists the display messages of the job's first allocation's
