@@ -195,17 +195,24 @@ func TestReplaySimulatesTheModelsAsAClientListsThem(t *testing.T) {
 	must.Eq(t, "K80", jobs[0].GPUModel)
 }
 
-// The cost band runs the simulator with each charged cost 5% off: one
-// 100 s job that waits a 10 s start latency, and nothing else charged,
-// ends 0.5 s sooner or later.
-func TestCostBandMovesEachChargedCost(t *testing.T) {
-	tr := writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n")
+// lasOnOneNode is the inputs of a replay of trace tr under 2D-LAS on one
+// node of four GPUs.
+func lasOnOneNode(t *testing.T, tr string) *traceInputs {
+	t.Helper()
 	var f replayFlags
 	fs := newFlags("replay")
 	f.traceFlags.register(fs)
 	must.NoError(t, parse(fs, []string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}))
 	in, _, err := f.load()
 	must.NoError(t, err)
+	return in
+}
+
+// The cost band runs the simulator with each charged cost 5% off: one
+// 100 s job that waits a 10 s start latency, and nothing else charged,
+// ends 0.5 s sooner or later.
+func TestCostBandMovesEachChargedCost(t *testing.T) {
+	in := lasOnOneNode(t, writeTrace(t, "job_id,num_gpu,submit_time,duration\n0,1,0,100\n"))
 	band, err := costBand(in, in.policies[0], replay.Costs{StartLatency: 10}, 110)
 	must.NoError(t, err)
 	must.Eq(t, [2]float64{109.5, 110.5}, band)
@@ -226,13 +233,7 @@ func TestJitterRunsSpreadTheStartLatency(t *testing.T) {
 	for k := range 20 {
 		fmt.Fprintf(&csv, "%d,1,%d,100\n", k, k*200)
 	}
-	tr := writeTrace(t, csv.String())
-	var f replayFlags
-	fs := newFlags("replay")
-	f.traceFlags.register(fs)
-	must.NoError(t, parse(fs, []string{"-trace", tr, "-cluster", "n1g4", "-policy", "las"}))
-	in, _, err := f.load()
-	must.NoError(t, err)
+	in := lasOnOneNode(t, writeTrace(t, csv.String()))
 	j, err := jitterRuns(in, in.policies[0], replay.Costs{StartLatency: 10}, 0.9)
 	must.NoError(t, err)
 	must.NotNil(t, j)
