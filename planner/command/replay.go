@@ -435,13 +435,27 @@ func meanLatencyRun(in *traceInputs, pol *policy.Policy, costs replay.Costs) (la
 	if len(costs.Delays) == 0 {
 		return 0, 0
 	}
-	cfg, mean := in.simConfig(pol), costs
+	mean := costs
 	mean.StartLatency = replay.Mean(costs.Delays)
-	mean.Charge(&cfg)
-	if m, err := sim.Run(cfg, in.jobs); err == nil {
+	if m, err := in.runCharged(pol, mean, nil); err == nil {
 		avgJCT = m.Summary.AvgJCT
 	}
 	return mean.StartLatency, avgJCT
+}
+
+// runCharged runs the simulator on the trace charged costs, with tweak,
+// where not nil, changing one more setting of the run.
+func (in *traceInputs) runCharged(pol *policy.Policy, costs replay.Costs, tweak func(*sim.Config)) (*sim.Result, error) {
+	cfg := in.simConfig(pol)
+	costs.Charge(&cfg)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	res, err := sim.Run(cfg, in.jobs)
+	if err != nil {
+		return nil, fmt.Errorf("simulator: %w", err)
+	}
+	return res, nil
 }
 
 // costBandStep is how far costBand moves each cost: less than the costs
@@ -463,11 +477,9 @@ func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT fl
 				continue
 			}
 			*cost *= f
-			cfg := in.simConfig(pol)
-			c.Charge(&cfg)
-			res, err := sim.Run(cfg, in.jobs)
+			res, err := in.runCharged(pol, c, nil)
 			if err != nil {
-				return band, fmt.Errorf("simulator: %w", err)
+				return band, err
 			}
 			band[0], band[1] = min(band[0], res.Summary.AvgJCT), max(band[1], res.Summary.AvgJCT)
 		}
@@ -496,12 +508,9 @@ func jitterRuns(in *traceInputs, pol *policy.Policy, costs replay.Costs, jitter 
 	}
 	avg := make([]float64, 0, jitterDraws)
 	for seed := range uint64(jitterDraws) {
-		cfg := in.simConfig(pol)
-		costs.Charge(&cfg)
-		cfg.StartJitter, cfg.JitterSeed = jitter, seed+1
-		res, err := sim.Run(cfg, in.jobs)
+		res, err := in.runCharged(pol, costs, func(cfg *sim.Config) { cfg.StartJitter, cfg.JitterSeed = jitter, seed+1 })
 		if err != nil {
-			return nil, fmt.Errorf("simulator: %w", err)
+			return nil, err
 		}
 		avg = append(avg, res.Summary.AvgJCT)
 	}
