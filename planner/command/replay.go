@@ -109,6 +109,11 @@ Replay:
   -stop-latency S      trace seconds from the planner's hold to a preempted
                        job's stop, in the simulator's run (caravan sim
                        -stop-latency); default: the live run's median
+  -abort-latency S     trace seconds from the planner's hold to the GPUs
+                       of a start taken back before its tasks ran coming
+                       free, in the simulator's run (caravan sim
+                       -abort-latency); default: the live run's median,
+                       0 where it took none back
   -start-jitter F      also run the simulator 15 times with each start's
                        latency drawn between 1 − F and 1 + F times the
                        charged one (caravan sim -start-jitter), and report
@@ -154,6 +159,7 @@ type replayFlags struct {
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
+	abortLatency                 float64 // -1: measure on the live run
 	startJitter                  float64 // 0: no runs with jittered starts
 	startModel                   string
 	workload, checkpointDir, run string
@@ -198,6 +204,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-model: want queue or shared, got %q", f.startModel)
 	case f.stopLatency != -1 && !seconds(f.stopLatency):
 		return usagef("flag -stop-latency must be a non-negative number of trace seconds")
+	case f.abortLatency != -1 && !seconds(f.abortLatency):
+		return usagef("flag -abort-latency must be a non-negative number of trace seconds")
 	case !(f.startJitter >= 0 && f.startJitter < 1):
 		return usagef("flag -start-jitter must be at least 0 and below 1 (a fraction of the start latency)")
 	case f.workload == "" && !f.prepareOnly && f.from == "":
@@ -233,6 +241,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
+	fs.Float64Var(&f.abortLatency, "abort-latency", -1, "")
 	fs.Float64Var(&f.startJitter, "start-jitter", defaultStartJitter, "")
 	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
 	fs.Float64Var(&f.gangSpread, "gang-spread", -1, "")
@@ -387,11 +396,13 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
 	res *replay.Result, info replayInfo, log hclog.Logger) error {
 	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
-		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, Shared: f.startModel == "shared"})
+		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, AbortLatency: f.abortLatency,
+		Shared: f.startModel == "shared"})
 	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
 		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
 		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
-		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops)
+		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops,
+		"abort_latency_s", costs.AbortLatency, "measured_on_aborts", costs.Aborts)
 	simRes := ideal
 	if costs.Any() {
 		scfg := in.simConfig(pol)
@@ -469,10 +480,10 @@ const costBandStep = 0.05
 // the jobs after it with it.
 func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT float64) ([2]float64, error) {
 	band := [2]float64{avgJCT, avgJCT}
-	for k := range 5 {
+	for k := range 6 {
 		for _, f := range []float64{1 - costBandStep, 1 + costBandStep} {
 			c := costs
-			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency}[k]
+			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency}[k]
 			if *cost <= 0 || k == 2 && c.Shared { // no gang spread is charged beside the shared set-up
 				continue
 			}

@@ -57,7 +57,7 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 	if err != nil {
 		return nil, replayInfo{}, err
 	}
-	res := &replay.Result{Stops: tl.Stops, StopDelays: tl.StopDelays, IndependentWorkers: !info.Gangs,
+	res := &replay.Result{Stops: tl.Stops, StopDelays: tl.StopDelays, AbortDelays: tl.AbortDelays, IndependentWorkers: !info.Gangs,
 		MaxLag: secondsDuration(info.MaxLag), Wall: secondsDuration(info.WallSeconds), TimedOut: info.TimedOut,
 		Evictions: info.NomadEvictions}
 	end := 0.0

@@ -51,7 +51,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 		},
 		Releases: [][]float64{{1, 44}, {10.5}, nil},
 		Holds:    [][]float64{{39}, nil, nil},
-		Stops:    []float64{40}, StopDelays: []float64{1},
+		Stops:    []float64{40}, StopDelays: []float64{1}, AbortDelays: []float64{30},
 		Wall: 3 * 1e9, MaxLag: 2e6,
 	}
 	if f.lanes > 1 {
@@ -64,7 +64,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 	}
 	dir := t.TempDir()
 	f.out, f.json, f.timeScale, f.held, f.gangs = dir, true, 10, true, true
-	f.startLatency, f.startSpread, f.gangSpread, f.runOverhead, f.stopLatency = -1, -1, -1, -1, -1
+	f.startLatency, f.startSpread, f.gangSpread, f.runOverhead, f.stopLatency, f.abortLatency = -1, -1, -1, -1, -1, -1
 	f.startModel, f.startJitter = defaultStartModel, defaultStartJitter
 	var out, errb bytes.Buffer
 	c := &replayCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errb}}
@@ -82,6 +82,8 @@ func TestReplayFromReportsASavedRunAgain(t *testing.T) {
 	must.Eq(t, exitOK, code, must.Sprint(stderr))
 	must.Eq(t, want, got)
 	must.StrContains(t, got, `"start_costs_from"`)
+	must.StrContains(t, got, `"abort_latency_s": 30,`)
+	must.StrContains(t, got, `"abort_latency_measured_on": 1,`)
 	must.StrContains(t, got, `"live_stops": [`+"\n"+`        40`+"\n")
 
 	// A timeline written before each job's stops were kept gives them

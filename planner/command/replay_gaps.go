@@ -256,6 +256,8 @@ type liveTimeline struct {
 	Jobs       []timelineJob `json:"jobs"`
 	Stops      []float64     `json:"stops"`
 	StopDelays []float64     `json:"stop_delays"`
+	// AbortDelays are absent in a timeline written before they were kept.
+	AbortDelays []float64 `json:"abort_delays"`
 }
 
 type timelineTask struct {
@@ -285,7 +287,8 @@ type timelineJob struct {
 // writeTimeline writes res's live timeline as JSON.
 func writeTimeline(path string, res *replay.Result) error {
 	tl := liveTimeline{Jobs: make([]timelineJob, 0, len(res.Sim.Jobs)),
-		Stops: append([]float64{}, res.Stops...), StopDelays: append([]float64{}, res.StopDelays...)}
+		Stops: append([]float64{}, res.Stops...), StopDelays: append([]float64{}, res.StopDelays...),
+		AbortDelays: append([]float64{}, res.AbortDelays...)}
 	for i, j := range res.Sim.Jobs {
 		tj := timelineJob{ID: j.ID, GPUs: j.GPUs, Arrival: j.Arrival, Tasks: []timelineTask{}, Releases: []float64{}, Holds: []float64{},
 			Stops: append([]float64{}, j.Stops...)}

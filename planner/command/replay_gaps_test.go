@@ -128,11 +128,12 @@ func TestWriteTimeline(t *testing.T) {
 			{ID: "a", GPUs: 2, Arrival: 0, Finish: 90, Preemptions: 1, Stops: []float64{40}},
 			{ID: "b", GPUs: 1, Arrival: 5, Finish: math.NaN()},
 		}},
-		Tasks:      [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1", Model: "V100"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
-		Releases:   [][]float64{{3}, nil},
-		Holds:      [][]float64{{40}, nil},
-		Stops:      []float64{40},
-		StopDelays: []float64{6},
+		Tasks:       [][]replay.TaskRun{{{Placed: 4, Start: 10, End: 90, Node: "n1", Model: "V100"}, {Placed: 4, Start: 12, End: 88, Node: "n2", GPU: "GPU-1"}}, nil},
+		Releases:    [][]float64{{3}, nil},
+		Holds:       [][]float64{{40}, nil},
+		Stops:       []float64{40},
+		StopDelays:  []float64{6},
+		AbortDelays: []float64{240},
 	}
 	path := filepath.Join(t.TempDir(), "timeline.json")
 	must.NoError(t, writeTimeline(path, res))
@@ -150,6 +151,7 @@ func TestWriteTimeline(t *testing.T) {
 	must.Nil(t, got.Jobs[1].Finish)
 	must.Eq(t, []timelineTask{}, got.Jobs[1].Tasks)
 	must.Eq(t, []float64{40}, got.Stops)
+	must.Eq(t, []float64{240}, got.AbortDelays)
 	must.Eq(t, []float64{40}, got.Jobs[0].Stops)
 	must.Eq(t, []float64{}, got.Jobs[1].Stops)
 

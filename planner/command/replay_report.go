@@ -64,7 +64,13 @@ type replayInfo struct {
 	// that many preemptions of the live run unless a flag gave it.
 	StopLatency           float64 `json:"stop_latency_s"`
 	StopLatencyMeasuredOn int     `json:"stop_latency_measured_on,omitempty"`
-	SimNoDelayAvgJCT      float64 `json:"sim_no_delay_avg_jct"`
+	// AbortLatency is the trace seconds from the planner's hold to the
+	// GPUs of a start taken back before its tasks ran coming free, that
+	// the simulator's run charged (caravan sim -abort-latency), measured
+	// on that many such starts of the live run unless a flag gave it.
+	AbortLatency           float64 `json:"abort_latency_s"`
+	AbortLatencyMeasuredOn int     `json:"abort_latency_measured_on,omitempty"`
+	SimNoDelayAvgJCT       float64 `json:"sim_no_delay_avg_jct"`
 	// StartLatencyMean is the mean of the start delays whose median is
 	// StartLatency, and SimMeanLatencyAvgJCT the simulator's average JCT
 	// charging it instead: how much a few slow starts weigh.
@@ -134,6 +140,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	info.GangSpread, info.GangSpreadMeasuredOn = costs.GangSpread, costs.Gangs
 	info.RunOverhead, info.RunOverheadMeasuredOn = costs.RunOverhead, costs.Runs
 	info.StopLatency, info.StopLatencyMeasuredOn = costs.StopLatency, costs.Stops
+	info.AbortLatency, info.AbortLatencyMeasuredOn = costs.AbortLatency, costs.Aborts
 	info.StartParts, info.StartCostsFrom = costs.Parts, costs.From
 	rep.Replay.JobsSplit, rep.Replay.SimJobsSplit, rep.Replay.SplitOnOneSide = splitJobs(res.Sim, simRes)
 	rep.Replay.PreemptionsTakenBack = takeBacks(res, simRes, f.timeScale)
@@ -167,16 +174,16 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "replay of %s on %s (%d GPUs), time scale %g, run %s, %s\n\n", rep.Live.Trace, rep.Live.Cluster,
 		rep.Live.GPUs, rep.Replay.TimeScale, rep.Replay.Run, time.Duration(rep.Replay.WallSeconds*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\tgang spread\trun overhead\tstop latency\tsim without them\t")
+	fmt.Fprintln(tw, "policy\tlive avg JCT\tsim avg JCT\tlive ÷ sim\tlive done\tplanner writes/job\tstart latency\tstart spread\tgang spread\trun overhead\tstop latency\tabort latency\tsim without them\t")
 	if len(rep.Live.Policies) > 0 && len(rep.Sim.Policies) > 0 {
 		l, s := rep.Live.Policies[0], rep.Sim.Policies[0]
 		ratio := math.NaN()
 		if s.AvgJCT > 0 {
 			ratio = l.AvgJCT / s.AvgJCT
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.2fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%d/%d\t%.1f\t%.1fs\t%.2fs\t%.2fs\t%.1fs\t%.1fs\t%.1fs\t%s\t\n", l.Policy, dur(l.AvgJCT), dur(s.AvgJCT), ratio,
 			l.Jobs-l.Unfinished, l.Jobs, rep.Replay.WritesPerJob, rep.Replay.StartLatency, rep.Replay.StartSpread, rep.Replay.GangSpread,
-			rep.Replay.RunOverhead, rep.Replay.StopLatency, dur(rep.Replay.SimNoDelayAvgJCT))
+			rep.Replay.RunOverhead, rep.Replay.StopLatency, rep.Replay.AbortLatency, dur(rep.Replay.SimNoDelayAvgJCT))
 	}
 	tw.Flush()
 	if p := rep.Replay.StartParts; p != nil {

@@ -111,6 +111,9 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -stop-latency S      seconds a preempted job keeps its GPUs: every start
                        of the round that preempts waits that much more, as
                        a real cluster stops the job first (default 0)
+  -abort-latency S     seconds a start taken back before its tasks ran
+                       keeps its GPUs, as a Nomad client takes seconds to
+                       give up a task's set-up (default 0: free at once)
   -jobs N, -load L, -seed S   synthetic trace size, offered load, seed
   -sizes SHAPE         synthetic durations, each of Philly's mean:
                        lognormal (Philly's heavy tail; default),
@@ -140,6 +143,7 @@ type simFlags struct {
 	gangSpread     float64
 	startsShared   bool
 	stopLatency    float64
+	abortLatency   float64
 	startJitter    float64
 	jitterSeed     uint64
 	json, progress bool
@@ -164,6 +168,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
 	fs.BoolVar(&f.startsShared, "starts-shared", false, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
+	fs.Float64Var(&f.abortLatency, "abort-latency", 0, "")
 	fs.Float64Var(&f.startJitter, "start-jitter", 0, "")
 	fs.Uint64Var(&f.jitterSeed, "jitter-seed", 1, "")
 	fs.BoolVar(&f.json, "json", false, "")
@@ -213,6 +218,8 @@ func (f *simFlags) check() string {
 		return "flag -gang-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
+	case !seconds(f.abortLatency):
+		return "flag -abort-latency must be a non-negative number of seconds"
 	case !(f.startJitter >= 0 && f.startJitter < 1):
 		return "flag -start-jitter must be at least 0 and below 1 (a fraction of -start-latency)"
 	case f.startJitter > 0 && f.startLatency == 0:
@@ -283,7 +290,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg := in.simConfig(p)
 		scfg.PreemptionCost = f.preemptionCost
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
-		scfg.GangSpread, scfg.StartsShared = f.gangSpread, f.startsShared
+		scfg.GangSpread, scfg.StartsShared, scfg.AbortLatency = f.gangSpread, f.startsShared, f.abortLatency
 		scfg.StartJitter, scfg.JitterSeed = f.startJitter, f.jitterSeed
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)

@@ -4,11 +4,11 @@ import "github.com/caravan-gpu/caravan/planner/sim"
 
 // Costs are what a start, a run and a stop cost on the live cluster, in
 // trace seconds, as the simulator is charged them (sim.Config's
-// StartLatency, StartSpread, GangSpread, RunOverhead and StopLatency), and
-// how many of each they were measured on.
+// StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency and
+// AbortLatency), and how many of each they were measured on.
 type Costs struct {
-	StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency float64
-	Starts, Events, Gangs, Runs, Stops                              int
+	StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency, AbortLatency float64
+	Starts, Events, Gangs, Runs, Stops, Aborts                                    int
 	// Shared models the clients' starts as a shared set-up
 	// (sim.Config.StartsShared) rather than a queue: the simulator is
 	// charged so, and where the costs are fitted, they are fitted so.
@@ -88,17 +88,21 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	if c.StopLatency < 0 {
 		c.StopLatency, c.Stops = Median(r.StopDelays), len(r.StopDelays)
 	}
+	if c.AbortLatency < 0 {
+		c.AbortLatency, c.Aborts = Median(r.AbortDelays), len(r.AbortDelays)
+	}
 	return c
 }
 
 // Any says whether any cost is charged.
 func (c Costs) Any() bool {
-	return c.StartLatency > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0
+	return c.StartLatency > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.AbortLatency > 0
 }
 
 // Charge sets the costs on cfg.
 func (c Costs) Charge(cfg *sim.Config) {
 	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
+	cfg.AbortLatency = c.AbortLatency
 	cfg.GangSpread = c.GangSpread
 	cfg.StartsShared = c.Shared
 }

@@ -229,6 +229,10 @@ type Result struct {
 	// decision is known took from the planner's hold to the job's stop:
 	// the time a preempted job keeps its GPUs.
 	StopDelays []float64
+	// AbortDelays are, in trace seconds, how long each hold that took a
+	// start back before its tasks ran took to free the GPUs of the last
+	// allocation it so stopped (abortDelays).
+	AbortDelays []float64
 	// Tasks are, for each job in Config.Jobs order, its tasks' runs in
 	// trace seconds, in order of start: one per allocation run, since
 	// each allocation runs one task on one GPU. A task still running
@@ -270,6 +274,28 @@ func RanOn(runs []TaskRun) []string {
 	for _, r := range byStart {
 		if r.Model != "" && (len(out) == 0 || out[len(out)-1] != r.Model) {
 			out = append(out, r.Model)
+		}
+	}
+	return out
+}
+
+// abortDelays is, for each of a job's holds that took back a start before
+// its tasks ran, the trace seconds from the hold to the last of the
+// allocations it stopped so giving up its GPUs (aborts, in order): the
+// last of those before the next hold. A start waiting for those GPUs
+// waits for that one.
+func abortDelays(c Clock, holds, aborts []time.Time) []float64 {
+	var out []float64
+	for k, h := range holds {
+		var last time.Time
+		for _, a := range aborts {
+			if a.Before(h) || k+1 < len(holds) && !a.Before(holds[k+1]) {
+				continue
+			}
+			last = a
+		}
+		if !last.IsZero() {
+			out = append(out, c.Span(last.Sub(h)))
 		}
 	}
 	return out
@@ -449,6 +475,7 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 			res.Stops = append(res.Stops, clock.Trace(t))
 		}
 		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.history[i].Holds, o.Stops)...)
+		res.AbortDelays = append(res.AbortDelays, abortDelays(clock, tr.history[i].Holds, o.Aborts)...)
 		for _, r := range o.Runs {
 			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed),
 				Node: r.Node, GPU: r.GPU, Model: r.Model})

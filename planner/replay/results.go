@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,10 @@ type Outcome struct {
 	// evicted (desired status "evict") rather than the planner's hold:
 	// a start Nomad placed before a hold's stop had freed its GPUs.
 	Evictions int
+	// Aborts are when each allocation the planner stopped before its task
+	// started gave up its GPUs, in order: when its client reported the
+	// task dead, which for a task stopped in its set-up takes seconds.
+	Aborts []time.Time
 	// Model is the GPU model the job finished on ("" when unknown).
 	Model string
 	// Nodes is how many nodes the allocations that finished the job ran
@@ -74,7 +79,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 		node  string
 	}
 	done := map[int]completion{}
-	var stops []time.Time
+	var stops, aborts []time.Time
 	for _, a := range allocs {
 		start, end, failed := taskTimes(a)
 		stopped := a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict
@@ -93,6 +98,11 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 			o.Runs = append(o.Runs, r)
 			if stopped && !end.IsZero() {
 				stops = append(stops, end)
+			}
+		}
+		if start.IsZero() && a.DesiredStatus == api.AllocDesiredStatusStop {
+			if freed := abortEnd(a, end); !freed.IsZero() {
+				aborts = append(aborts, freed)
 			}
 		}
 		if a.DesiredStatus != api.AllocDesiredStatusRun || a.ClientStatus != api.AllocClientStatusComplete || failed || end.IsZero() {
@@ -122,15 +132,42 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 	} else {
 		o.Finish, o.Model = time.Time{}, ""
 	}
-	sort.Slice(stops, func(i, j int) bool { return stops[i].Before(stops[j]) })
-	for i, t := range stops {
-		if i == 0 || t.Sub(stops[i-1]) > stopGap {
-			o.Stops = append(o.Stops, t)
-		}
-	}
+	o.Stops = firstOfEach(stops)
+	slices.SortFunc(aborts, time.Time.Compare)
+	o.Aborts = aborts
 	o.Preemptions = len(o.Stops)
 	sort.Slice(o.Runs, func(i, j int) bool { return o.Runs[i].Start.Before(o.Runs[j].Start) })
 	return o
+}
+
+// firstOfEach sorts times and keeps the first of those within stopGap of
+// the one before: one per preemption of a job of several allocations.
+func firstOfEach(times []time.Time) []time.Time {
+	slices.SortFunc(times, time.Time.Compare)
+	var out []time.Time
+	for i, t := range times {
+		if i == 0 || t.Sub(times[i-1]) > stopGap {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// abortEnd is when an allocation stopped before its task started gave up
+// its GPUs: when its tasks were reported dead (end), or else when its
+// client last reported it, once it reported it stopped; zero while it
+// has not.
+func abortEnd(a *api.AllocationListStub, end time.Time) time.Time {
+	if !end.IsZero() {
+		return end
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		if a.ModifyTime > 0 {
+			return time.Unix(0, a.ModifyTime)
+		}
+	}
+	return time.Time{}
 }
 
 // taskTimes is when the allocation's tasks first started and last

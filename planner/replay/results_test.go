@@ -246,6 +246,30 @@ func TestReadOutcomeRecordsWhenPreemptionsStopped(t *testing.T) {
 	must.Eq(t, []time.Time{at(5), at(20)}, o.Stops)
 }
 
+// A start taken back before its tasks ran is recorded when each of its
+// allocations gave up its GPUs; it is no preemption. A stopped allocation
+// whose task state has no finish counts from when its client reported it
+// stopped, and one not yet reported stopped does not count.
+func TestReadOutcomeRecordsWhenAbortedStartsFreedTheirGPUs(t *testing.T) {
+	models := map[string]string{"GPU-v-0": "V100", "GPU-v-1": "V100"}
+	unreported := alloc("a5", 0, "stop", "running", -1, -1, false, "GPU-v-0")
+	noFinish := alloc("a6", 1, "stop", "complete", -1, -1, false, "GPU-v-1")
+	noFinish.ModifyTime = at(30).UnixNano()
+	o := ReadOutcome([]*api.AllocationListStub{
+		alloc("a1", 0, "stop", "complete", -1, 4.1, false, "GPU-v-0"),
+		alloc("a2", 1, "stop", "complete", -1, 4.3, false, "GPU-v-1"),
+		alloc("a3", 0, "stop", "complete", 10, 20, false, "GPU-v-0"),
+		alloc("a4", 1, "stop", "complete", 10, 20.2, false, "GPU-v-1"),
+		unreported, noFinish,
+		alloc("a7", 0, "run", "complete", 40, 50, false, "GPU-v-0"),
+		alloc("a8", 1, "run", "complete", 40, 50, false, "GPU-v-1"),
+	}, 2, models, at(100))
+	must.Eq(t, []time.Time{at(4.1), at(4.3), at(30)}, o.Aborts)
+	must.Eq(t, []time.Time{at(20)}, o.Stops)
+	must.Eq(t, 1, o.Preemptions, must.Sprint("a start taken back is no preemption"))
+	must.True(t, o.Finished)
+}
+
 // A job's holds are the versions that put the planner's hold on it while
 // the version before had none.
 func TestHistoryOf(t *testing.T) {
@@ -273,6 +297,17 @@ func TestStopDelays(t *testing.T) {
 	c := Clock{T0: t0, Scale: 10}
 	got := stopDelays(c, []time.Time{at(20), at(50)}, []time.Time{at(20.5), at(40), at(50.25)})
 	must.Eq(t, []float64{5, 2.5}, got, must.Sprint("0.5 s and 0.25 s real at scale 10; the stop at 40 had no hold after the one before it"))
+}
+
+// Each hold that took a start back is timed to the last allocation it
+// stopped giving up its GPUs, before the next hold; a hold that stopped
+// none (it preempted running tasks) has no abort delay.
+func TestAbortDelays(t *testing.T) {
+	c := Clock{T0: t0, Scale: 10}
+	got := abortDelays(c, []time.Time{at(20), at(50), at(70)}, []time.Time{at(20.1), at(24), at(50.2)})
+	must.Eq(t, []float64{40, 2}, got, must.Sprint("4 s real to the later of the first hold's two, 0.2 s to the second's; none for the third"))
+	must.Nil(t, abortDelays(c, []time.Time{at(20)}, nil))
+	must.Nil(t, abortDelays(c, nil, []time.Time{at(5)}), must.Sprint("an abort with no hold before it is left out"))
 }
 
 // A job's models, live, are its runs' in order of start, a model once for

@@ -232,11 +232,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	latency := s.startLatency()
 	js.gangTail = 0
 	if s.preempted && s.preemptedAt == s.now {
-		use := s.gpuUse(js)
-		if use > s.freeBeforeStops {
-			latency += s.cfg.StopLatency
-		}
-		s.freeBeforeStops = max(0, s.freeBeforeStops-use)
+		latency += s.waitForFreed(s.gpuUse(js))
 	}
 	switch {
 	case s.cfg.StartsShared:
@@ -296,6 +292,7 @@ func spannedNodes(slots []policy.Slot) int {
 func (s *simulator) preempt(i int) {
 	if !s.preempted || s.preemptedAt != s.now {
 		s.preempted, s.preemptedAt, s.freeBeforeStops = true, s.now, float64(s.gpus)-s.busy
+		s.stopsFreed, s.abortsFreed = 0, 0
 	}
 	js := &s.jobs[i]
 	s.settle(js)
@@ -317,15 +314,20 @@ func (s *simulator) preempt(i int) {
 		}
 	}
 	if js.latency > js.gangTail {
-		// Taken back before its first task ran: a real cluster has no
-		// task to stop, so its GPUs are free at once, and no run was
-		// preempted.
-		s.freeBeforeStops += s.gpuUse(js)
+		// Taken back before its first task ran: no run was preempted.
+		// Its GPUs are free at once, or once Nomad's client has given up
+		// the set-up (AbortLatency).
+		if s.cfg.AbortLatency > 0 {
+			s.abortsFreed += s.gpuUse(js)
+		} else {
+			s.freeBeforeStops += s.gpuUse(js)
+		}
 		js.latency = 0
 		js.ranOnTakenBack()
 	} else {
 		// A gang of which some tasks run (its last still starting) has
 		// tasks to stop, as a running job has.
+		s.stopsFreed += s.gpuUse(js)
 		js.latency = 0
 		js.preempts++
 		js.stops = append(js.stops, s.now)
@@ -339,6 +341,26 @@ func (s *simulator) preempt(i int) {
 	if s.keyed != nil {
 		s.keyed.wait(i)
 	}
+}
+
+// waitForFreed is how much longer a start of use GPUs, in the round of a
+// preemption, waits for GPUs that round frees: none while the GPUs free
+// before it last, StopLatency while those of its stops do, and
+// AbortLatency, where it is longer, once it needs those of the starts it
+// took back. The GPUs it takes are counted off.
+func (s *simulator) waitForFreed(use float64) float64 {
+	need := use - s.freeBeforeStops
+	s.freeBeforeStops = max(0, s.freeBeforeStops-use)
+	if need <= 0 {
+		return 0
+	}
+	fromStops := min(need, s.stopsFreed)
+	s.stopsFreed -= fromStops
+	if need -= fromStops; need > 0 && s.abortsFreed > 0 {
+		s.abortsFreed = max(0, s.abortsFreed-need)
+		return max(s.cfg.StopLatency, s.cfg.AbortLatency)
+	}
+	return s.cfg.StopLatency
 }
 
 // migrate moves a running job to d's GPU model (or, Synergy's lease, to

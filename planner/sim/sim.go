@@ -80,6 +80,16 @@ type Config struct {
 	// took, are too few for it (counted over the cluster, not per model
 	// or node). 0 by default; caravan replay measures it.
 	StopLatency float64
+	// AbortLatency is how long, in seconds, a start taken back before its
+	// first task ran keeps its GPUs after the round that takes it back.
+	// Nomad frees an allocation's devices once its client reports it
+	// stopped, and a task stopped in its set-up takes a Nomad client
+	// about 4 s of real time to report, where a running task takes a
+	// tenth of a second. A start of that round that the GPUs free before
+	// it and those of its stops do not cover waits that much more
+	// (counted as StopLatency is). 0 by default, the GPUs free at once;
+	// caravan replay measures it.
+	AbortLatency float64
 	// RunOverhead is the time in seconds every run, first or after a
 	// preemption, spends running without progress: the process starting
 	// and exiting, the framework's setup. It counts as executed time.
@@ -334,6 +344,10 @@ type simulator struct {
 	preempted       bool
 	preemptedAt     float64
 	freeBeforeStops float64
+	// stopsFreed and abortsFreed are the GPUs the preemptions and the
+	// starts taken back at preemptedAt free later: after StopLatency and
+	// AbortLatency.
+	stopsFreed, abortsFreed float64
 	// arrivals, when set, holds the pending jobs in place of active, and
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue
@@ -521,7 +535,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 // the policy since the last round, and no start adds work to a job.
 func (s *simulator) pastWaiting(changed, woke bool) bool {
 	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
-		s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 &&
+		s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 && s.cfg.AbortLatency == 0 &&
 		s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 

@@ -728,6 +728,9 @@ func TestStopLatency(t *testing.T) {
 		return res
 	}
 	plain, stopping := las(0), las(7)
+	aborting, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), StopLatency: 7, AbortLatency: 240}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, stopping.Jobs, aborting.Jobs, must.Sprint("no start was taken back: AbortLatency changes nothing"))
 	must.Eq(t, 1, stopping.Jobs[0].Preemptions)
 	must.Eq(t, 0.0, stopping.Jobs[0].Start, must.Sprint("A started into free GPUs at once"))
 	must.Eq(t, plain.Jobs[1].Finish+7, stopping.Jobs[1].Finish, must.Sprint("B waited for A's stop"))
@@ -759,6 +762,44 @@ func TestAStartTakenBackBeforeItsTaskRanIsNoPreemption(t *testing.T) {
 	must.Eq(t, 0, res.Jobs[0].Preemptions)
 	must.Eq(t, 900.0, res.Jobs[1].Finish, must.Sprint("B: 300 s of latency and 500 s of run from 100, no stop to wait for"))
 	must.Eq(t, 3200.0, res.Jobs[0].Finish, must.Sprint("A starts again, whole, when B ends"))
+}
+
+// A start taken back before its task ran keeps its GPUs for AbortLatency
+// (a Nomad client takes seconds to give up a task's set-up), and the
+// start that takes them waits for it; a start that the stops' GPUs cover
+// waits StopLatency only. Under srtf with 300 s of start latency on four
+// GPUs: A (2 GPUs, 2,000 s) runs from 300; C (2 GPUs, 3,000 s) arrives at
+// 350 and is still starting when B (4 GPUs, 100 s) arrives at 400, which
+// preempts A and takes C back.
+func TestAStartTakenBackKeepsItsGPUsForTheAbortLatency(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 2, Duration: 2000},
+		{ID: "C", Arrival: 350, GPUs: 2, Duration: 3000},
+		{ID: "B", Arrival: 400, GPUs: 4, Duration: 100},
+	}
+	for _, tc := range []struct {
+		name          string
+		abort         float64
+		wantB         float64
+		wantCPreempts int
+	}{
+		{"freed at once", 0, 400 + 7 + 300 + 100, 0},
+		{"freed after the abort latency", 240, 400 + 240 + 300 + 100, 0},
+		{"an abort latency below the stop latency", 3, 400 + 7 + 300 + 100, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "srtf", policy.Config{}),
+				StartLatency: 300, StopLatency: 7, AbortLatency: tc.abort}, jobs)
+			must.NoError(t, err)
+			byID := map[string]JobResult{}
+			for _, j := range res.Jobs {
+				byID[j.ID] = j
+			}
+			must.Eq(t, 1, byID["A"].Preemptions, must.Sprint("A was running: a preemption"))
+			must.Eq(t, tc.wantCPreempts, byID["C"].Preemptions, must.Sprint("C was still starting: taken back, no preemption"))
+			must.Eq(t, tc.wantB, byID["B"].Finish)
+		})
+	}
 }
 
 // A job still starting shows a policy its remaining time without the
