@@ -89,7 +89,10 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 		c.StopLatency, c.Stops = Median(r.StopDelays), len(r.StopDelays)
 	}
 	if c.AbortLatency < 0 {
-		c.AbortLatency, c.Aborts = Median(r.AbortDelays), len(r.AbortDelays)
+		// The mean: a client gives up a task it had not begun to set up
+		// at once and one in its set-up after seconds, and a start taken
+		// back holds its GPUs, over all of them, for the mean.
+		c.AbortLatency, c.Aborts = Mean(r.AbortDelays), len(r.AbortDelays)
 	}
 	return c
 }

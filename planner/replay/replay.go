@@ -229,9 +229,9 @@ type Result struct {
 	// decision is known took from the planner's hold to the job's stop:
 	// the time a preempted job keeps its GPUs.
 	StopDelays []float64
-	// AbortDelays are, in trace seconds, how long each hold that took a
-	// start back before its tasks ran took to free the GPUs of the last
-	// allocation it so stopped (abortDelays).
+	// AbortDelays are, in trace seconds, how long each allocation a hold
+	// stopped before its task ran took from the hold to giving up its
+	// GPUs (abortDelays).
 	AbortDelays []float64
 	// Tasks are, for each job in Config.Jobs order, its tasks' runs in
 	// trace seconds, in order of start: one per allocation run, since
@@ -279,23 +279,24 @@ func RanOn(runs []TaskRun) []string {
 	return out
 }
 
-// abortDelays is, for each of a job's holds that took back a start before
-// its tasks ran, the trace seconds from the hold to the last of the
-// allocations it stopped so giving up its GPUs (aborts, in order): the
-// last of those before the next hold. A start waiting for those GPUs
-// waits for that one.
-func abortDelays(c Clock, holds, aborts []time.Time) []float64 {
+// abortDelays is, for each allocation a hold stopped before its task
+// ran, the trace seconds from the hold to the allocation giving up its
+// GPUs. An abort belongs to the latest hold after Nomad placed it and
+// before it was given up; one with no such hold (a change of the job's
+// model or lane, which Nomad carries out by stopping it) is left out.
+// Each allocation holds one GPU (or lane), so their mean is what a start
+// taken back holds each of its GPUs for.
+func abortDelays(c Clock, holds []time.Time, aborts []Abort) []float64 {
 	var out []float64
-	for k, h := range holds {
-		var last time.Time
-		for _, a := range aborts {
-			if a.Before(h) || k+1 < len(holds) && !a.Before(holds[k+1]) {
-				continue
+	for _, a := range aborts {
+		var hold time.Time
+		for _, h := range holds {
+			if !h.Before(a.Placed) && !h.After(a.Freed) {
+				hold = h
 			}
-			last = a
 		}
-		if !last.IsZero() {
-			out = append(out, c.Span(last.Sub(h)))
+		if !hold.IsZero() {
+			out = append(out, c.Span(a.Freed.Sub(hold)))
 		}
 	}
 	return out

@@ -48,10 +48,9 @@ type Outcome struct {
 	// evicted (desired status "evict") rather than the planner's hold:
 	// a start Nomad placed before a hold's stop had freed its GPUs.
 	Evictions int
-	// Aborts are when each allocation the planner stopped before its task
-	// started gave up its GPUs, in order: when its client reported the
-	// task dead, which for a task stopped in its set-up takes seconds.
-	Aborts []time.Time
+	// Aborts are the allocations stopped before their tasks started, in
+	// order of giving up their GPUs.
+	Aborts []Abort
 	// Model is the GPU model the job finished on ("" when unknown).
 	Model string
 	// Nodes is how many nodes the allocations that finished the job ran
@@ -79,7 +78,8 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 		node  string
 	}
 	done := map[int]completion{}
-	var stops, aborts []time.Time
+	var stops []time.Time
+	var aborts []Abort
 	for _, a := range allocs {
 		start, end, failed := taskTimes(a)
 		stopped := a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict
@@ -102,7 +102,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 		}
 		if start.IsZero() && a.DesiredStatus == api.AllocDesiredStatusStop {
 			if freed := abortEnd(a, end); !freed.IsZero() {
-				aborts = append(aborts, freed)
+				aborts = append(aborts, Abort{Placed: time.Unix(0, a.CreateTime), Freed: freed})
 			}
 		}
 		if a.DesiredStatus != api.AllocDesiredStatusRun || a.ClientStatus != api.AllocClientStatusComplete || failed || end.IsZero() {
@@ -133,7 +133,7 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 		o.Finish, o.Model = time.Time{}, ""
 	}
 	o.Stops = firstOfEach(stops)
-	slices.SortFunc(aborts, time.Time.Compare)
+	slices.SortFunc(aborts, func(a, b Abort) int { return a.Freed.Compare(b.Freed) })
 	o.Aborts = aborts
 	o.Preemptions = len(o.Stops)
 	sort.Slice(o.Runs, func(i, j int) bool { return o.Runs[i].Start.Before(o.Runs[j].Start) })
@@ -153,16 +153,24 @@ func firstOfEach(times []time.Time) []time.Time {
 	return out
 }
 
+// Abort is an allocation stopped before its task started: when Nomad
+// placed it, and when it gave up its GPUs, which is when its client
+// reported the task dead; for a task stopped in its set-up that takes a
+// Nomad client seconds.
+type Abort struct {
+	Placed, Freed time.Time
+}
+
 // abortEnd is when an allocation stopped before its task started gave up
 // its GPUs: when its tasks were reported dead (end), or else when its
 // client last reported it, once it reported it stopped; zero while it
-// has not.
+// has not, and for one whose node was lost.
 func abortEnd(a *api.AllocationListStub, end time.Time) time.Time {
 	if !end.IsZero() {
 		return end
 	}
 	switch a.ClientStatus {
-	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
 		if a.ModifyTime > 0 {
 			return time.Unix(0, a.ModifyTime)
 		}

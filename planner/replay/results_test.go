@@ -255,16 +255,25 @@ func TestReadOutcomeRecordsWhenAbortedStartsFreedTheirGPUs(t *testing.T) {
 	unreported := alloc("a5", 0, "stop", "running", -1, -1, false, "GPU-v-0")
 	noFinish := alloc("a6", 1, "stop", "complete", -1, -1, false, "GPU-v-1")
 	noFinish.ModifyTime = at(30).UnixNano()
+	noFinish.CreateTime = at(25).UnixNano()
+	lost := alloc("a9", 1, "stop", "lost", -1, -1, false, "GPU-v-1")
+	lost.ModifyTime = at(35).UnixNano()
+	evicted := alloc("a10", 1, "evict", "complete", -1, 36, false, "GPU-v-1")
 	o := ReadOutcome([]*api.AllocationListStub{
 		alloc("a1", 0, "stop", "complete", -1, 4.1, false, "GPU-v-0"),
 		alloc("a2", 1, "stop", "complete", -1, 4.3, false, "GPU-v-1"),
 		alloc("a3", 0, "stop", "complete", 10, 20, false, "GPU-v-0"),
 		alloc("a4", 1, "stop", "complete", 10, 20.2, false, "GPU-v-1"),
-		unreported, noFinish,
+		unreported, noFinish, lost, evicted,
 		alloc("a7", 0, "run", "complete", 40, 50, false, "GPU-v-0"),
 		alloc("a8", 1, "run", "complete", 40, 50, false, "GPU-v-1"),
 	}, 2, models, at(100))
-	must.Eq(t, []time.Time{at(4.1), at(4.3), at(30)}, o.Aborts)
+	var freed []time.Time
+	for _, a := range o.Aborts {
+		freed = append(freed, a.Freed)
+	}
+	must.Eq(t, []time.Time{at(4.1), at(4.3), at(30)}, freed, must.Sprint("not the lost allocation, nor the one Nomad evicted"))
+	must.Eq(t, at(25), o.Aborts[2].Placed)
 	must.Eq(t, []time.Time{at(20)}, o.Stops)
 	must.Eq(t, 1, o.Preemptions, must.Sprint("a start taken back is no preemption"))
 	must.True(t, o.Finished)
@@ -299,15 +308,20 @@ func TestStopDelays(t *testing.T) {
 	must.Eq(t, []float64{5, 2.5}, got, must.Sprint("0.5 s and 0.25 s real at scale 10; the stop at 40 had no hold after the one before it"))
 }
 
-// Each hold that took a start back is timed to the last allocation it
-// stopped giving up its GPUs, before the next hold; a hold that stopped
-// none (it preempted running tasks) has no abort delay.
+// Each allocation a hold stopped before its task ran is timed from that
+// hold, the latest after its placement, to its giving up its GPUs; an
+// abort with no hold after its placement (a change of model, which Nomad
+// carries out by stopping it) is left out.
 func TestAbortDelays(t *testing.T) {
 	c := Clock{T0: t0, Scale: 10}
-	got := abortDelays(c, []time.Time{at(20), at(50), at(70)}, []time.Time{at(20.1), at(24), at(50.2)})
-	must.Eq(t, []float64{40, 2}, got, must.Sprint("4 s real to the later of the first hold's two, 0.2 s to the second's; none for the third"))
+	ab := func(placed, freed float64) Abort { return Abort{Placed: at(placed), Freed: at(freed)} }
+	holds := []time.Time{at(20), at(50), at(70)}
+	got := abortDelays(c, holds, []Abort{ab(19.8, 20.1), ab(19.9, 24), ab(49, 50.2), ab(60, 62)})
+	must.Eq(t, []float64{1, 40, 2}, got, must.Sprint("0.1 s and 4 s real after the first hold, 0.2 s after the second; the abort placed at 60 and freed at 62 had no hold in between"))
+	must.Eq(t, []float64{10}, abortDelays(c, []time.Time{at(20), at(21)}, []Abort{ab(19, 22)}),
+		must.Sprint("held again before the first hold's abort was given up: the latest hold after its placement"))
 	must.Nil(t, abortDelays(c, []time.Time{at(20)}, nil))
-	must.Nil(t, abortDelays(c, nil, []time.Time{at(5)}), must.Sprint("an abort with no hold before it is left out"))
+	must.Nil(t, abortDelays(c, nil, []Abort{ab(4, 5)}), must.Sprint("an abort with no hold is left out"))
 }
 
 // A job's models, live, are its runs' in order of start, a model once for

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"math"
+	"slices"
 
 	"github.com/caravan-gpu/caravan/internal/minheap"
 	"github.com/caravan-gpu/caravan/planner/policy"
@@ -231,9 +233,15 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	}
 	latency := s.startLatency()
 	js.gangTail = 0
+	var wait float64
 	if s.preempted && s.preemptedAt == s.now {
-		latency += s.waitForFreed(s.gpuUse(js))
+		wait = s.waitForStops(s.gpuUse(js))
 	}
+	if len(s.held) > 0 {
+		wait = max(wait, s.waitForHeld(s.gpuUse(js)))
+	}
+	latency += wait
+	js.freedAt = s.now + wait
 	switch {
 	case s.cfg.StartsShared:
 		// The clients set up the tasks of every start under way side by
@@ -291,8 +299,7 @@ func spannedNodes(slots []policy.Slot) int {
 
 func (s *simulator) preempt(i int) {
 	if !s.preempted || s.preemptedAt != s.now {
-		s.preempted, s.preemptedAt, s.freeBeforeStops = true, s.now, float64(s.gpus)-s.busy
-		s.stopsFreed, s.abortsFreed = 0, 0
+		s.preempted, s.preemptedAt, s.freeBeforeStops = true, s.now, float64(s.gpus)-s.busy-s.heldNow()
 	}
 	js := &s.jobs[i]
 	s.settle(js)
@@ -316,18 +323,21 @@ func (s *simulator) preempt(i int) {
 	if js.latency > js.gangTail {
 		// Taken back before its first task ran: no run was preempted.
 		// Its GPUs are free at once, or once Nomad's client has given up
-		// the set-up (AbortLatency).
-		if s.cfg.AbortLatency > 0 {
-			s.abortsFreed += s.gpuUse(js)
-		} else {
-			s.freeBeforeStops += s.gpuUse(js)
+		// the set-up (AbortLatency), or, not placed yet, once those it
+		// waited for free.
+		switch use := s.gpuUse(js); {
+		case s.cfg.AbortLatency <= 0:
+			s.freeBeforeStops += use
+		case s.now < js.freedAt:
+			s.hold(use, js.freedAt)
+		default:
+			s.hold(use, s.now+s.cfg.AbortLatency)
 		}
 		js.latency = 0
 		js.ranOnTakenBack()
 	} else {
 		// A gang of which some tasks run (its last still starting) has
 		// tasks to stop, as a running job has.
-		s.stopsFreed += s.gpuUse(js)
 		js.latency = 0
 		js.preempts++
 		js.stops = append(js.stops, s.now)
@@ -343,24 +353,63 @@ func (s *simulator) preempt(i int) {
 	}
 }
 
-// waitForFreed is how much longer a start of use GPUs, in the round of a
-// preemption, waits for GPUs that round frees: none while the GPUs free
-// before it last, StopLatency while those of its stops do, and
-// AbortLatency, where it is longer, once it needs those of the starts it
-// took back. The GPUs it takes are counted off.
-func (s *simulator) waitForFreed(use float64) float64 {
-	need := use - s.freeBeforeStops
+// waitForStops is how much longer a start of use GPUs, in the round of a
+// preemption, waits for the GPUs its stops free: none while the GPUs
+// free before it last, else StopLatency. The GPUs it takes are counted
+// off.
+func (s *simulator) waitForStops(use float64) float64 {
+	need := use > s.freeBeforeStops
 	s.freeBeforeStops = max(0, s.freeBeforeStops-use)
+	if need {
+		return s.cfg.StopLatency
+	}
+	return 0
+}
+
+// heldGPUs are GPUs of a start taken back that free at until.
+type heldGPUs struct {
+	gpus, until float64
+}
+
+// hold keeps gpus GPUs from the starts until until.
+func (s *simulator) hold(gpus, until float64) {
+	if gpus > 0 && until > s.now {
+		s.held = append(s.held, heldGPUs{gpus, until})
+	}
+}
+
+// heldNow drops the held GPUs that have come free and says how many are
+// held still.
+func (s *simulator) heldNow() float64 {
+	s.held = slices.DeleteFunc(s.held, func(h heldGPUs) bool { return h.until <= s.now })
+	total := 0.0
+	for _, h := range s.held {
+		total += h.gpus
+	}
+	return total
+}
+
+// waitForHeld is how much longer a start of use GPUs waits for held ones:
+// none where the GPUs neither busy nor held suffice, else until enough of
+// the held ones have come free, soonest first, which it then takes.
+func (s *simulator) waitForHeld(use float64) float64 {
+	need := use - (float64(s.gpus) - s.busy - s.heldNow())
 	if need <= 0 {
 		return 0
 	}
-	fromStops := min(need, s.stopsFreed)
-	s.stopsFreed -= fromStops
-	if need -= fromStops; need > 0 && s.abortsFreed > 0 {
-		s.abortsFreed = max(0, s.abortsFreed-need)
-		return max(s.cfg.StopLatency, s.cfg.AbortLatency)
+	slices.SortFunc(s.held, func(a, b heldGPUs) int { return cmp.Compare(a.until, b.until) })
+	until := s.now
+	for k := range s.held {
+		if need <= 0 {
+			break
+		}
+		take := min(need, s.held[k].gpus)
+		s.held[k].gpus -= take
+		need -= take
+		until = s.held[k].until
 	}
-	return s.cfg.StopLatency
+	s.held = slices.DeleteFunc(s.held, func(h heldGPUs) bool { return h.gpus <= 0 })
+	return until - s.now
 }
 
 // migrate moves a running job to d's GPU model (or, Synergy's lease, to

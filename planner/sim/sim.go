@@ -85,10 +85,11 @@ type Config struct {
 	// Nomad frees an allocation's devices once its client reports it
 	// stopped, and a task stopped in its set-up takes a Nomad client
 	// about 4 s of real time to report, where a running task takes a
-	// tenth of a second. A start of that round that the GPUs free before
-	// it and those of its stops do not cover waits that much more
-	// (counted as StopLatency is). 0 by default, the GPUs free at once;
-	// caravan replay measures it.
+	// tenth of a second. A start, in that round or a later one, that
+	// needs them waits until they free. A start taken back while it still
+	// waited for the GPUs it was to take had no allocation yet: its GPUs
+	// free when those it waited for do. 0 by default, the GPUs free at
+	// once; caravan replay measures it.
 	AbortLatency float64
 	// RunOverhead is the time in seconds every run, first or after a
 	// preemption, spends running without progress: the process starting
@@ -184,6 +185,9 @@ type jobState struct {
 	// added to work when it started, are used up: a preemption while work
 	// is still above it drops the rest, since the next start pays its own.
 	idleEnd float64
+	// freedAt is when the GPUs its start waited for (a stop, a start
+	// taken back) came free: before then the cluster had not placed it.
+	freedAt float64
 	queued  float64 // total pending time
 	// The keyed queue's fields (seq, lazy, inTail, pendAt and logAt) sit
 	// here, beside the counters a round reads with them, rather than in
@@ -344,10 +348,9 @@ type simulator struct {
 	preempted       bool
 	preemptedAt     float64
 	freeBeforeStops float64
-	// stopsFreed and abortsFreed are the GPUs the preemptions and the
-	// starts taken back at preemptedAt free later: after StopLatency and
-	// AbortLatency.
-	stopsFreed, abortsFreed float64
+	// held are the GPUs of starts taken back that are not free yet
+	// (Config.AbortLatency), each with when it frees.
+	held []heldGPUs
 	// arrivals, when set, holds the pending jobs in place of active, and
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue

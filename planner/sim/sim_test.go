@@ -778,28 +778,81 @@ func TestAStartTakenBackKeepsItsGPUsForTheAbortLatency(t *testing.T) {
 		{ID: "B", Arrival: 400, GPUs: 4, Duration: 100},
 	}
 	for _, tc := range []struct {
-		name          string
-		abort         float64
-		wantB         float64
-		wantCPreempts int
+		name  string
+		abort float64
+		wantB float64
 	}{
-		{"freed at once", 0, 400 + 7 + 300 + 100, 0},
-		{"freed after the abort latency", 240, 400 + 240 + 300 + 100, 0},
-		{"an abort latency below the stop latency", 3, 400 + 7 + 300 + 100, 0},
+		{"freed at once", 0, 400 + 7 + 300 + 100},
+		{"freed after the abort latency", 240, 400 + 240 + 300 + 100},
+		{"an abort latency below the stop latency", 3, 400 + 7 + 300 + 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "srtf", policy.Config{}),
-				StartLatency: 300, StopLatency: 7, AbortLatency: tc.abort}, jobs)
-			must.NoError(t, err)
-			byID := map[string]JobResult{}
-			for _, j := range res.Jobs {
-				byID[j.ID] = j
-			}
+			byID := srtfRun(t, jobs, tc.abort, 7)
 			must.Eq(t, 1, byID["A"].Preemptions, must.Sprint("A was running: a preemption"))
-			must.Eq(t, tc.wantCPreempts, byID["C"].Preemptions, must.Sprint("C was still starting: taken back, no preemption"))
+			must.Eq(t, 0, byID["C"].Preemptions, must.Sprint("C was still starting: taken back, no preemption"))
 			must.Eq(t, tc.wantB, byID["B"].Finish)
 		})
 	}
+}
+
+// srtfRun runs jobs under srtf on four GPUs with 300 s of start latency,
+// the abort and stop latencies given, and gives the results by job.
+func srtfRun(t *testing.T, jobs []trace.Job, abort, stop float64) map[string]JobResult {
+	t.Helper()
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "srtf", policy.Config{}),
+		StartLatency: 300, StopLatency: stop, AbortLatency: abort}, jobs)
+	must.NoError(t, err)
+	byID := map[string]JobResult{}
+	for _, j := range res.Jobs {
+		byID[j.ID] = j
+	}
+	return byID
+}
+
+// The GPUs of a start taken back stay held for later rounds' starts too,
+// not only the round that took it back. C (4 GPUs) is taken back at 100
+// for B (1 GPU, 50 s), which waits for C's GPUs until 340; D (1 GPU, 50 s)
+// arriving at 110 waits for them as well, to 340.
+func TestHeldGPUsHoldLaterStartsToo(t *testing.T) {
+	byID := srtfRun(t, []trace.Job{
+		{ID: "C", Arrival: 0, GPUs: 4, Duration: 1000},
+		{ID: "B", Arrival: 100, GPUs: 1, Duration: 50},
+		{ID: "D", Arrival: 110, GPUs: 1, Duration: 50},
+	}, 240, 0)
+	must.Eq(t, 100+240+300+50, byID["B"].Finish)
+	must.Eq(t, 340+300+50, byID["D"].Finish, must.Sprint("D waited for C's GPUs from 110 to 340"))
+	must.Eq(t, 0, byID["C"].Preemptions)
+}
+
+// In one round, a start the preemption's stops cover waits the stop
+// latency only, and one that needs the GPUs of a start taken back waits
+// for them: A (2 GPUs) runs and C (2 GPUs) is still starting when B1 and
+// B2 (2 GPUs, 10 s each) arrive together at 400.
+func TestStopsCoverAStartBeforeHeldGPUs(t *testing.T) {
+	byID := srtfRun(t, []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 2, Duration: 2000},
+		{ID: "C", Arrival: 350, GPUs: 2, Duration: 3000},
+		{ID: "B1", Arrival: 400, GPUs: 2, Duration: 10},
+		{ID: "B2", Arrival: 400, GPUs: 2, Duration: 10},
+	}, 240, 7)
+	must.Eq(t, 400+7+300+10, byID["B1"].Finish, must.Sprint("B1 took A's GPUs, after its stop"))
+	must.Eq(t, 400+240+300+10, byID["B2"].Finish, must.Sprint("B2 took C's, after the client gave them up"))
+}
+
+// A start taken back while it still waited for the GPUs it was to take
+// had no allocation to stop: its GPUs free when those it waited for do,
+// not the abort latency later. B (4 GPUs) preempts A at 1000 and waits
+// for A's stop until 1007; C (4 GPUs, 100 s) takes B back at 1003 and
+// waits only for that stop.
+func TestAStartTakenBackBeforeItWasPlacedHoldsNothingMore(t *testing.T) {
+	byID := srtfRun(t, []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 4, Duration: 5000},
+		{ID: "B", Arrival: 1000, GPUs: 4, Duration: 1000},
+		{ID: "C", Arrival: 1003, GPUs: 4, Duration: 100},
+	}, 240, 7)
+	must.Eq(t, 1003+7+300+100, byID["C"].Finish, must.Sprint("not 1,643: B was never placed"))
+	must.Eq(t, 1, byID["A"].Preemptions)
+	must.Eq(t, 0, byID["B"].Preemptions)
 }
 
 // A job still starting shows a policy its remaining time without the
