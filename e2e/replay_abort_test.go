@@ -22,11 +22,9 @@ import (
 // A start the planner holds while Nomad's client is still setting it up
 // (here, fetching an artifact from a server that answers only after 3 s,
 // and then with a 404) has no task to stop: the replay reads it as an
-// abort, not a preemption, timed from the hold to the moment the client
-// reported the task dead, which is when Nomad frees its GPU (the
-// simulator's abort latency). The client gives it up only once the
-// fetch ends, as it gives up a task in its log collector's set-up only
-// once that times out.
+// abort, not a preemption, placed before the hold and given up after it,
+// when the client reported the task dead, which is when Nomad frees its
+// GPU (the simulator's abort latency).
 func TestAStartHeldInItsSetUpIsReadAsAnAbort(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {

@@ -112,7 +112,7 @@ Replay:
   -abort-latency S     trace seconds from the planner's hold to the GPUs
                        of a start taken back before its tasks ran coming
                        free, in the simulator's run (caravan sim
-                       -abort-latency); default: the live run's median,
+                       -abort-latency); default: the live run's mean,
                        0 where it took none back
   -start-jitter F      also run the simulator 15 times with each start's
                        latency drawn between 1 − F and 1 + F times the

@@ -281,22 +281,23 @@ func RanOn(runs []TaskRun) []string {
 
 // abortDelays is, for each allocation a hold stopped before its task
 // ran, the trace seconds from the hold to the allocation giving up its
-// GPUs. An abort belongs to the latest hold after Nomad placed it and
-// before it was given up; one with no such hold (a change of the job's
+// GPUs. An abort belongs to the first hold after Nomad placed it, if that
+// came before it was given up (a later hold followed a release, and
+// stopped a newer start); one with no such hold (a change of the job's
 // model or lane, which Nomad carries out by stopping it) is left out.
 // Each allocation holds one GPU (or lane), so their mean is what a start
-// taken back holds each of its GPUs for.
+// taken back holds each of its GPUs for. holds are oldest first.
 func abortDelays(c Clock, holds []time.Time, aborts []Abort) []float64 {
 	var out []float64
 	for _, a := range aborts {
-		var hold time.Time
 		for _, h := range holds {
-			if !h.Before(a.Placed) && !h.After(a.Freed) {
-				hold = h
+			if h.Before(a.Placed) {
+				continue
 			}
-		}
-		if !hold.IsZero() {
-			out = append(out, c.Span(a.Freed.Sub(hold)))
+			if !h.After(a.Freed) {
+				out = append(out, c.Span(a.Freed.Sub(h)))
+			}
+			break
 		}
 	}
 	return out

@@ -309,17 +309,17 @@ func TestStopDelays(t *testing.T) {
 }
 
 // Each allocation a hold stopped before its task ran is timed from that
-// hold, the latest after its placement, to its giving up its GPUs; an
-// abort with no hold after its placement (a change of model, which Nomad
-// carries out by stopping it) is left out.
+// hold, the first after its placement, to its giving up its GPUs; an
+// abort with no hold between its placement and its end (a change of
+// model, which Nomad carries out by stopping it) is left out.
 func TestAbortDelays(t *testing.T) {
 	c := Clock{T0: t0, Scale: 10}
 	ab := func(placed, freed float64) Abort { return Abort{Placed: at(placed), Freed: at(freed)} }
 	holds := []time.Time{at(20), at(50), at(70)}
 	got := abortDelays(c, holds, []Abort{ab(19.8, 20.1), ab(19.9, 24), ab(49, 50.2), ab(60, 62)})
 	must.Eq(t, []float64{1, 40, 2}, got, must.Sprint("0.1 s and 4 s real after the first hold, 0.2 s after the second; the abort placed at 60 and freed at 62 had no hold in between"))
-	must.Eq(t, []float64{10}, abortDelays(c, []time.Time{at(20), at(21)}, []Abort{ab(19, 22)}),
-		must.Sprint("held again before the first hold's abort was given up: the latest hold after its placement"))
+	must.Eq(t, []float64{20}, abortDelays(c, []time.Time{at(20), at(21)}, []Abort{ab(19, 22)}),
+		must.Sprint("released and held again before the first hold's abort was given up: the second hold stopped a newer start"))
 	must.Nil(t, abortDelays(c, []time.Time{at(20)}, nil))
 	must.Nil(t, abortDelays(c, nil, []Abort{ab(4, 5)}), must.Sprint("an abort with no hold is left out"))
 }

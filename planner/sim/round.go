@@ -237,7 +237,9 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	if s.preempted && s.preemptedAt == s.now {
 		wait = s.waitForStops(s.gpuUse(js))
 	}
-	if len(s.held) > 0 {
+	if len(s.held) > 0 && !d.Lane {
+		// A lane start's GPU is counted by its lane, and no lane job
+		// holds GPUs once taken back.
 		wait = max(wait, s.waitForHeld(s.gpuUse(js)))
 	}
 	latency += wait
@@ -300,6 +302,7 @@ func spannedNodes(slots []policy.Slot) int {
 func (s *simulator) preempt(i int) {
 	if !s.preempted || s.preemptedAt != s.now {
 		s.preempted, s.preemptedAt, s.freeBeforeStops = true, s.now, float64(s.gpus)-s.busy-s.heldNow()
+		s.stopsFreed = 0
 	}
 	js := &s.jobs[i]
 	s.settle(js)
@@ -307,7 +310,8 @@ func (s *simulator) preempt(i int) {
 	// A start that had not got through its latency and overhead is lost
 	// whole; the next start pays its own.
 	js.work = min(js.work, js.idleEnd)
-	s.setBusy(-s.gpuUse(js))
+	use := s.gpuUse(js) // 0 on a lane: its GPU is counted once, by the lane
+	s.setBusy(-use)
 	if js.laneShare > 0 {
 		s.releaseLane(i)
 	}
@@ -325,9 +329,9 @@ func (s *simulator) preempt(i int) {
 		// Its GPUs are free at once, or once Nomad's client has given up
 		// the set-up (AbortLatency), or, not placed yet, once those it
 		// waited for free.
-		switch use := s.gpuUse(js); {
+		switch {
 		case s.cfg.AbortLatency <= 0:
-			s.freeBeforeStops += use
+			s.freeBeforeStops += s.gpuUse(js)
 		case s.now < js.freedAt:
 			s.hold(use, js.freedAt)
 		default:
@@ -338,6 +342,7 @@ func (s *simulator) preempt(i int) {
 	} else {
 		// A gang of which some tasks run (its last still starting) has
 		// tasks to stop, as a running job has.
+		s.stopsFreed += use
 		js.latency = 0
 		js.preempts++
 		js.stops = append(js.stops, s.now)
@@ -355,15 +360,24 @@ func (s *simulator) preempt(i int) {
 
 // waitForStops is how much longer a start of use GPUs, in the round of a
 // preemption, waits for the GPUs its stops free: none while the GPUs
-// free before it last, else StopLatency. The GPUs it takes are counted
+// free before it last, else StopLatency (where starts taken back are
+// held, only while the stops' GPUs last). The GPUs it takes are counted
 // off.
 func (s *simulator) waitForStops(use float64) float64 {
-	need := use > s.freeBeforeStops
+	need := use - s.freeBeforeStops
 	s.freeBeforeStops = max(0, s.freeBeforeStops-use)
-	if need {
-		return s.cfg.StopLatency
+	if need <= 0 {
+		return 0
 	}
-	return 0
+	if s.cfg.AbortLatency > 0 {
+		// Starts taken back hold GPUs of their own (waitForHeld): the
+		// stop latency is for the GPUs the round's stops free.
+		if s.stopsFreed <= 0 {
+			return 0
+		}
+		s.stopsFreed = max(0, s.stopsFreed-need)
+	}
+	return s.cfg.StopLatency
 }
 
 // heldGPUs are GPUs of a start taken back that free at until.
@@ -440,6 +454,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	}
 	js.work += (latency + s.cfg.RunOverhead) * s.wallRate(js)
 	js.latency, js.gangTail = latency, 0
+	js.freedAt = s.now
 	s.setBusy(s.gpuUse(js))
 	s.reschedule(i)
 }

@@ -349,8 +349,10 @@ type simulator struct {
 	preemptedAt     float64
 	freeBeforeStops float64
 	// held are the GPUs of starts taken back that are not free yet
-	// (Config.AbortLatency), each with when it frees.
-	held []heldGPUs
+	// (Config.AbortLatency), each with when it frees; stopsFreed the
+	// GPUs the preemptions at preemptedAt free, for the stop latency.
+	held       []heldGPUs
+	stopsFreed float64
 	// arrivals, when set, holds the pending jobs in place of active, and
 	// rounds are carried out on it (see arrivalRound).
 	arrivals *arrivalQueue

@@ -850,7 +850,7 @@ func TestAStartTakenBackBeforeItWasPlacedHoldsNothingMore(t *testing.T) {
 		{ID: "B", Arrival: 1000, GPUs: 4, Duration: 1000},
 		{ID: "C", Arrival: 1003, GPUs: 4, Duration: 100},
 	}, 240, 7)
-	must.Eq(t, 1003+7+300+100, byID["C"].Finish, must.Sprint("not 1,643: B was never placed"))
+	must.Eq(t, 1007+300+100, byID["C"].Finish, must.Sprint("from A's stop at 1,007: not 1,643, as B was never placed, nor 1,410, as the round that took B back stopped nothing"))
 	must.Eq(t, 1, byID["A"].Preemptions)
 	must.Eq(t, 0, byID["B"].Preemptions)
 }
