@@ -405,12 +405,9 @@ func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *p
 		"abort_latency_s", costs.AbortLatency, "measured_on_aborts", costs.Aborts)
 	simRes := ideal
 	if costs.Any() {
-		scfg := in.simConfig(pol)
-		scfg.KeepUtil, scfg.KeepRestarts = true, true
-		costs.Charge(&scfg)
 		var err error
-		if simRes, err = sim.Run(scfg, in.jobs); err != nil {
-			return fmt.Errorf("simulator: %w", err)
+		if simRes, err = in.runCharged(pol, costs, func(cfg *sim.Config) { cfg.KeepUtil, cfg.KeepRestarts = true, true }); err != nil {
+			return err
 		}
 	}
 	info.StartLatencyMean, info.SimMeanLatencyAvgJCT = meanLatencyRun(in, pol, costs)

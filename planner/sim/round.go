@@ -331,6 +331,8 @@ func (s *simulator) preempt(i int) {
 		// waited for free.
 		switch {
 		case s.cfg.AbortLatency <= 0:
+			// Counted after releaseLane, as it always was, so that runs
+			// without an abort latency stay as they were to the bit.
 			s.freeBeforeStops += s.gpuUse(js)
 		case s.now < js.freedAt:
 			s.hold(use, js.freedAt)
