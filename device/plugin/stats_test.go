@@ -34,35 +34,15 @@ func startLaneProcess(t *testing.T, d *Device, ids ...string) int {
 	})
 	// Until the child has exec'd, /proc shows the test's own environment,
 	// and the plugin finds no grant there: a loaded machine can read it in
-	// between.
-	environ := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ"
+	// between. Wait until the plugin's own read finds one.
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		data, err := os.ReadFile(environ)
-		if err == nil && hasEnv(string(data), res.Envs) {
-			break
-		}
+	for len(environGrants(cmd.Process.Pid)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d never showed its reservation's environment", cmd.Process.Pid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return cmd.Process.Pid
-}
-
-// hasEnv says whether a /proc environ (NUL-separated) holds every
-// variable of want.
-func hasEnv(environ string, want map[string]string) bool {
-	have := map[string]bool{}
-	for _, kv := range strings.Split(environ, "\x00") {
-		have[kv] = true
-	}
-	for k, v := range want {
-		if !have[k+"="+v] {
-			return false
-		}
-	}
-	return true
 }
 
 func instanceStat(t *testing.T, groups []*device.DeviceGroupStats, id string) *device.DeviceStats {
