@@ -42,6 +42,8 @@ type PlannerOptions struct {
 	// Interval and MinInterval are planning.interval and min_interval; 1s
 	// and 200ms when 0, so that rounds follow events quickly.
 	Interval, MinInterval time.Duration
+	// Settle is planning.settle; off when 0.
+	Settle time.Duration
 	// LogLevel is the planner's log_level (info when empty).
 	LogLevel string
 	// Token is http.token, the API token; none when empty.
@@ -82,6 +84,9 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	b.WriteString("}\nplanning {\n")
 	fmt.Fprintf(&b, "  policy       = %q\n  interval     = %q\n  min_interval = %q\n", o.Policy, interval, minInterval)
+	if o.Settle > 0 {
+		fmt.Fprintf(&b, "  settle       = %q\n", o.Settle)
+	}
 	if len(o.QueueCuts) > 0 {
 		cuts := make([]string, len(o.QueueCuts))
 		for i, c := range o.QueueCuts {

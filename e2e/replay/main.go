@@ -1,11 +1,11 @@
 // Command replay runs `caravan replay` on a cluster of its own: it builds
 // caravan's binaries, starts a Consul and a Nomad agent with caravan on a
 // simulated GPU fleet matching the -cluster spec, runs the planner with
-// the -policy (queue cuts scaled by -time-scale, a round every second at
-// most), replays the trace, prints what `caravan replay` prints and tears
-// everything down, Ctrl-C included.
+// the -policy (queue cuts scaled by -time-scale, a round at least every
+// second and at most every 200 ms), replays the trace, prints what
+// `caravan replay` prints and tears everything down, Ctrl-C included.
 //
-//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-clients N] [-lanes N] [-json] [caravan replay flags]
+//	go run ./e2e/replay -trace FILE -cluster SPEC -policy P -time-scale S [-clients N] [-lanes N] [-settle D] [-json] [caravan replay flags]
 //
 // -clients N runs the fleet as N Nomad client agents, each with its own
 // data dir, ports and simulated GPUs: the spec's nodes, in the order the
@@ -16,6 +16,11 @@
 // -lanes N (also caravan replay's) cuts every GPU of the fleet into N lanes
 // with the device plugin's partition rule, as caravan replay's simulator
 // cuts them.
+//
+// -settle D is the planner's planning.settle (default 50ms; 0 turns it
+// off): a round waits until Nomad has been quiet for D, so that jobs the
+// trace submits at one time, which reach Nomad one register call after
+// another, are planned in one round, as the simulator plans them.
 //
 // Every other flag is `caravan replay`'s (see caravan replay -help),
 // except -workload, -address and -planner, which it sets. Nomad and
@@ -90,33 +95,55 @@ type options struct {
 	profiles       bool // the trace needs throughput profiles (-throughputs)
 	clients        int  // Nomad client agents; 1 unless -clients
 	lanes          int  // -lanes: every GPU of the fleet cut into that many lanes
+	// settle is -settle, the planner's planning.settle.
+	settle time.Duration
 }
+
+// defaultSettle is -settle's default: a trace's jobs of one arrival time
+// reach Nomad some milliseconds apart (one register call each, 7 to 30 ms
+// on a loaded 2-core machine), and a round that read the first alone
+// planned it apart from the rest, which the simulator never does.
+const defaultSettle = 50 * time.Millisecond
+
+// maxSettle is the planner's own bound: planning.settle may not pass
+// planning.interval (the harness's 1 s).
+const maxSettle = time.Second
 
 // scan reads the flags it needs from caravan replay's arguments, leaving
 // their checking to caravan replay itself where it can. It returns the
-// arguments without its own -clients.
+// arguments without its own -clients and -settle.
 func scan(args []string) (options, []string, error) {
 	o, err := scanReplay(args)
 	if err != nil {
 		return o, nil, err
 	}
-	o.clients = 1
+	o.clients, o.settle = 1, defaultSettle
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		v, ok := "", false
-		switch {
-		case a == "-clients" || a == "--clients":
-			if i+1 >= len(args) {
-				return o, nil, errors.New("flag -clients needs a value")
+		name, v, ok := "", "", false
+		for _, own := range []string{"clients", "settle"} {
+			switch {
+			case a == "-"+own || a == "--"+own:
+				if i+1 >= len(args) {
+					return o, nil, fmt.Errorf("flag -%s needs a value", own)
+				}
+				name, v, ok = own, args[i+1], true
+				i++
+			case strings.HasPrefix(a, "-"+own+"=") || strings.HasPrefix(a, "--"+own+"="):
+				name, v, ok = own, a[strings.Index(a, "=")+1:], true
 			}
-			v, ok = args[i+1], true
-			i++
-		case strings.HasPrefix(a, "-clients=") || strings.HasPrefix(a, "--clients="):
-			v, ok = a[strings.Index(a, "=")+1:], true
 		}
 		if !ok {
 			rest = append(rest, a)
+			continue
+		}
+		if name == "settle" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > maxSettle {
+				return o, nil, fmt.Errorf("flag -settle: want a duration from 0 to %s, like 50ms, got %q", maxSettle, v)
+			}
+			o.settle = d
 			continue
 		}
 		n, err := strconv.Atoi(v)
@@ -270,11 +297,11 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	for i, v := range o.queueCuts {
 		cuts[i] = v / o.timeScale
 	}
-	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g)", o.policy, cuts, o.timeScale)
+	say("starting the planner: policy %s, queue cuts %v real GPU-seconds (the trace's ÷ %g), settle %s", o.policy, cuts, o.timeScale, o.settle)
 	// The planner's clock is real: a migration costs the trace's ÷ S, a
 	// Gavel round lasts the trace's ÷ S, and so does predict's floor of
 	// service.
-	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob,
+	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob, Settle: o.settle,
 		MigrationCost:  time.Duration(o.migrationCost / o.timeScale * float64(time.Second)),
 		RotationPeriod: max(time.Duration(o.rotationPeriod/o.timeScale*float64(time.Second)), time.Millisecond),
 		PredictFloor:   max(time.Duration(policy.DefaultPredictFloor/o.timeScale*float64(time.Second)), time.Microsecond)}
