@@ -39,8 +39,8 @@ type PlannerOptions struct {
 	// job_sizes_scale: 2D-Gittins' fixed size sample.
 	JobSizes      string
 	JobSizesScale float64
-	// Interval and MinInterval are planning.interval and min_interval; 1s
-	// and 200ms when 0, so that rounds follow events quickly.
+	// Interval and MinInterval are planning.interval and min_interval;
+	// DefaultInterval and DefaultMinInterval when 0.
 	Interval, MinInterval time.Duration
 	// Settle is planning.settle; off when 0.
 	Settle time.Duration
@@ -60,6 +60,14 @@ type Planner struct {
 	done                chan struct{}
 }
 
+// DefaultInterval and DefaultMinInterval are the planner's interval and
+// min_interval unless PlannerOptions says otherwise: short, so that rounds
+// follow events quickly.
+const (
+	DefaultInterval    = time.Second
+	DefaultMinInterval = 200 * time.Millisecond
+)
+
 // Config renders o as planner.hcl with the API on addr.
 func (o PlannerOptions) Config(addr string) string {
 	id := o.ID
@@ -72,10 +80,10 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	interval, minInterval := o.Interval, o.MinInterval
 	if interval <= 0 {
-		interval = time.Second
+		interval = DefaultInterval
 	}
 	if minInterval <= 0 {
-		minInterval = 200 * time.Millisecond
+		minInterval = DefaultMinInterval
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "id = %q\nlog_level = %q\nhttp {\n  address = %q\n", id, level, addr)
