@@ -89,6 +89,13 @@ Replay:
                        sim -start-latency); default: measured on the live
                        run, the planner's and Nomad's parts and the
                        clients' delay fitted to their starts
+  -round-delay S       trace seconds each round of the simulator's run
+                       decides after the event that calls for it (caravan
+                       sim -round-delay), taken out of -start-latency;
+                       default: the planner's part of the live starts,
+                       where the start latency is measured so; 0 charges
+                       it in the start latency, each round deciding at
+                       its event
   -start-spread S      trace seconds of the clients' set-up each task
                        needs (shared), or the cluster takes to start each
                        task one after another (queue), in the simulator's
@@ -157,6 +164,7 @@ type replayFlags struct {
 	nomad                        nomadFlags
 	timeScale                    float64
 	startLatency, runOverhead    float64 // -1: measure on the live run
+	roundDelay                   float64 // -1: measure on the live run
 	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
 	abortLatency                 float64 // -1: measure on the live run
@@ -194,6 +202,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -time-scale is required and must be a positive number (trace seconds per real second)")
 	case f.startLatency != -1 && !seconds(f.startLatency):
 		return usagef("flag -start-latency must be a non-negative number of trace seconds")
+	case f.roundDelay != -1 && !seconds(f.roundDelay):
+		return usagef("flag -round-delay must be a non-negative number of trace seconds")
 	case f.startSpread != -1 && !seconds(f.startSpread):
 		return usagef("flag -start-spread must be a non-negative number of trace seconds")
 	case f.gangSpread != -1 && !seconds(f.gangSpread):
@@ -240,6 +250,7 @@ func (c *replayCommand) Run(args []string) int {
 	f.nomad.register(fs)
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
+	fs.Float64Var(&f.roundDelay, "round-delay", -1, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
 	fs.Float64Var(&f.abortLatency, "abort-latency", -1, "")
 	fs.Float64Var(&f.startJitter, "start-jitter", defaultStartJitter, "")
@@ -395,10 +406,10 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 // reports both; info holds what the report takes from the replay itself.
 func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
 	res *replay.Result, info replayInfo, log hclog.Logger) error {
-	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, StartSpread: f.startSpread,
+	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, RoundDelay: f.roundDelay, StartSpread: f.startSpread,
 		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, AbortLatency: f.abortLatency,
 		Shared: f.startModel == "shared"})
-	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts,
+	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts, "round_delay_s", costs.RoundDelay,
 		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
 		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
 		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops,
@@ -477,10 +488,10 @@ const costBandStep = 0.05
 // the jobs after it with it.
 func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT float64) ([2]float64, error) {
 	band := [2]float64{avgJCT, avgJCT}
-	for k := range 6 {
+	for k := range 7 {
 		for _, f := range []float64{1 - costBandStep, 1 + costBandStep} {
 			c := costs
-			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency}[k]
+			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay}[k]
 			if *cost <= 0 || k == 2 && c.Shared { // no gang spread is charged beside the shared set-up
 				continue
 			}

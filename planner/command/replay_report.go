@@ -49,8 +49,13 @@ type replayInfo struct {
 	// simulator's average JCT without either.
 	StartLatency           float64 `json:"start_latency_s"`
 	StartLatencyMeasuredOn int     `json:"start_latency_measured_on,omitempty"`
-	StartSpread            float64 `json:"start_spread_s"`
-	StartSpreadMeasuredOn  int     `json:"start_spread_measured_on,omitempty"`
+	// RoundDelay is the trace seconds each round of the simulator's run
+	// decided after the event that called for it (caravan sim
+	// -round-delay): the planner's part of the live starts, taken out of
+	// StartLatency, unless a flag gave it.
+	RoundDelay            float64 `json:"round_delay_s"`
+	StartSpread           float64 `json:"start_spread_s"`
+	StartSpreadMeasuredOn int     `json:"start_spread_measured_on,omitempty"`
 	// GangSpread is the trace seconds between a gang's tasks' starts the
 	// simulator's run charged (caravan sim -gang-spread; 0: StartSpread),
 	// measured on that many gangs of the live run unless a flag gave it.
@@ -136,6 +141,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	info.Gangs = f.gangs
 	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
+	info.RoundDelay = costs.RoundDelay
 	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events
 	info.GangSpread, info.GangSpreadMeasuredOn = costs.GangSpread, costs.Gangs
 	info.RunOverhead, info.RunOverheadMeasuredOn = costs.RunOverhead, costs.Runs
@@ -198,6 +204,9 @@ func renderReplay(rep replayReport) string {
 		fmt.Fprintf(&b, "error of each fit on the starts jobs waited for (root mean square): queue %.1f s, shared %.1f s\n", p.ClientRMS, p.SharedRMS)
 	}
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
+	if d := rep.Replay.RoundDelay; d > 0 {
+		fmt.Fprintf(&b, "each simulated round decides %.2f s after the event that called for it, as the planner did, and its starts take the start latency after it\n", d)
+	}
 	if band := rep.Replay.SimCostBand; band != nil && band[0] > 0 && len(rep.Live.Policies) > 0 {
 		live := rep.Live.Policies[0].AvgJCT
 		fmt.Fprintf(&b, "the simulation with any one cost %.0f%% off: %s to %s (live ÷ sim %.3f to %.3f)\n",

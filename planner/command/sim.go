@@ -89,6 +89,12 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -start-latency S     seconds every start holds its GPUs before the task
                        runs, as a real cluster's planner round, placement
                        and task start do; not executed time (default 0)
+  -round-delay S       seconds each round decides after the event that
+                       calls for it, as a live planner waits for Nomad's
+                       events and writes its decisions; jobs run on
+                       meanwhile and the events of the delay join the
+                       round; -start-latency is then what a start takes
+                       after its round (default 0)
   -start-jitter F      each start's latency drawn uniformly between 1 − F
                        and 1 + F times -start-latency, from -jitter-seed,
                        as live starts spread around their median; F at
@@ -138,6 +144,7 @@ type simFlags struct {
 	out, plot      string
 	preemptionCost float64
 	startLatency   float64
+	roundDelay     float64
 	runOverhead    float64
 	startSpread    float64
 	gangSpread     float64
@@ -163,6 +170,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.StringVar(&f.plot, "plot", "", "")
 	fs.Float64Var(&f.preemptionCost, "preemption-cost", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", 0, "")
+	fs.Float64Var(&f.roundDelay, "round-delay", 0, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
 	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
@@ -210,6 +218,8 @@ func (f *simFlags) check() string {
 		return "flag -preemption-cost must not be negative"
 	case !seconds(f.startLatency):
 		return "flag -start-latency must be a non-negative number of seconds"
+	case !seconds(f.roundDelay):
+		return "flag -round-delay must be a non-negative number of seconds"
 	case !seconds(f.runOverhead):
 		return "flag -run-overhead must be a non-negative number of seconds"
 	case !seconds(f.startSpread):
@@ -291,7 +301,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg.PreemptionCost = f.preemptionCost
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
 		scfg.GangSpread, scfg.StartsShared, scfg.AbortLatency = f.gangSpread, f.startsShared, f.abortLatency
-		scfg.StartJitter, scfg.JitterSeed = f.startJitter, f.jitterSeed
+		scfg.StartJitter, scfg.JitterSeed, scfg.RoundDelay = f.startJitter, f.jitterSeed, f.roundDelay
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

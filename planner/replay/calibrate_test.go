@@ -486,3 +486,39 @@ func TestCostsLeaveUnfinishedJobsOut(t *testing.T) {
 	must.Eq(t, 1, c.Starts)
 	must.Eq(t, 1, c.Runs)
 }
+
+// The planner's part of the live starts is charged as each round's delay
+// (sim.Config.RoundDelay) and taken out of the start latency, where the
+// start latency is measured from its parts; given a latency, or asked for
+// none, the rounds decide at their events. Ten lone jobs: each released
+// 2 s after its arrival, placed 1 s later and started 5 s after that.
+func TestThePlannersPartIsChargedAsTheRoundsDelay(t *testing.T) {
+	ideal, live := &sim.Result{}, &sim.Result{}
+	r := &Result{Sim: live}
+	for i := range 10 {
+		at := float64(100 * i)
+		id := fmt.Sprint(i)
+		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at, Finish: at + 50})
+		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at + 8, Finish: at + 58})
+		r.Tasks = append(r.Tasks, []TaskRun{{Placed: at + 3, Start: at + 8, End: at + 58}})
+		r.Releases = append(r.Releases, []float64{at + 2})
+	}
+	measure := func(given Costs) Costs {
+		given.StartSpread, given.GangSpread, given.RunOverhead, given.StopLatency, given.AbortLatency = -1, -1, -1, -1, -1
+		given.Shared = true
+		return r.MeasureCosts(ideal, given)
+	}
+	whole := measure(Costs{StartLatency: -1})
+	must.NotNil(t, whole.Parts)
+	must.Eq(t, 2.0, whole.Parts.Planner)
+	must.Eq(t, 0.0, whole.RoundDelay, must.Sprint("RoundDelay 0: the planner's part stays in the start latency"))
+	split := measure(Costs{StartLatency: -1, RoundDelay: -1})
+	must.Eq(t, 2.0, split.RoundDelay)
+	must.Between(t, whole.StartLatency-2-1e-9, split.StartLatency, whole.StartLatency-2+1e-9)
+	var cfg sim.Config
+	split.Charge(&cfg)
+	must.Eq(t, 2.0, cfg.RoundDelay)
+	given := measure(Costs{StartLatency: 7, RoundDelay: -1})
+	must.Eq(t, 7.0, given.StartLatency)
+	must.Eq(t, 0.0, given.RoundDelay, must.Sprint("a latency given whole holds the planner's part"))
+}

@@ -8,7 +8,14 @@ import "github.com/caravan-gpu/caravan/planner/sim"
 // AbortLatency), and how many of each they were measured on.
 type Costs struct {
 	StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency, AbortLatency float64
-	Starts, Events, Gangs, Runs, Stops, Aborts                                    int
+	// RoundDelay is the planner's part of a start (StartParts.Planner),
+	// charged as the delay of every round (sim.Config.RoundDelay) rather
+	// than in StartLatency, so that the simulator decides on what the live
+	// planner saw: the service running jobs had when it decided, and the
+	// events of its delay together. Given negative, it is measured where
+	// the start latency is; 0 charges the planner's part in StartLatency.
+	RoundDelay                                 float64
+	Starts, Events, Gangs, Runs, Stops, Aborts int
 	// Shared models the clients' starts as a shared set-up
 	// (sim.Config.StartsShared) rather than a queue: the simulator is
 	// charged so, and where the costs are fitted, they are fitted so.
@@ -69,10 +76,19 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	if c.StartLatency < 0 {
 		if fitted {
 			c.StartLatency, c.Starts = c.Parts.StartLatency(c.Shared), c.Parts.MeasuredOn
+			if c.RoundDelay < 0 {
+				c.RoundDelay = c.Parts.Planner
+				c.StartLatency -= c.RoundDelay
+			}
 		} else {
 			c.Delays = live.StartDelays(ideal, c.StartSpread)
 			c.StartLatency, c.Starts = Median(c.Delays), len(c.Delays)
 		}
+	}
+	if c.RoundDelay < 0 {
+		// The start latency came from flags or from the gaps between
+		// starts, which cover the planner's part.
+		c.RoundDelay = 0
 	}
 	if c.GangSpread < 0 {
 		// Workers on their own courses wait for no peer: the start
@@ -99,13 +115,13 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 
 // Any says whether any cost is charged.
 func (c Costs) Any() bool {
-	return c.StartLatency > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.AbortLatency > 0
+	return c.StartLatency > 0 || c.RoundDelay > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.AbortLatency > 0
 }
 
 // Charge sets the costs on cfg.
 func (c Costs) Charge(cfg *sim.Config) {
 	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
-	cfg.AbortLatency = c.AbortLatency
+	cfg.AbortLatency, cfg.RoundDelay = c.AbortLatency, c.RoundDelay
 	cfg.GangSpread = c.GangSpread
 	cfg.StartsShared = c.Shared
 }

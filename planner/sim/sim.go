@@ -34,6 +34,14 @@ type Config struct {
 	// service meanwhile, as the live planner counts executed time from
 	// the task's start. 0 by default; caravan replay measures it.
 	StartLatency float64
+	// RoundDelay is how long, in seconds, a round decides after the event
+	// that calls for it: the live planner's part of a start (its wait for
+	// Nomad's events, its settle, the round's work and its writes). Jobs
+	// run on meanwhile, so the round sees their service as the live one
+	// does, and the events of the delay join its round. StartLatency is
+	// then what a start takes after the round. 0 by default: rounds decide
+	// at their event, and StartLatency holds the planner's part too.
+	RoundDelay float64
 	// StartJitter spreads each start's StartLatency uniformly over
 	// StartLatency·(1 ± StartJitter), drawn in the order of the starts
 	// from JitterSeed. Live starts do not each take the median, and a
@@ -242,6 +250,9 @@ func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 	if !(cfg.StartJitter >= 0 && cfg.StartJitter < 1) {
 		return nil, fmt.Errorf("sim: StartJitter %v is outside [0, 1)", cfg.StartJitter)
 	}
+	if !(cfg.RoundDelay >= 0 && !math.IsInf(cfg.RoundDelay, 1)) {
+		return nil, fmt.Errorf("sim: RoundDelay %v is not a non-negative number of seconds", cfg.RoundDelay)
+	}
 	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes),
 		recordHistory: cfg.Policy.ReadsHistory(), replaces: cfg.Policy.ReplacesRunning()}
 	if cfg.StartJitter > 0 {
@@ -314,6 +325,7 @@ type simulator struct {
 	heap     finishHeap
 	now      float64
 	wakeAt   float64
+	call     roundCall // a round called for, under RoundDelay
 	plan     policy.Result
 	done     int
 
@@ -433,6 +445,9 @@ func (s *simulator) run() {
 		if s.pending > 0 || s.cfg.Compat || s.replaces {
 			t = min(t, s.wakeAt)
 		}
+		if s.call.due > 0 {
+			t = min(t, s.call.due)
+		}
 		if math.IsInf(t, 1) {
 			break // pending jobs that can never fit
 		}
@@ -446,15 +461,21 @@ func (s *simulator) run() {
 			arrived = true
 		}
 		woke := t >= s.wakeAt
-		if (arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates()) || (woke && s.replaces)) && !s.frozen() && !s.queuedBehind(changed, woke) {
+		if s.cfg.Progress != nil && changed && s.done%progressEvery == 0 {
+			s.cfg.Progress(s.done, total)
+		}
+		if s.cfg.RoundDelay > 0 {
+			var due bool
+			if arrived, waited, changed, woke, first, due = s.delayRound(t, arrived, changed, woke, first); !due {
+				continue
+			}
+		}
+		if s.callsRound(arrived, changed, woke) && !s.frozen() && !s.queuedBehind(changed, woke) {
 			if !arrived || (waited && !s.pastWaiting(changed, woke)) || !s.startArrivals(first, s.next) {
 				s.planRound()
 			}
 		} else if woke {
 			s.wakeAt = math.Inf(1)
-		}
-		if s.cfg.Progress != nil && changed && s.done%progressEvery == 0 {
-			s.cfg.Progress(s.done, total)
 		}
 	}
 	s.advanceTo(s.now)
@@ -465,6 +486,58 @@ func (s *simulator) run() {
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, total)
 	}
+}
+
+// callsRound says the events of a moment call for a round: arrivals, a
+// completion or a wake while jobs wait, or one the policy acts on with
+// nothing waiting.
+func (s *simulator) callsRound(arrived, changed, woke bool) bool {
+	return arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates()) || (woke && s.replaces)
+}
+
+// roundCall is a round called for at some moment that decides RoundDelay
+// later (Config.RoundDelay), with what the moments until then brought.
+type roundCall struct {
+	due                    float64 // when it decides; 0: none called for
+	first                  int     // the first job to arrive since the call
+	arrived, changed, woke bool
+}
+
+// delayRound holds back, under RoundDelay, the round the events at t call
+// for until it is due, and says with due whether one is due now, with the
+// events of its delay taken together: whether jobs arrived, finished or
+// woke the policy, whether other jobs waited before the arrivals, and the
+// first arrival. A wake is taken once: the round due sets the next.
+func (s *simulator) delayRound(t float64, arrived, changed, woke bool, first int) (bool, bool, bool, bool, int, bool) {
+	c := &s.call
+	if c.due == 0 {
+		if !s.callsRound(arrived, changed, woke) {
+			if woke {
+				s.wakeAt = math.Inf(1)
+			}
+			return false, false, false, false, 0, false
+		}
+		// The live planner's own timer, not a change Nomad reports, plans
+		// a wake: without the wait for Nomad's events and the settle.
+		delay := s.cfg.RoundDelay
+		if !arrived && !changed {
+			delay = 0
+		}
+		*c = roundCall{due: t + delay, first: first}
+	}
+	c.arrived, c.changed, c.woke = c.arrived || arrived, c.changed || changed, c.woke || woke
+	if woke {
+		s.wakeAt = math.Inf(1)
+	}
+	if t < c.due {
+		return false, false, false, false, 0, false
+	}
+	call := *c
+	*c = roundCall{}
+	// Nothing starts during the delay, so the jobs that wait but the
+	// arrivals since the call waited before them.
+	waited := s.pending > s.next-call.first
+	return call.arrived, waited, call.changed, call.woke, call.first, true
 }
 
 // frozen says a round cannot change anything: a policy that neither
@@ -540,7 +613,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 // the policy since the last round, and no start adds work to a job.
 func (s *simulator) pastWaiting(changed, woke bool) bool {
 	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
-		s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 && s.cfg.AbortLatency == 0 &&
+		s.cfg.RoundDelay == 0 && s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 && s.cfg.AbortLatency == 0 &&
 		s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 

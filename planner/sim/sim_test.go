@@ -166,20 +166,27 @@ func TestWorkConservation(t *testing.T) {
 
 // TestShortcutsChangeNothing runs each policy with and without the rounds
 // the simulator skips (startArrivals, queuedBehind), on clusters from
-// congested to idle: every job must end the same.
+// congested to idle, with rounds that decide at their event and after a
+// delay (RoundDelay): every job must end the same.
 func TestShortcutsChangeNothing(t *testing.T) {
 	jobs := trace.Synthetic(trace.SyntheticOptions{Jobs: 2000, Seed: 11, Load: 60})
 	knobs := policy.Config{PromoteKnob: 2, QueueCuts: []float64{500, 5000, 50000}}
 	for _, spec := range []string{"n8g8", "n12g8", "n64g8"} {
-		for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "gittins", "las", "las/knobs", "gittins/knobs", "hare", "predict"} {
+		for _, name := range []string{"fifo", "fjf", "srtf", "srsf", "gittins", "las", "las/knobs", "gittins/knobs", "hare", "predict",
+			"fifo/delay", "las/delay", "predict/delay", "hare/delay"} {
 			t.Run(spec+"/"+name, func(t *testing.T) {
 				cfg := policy.Config{}
 				if strings.HasSuffix(name, "/knobs") {
 					cfg = knobs
 				}
+				delay := 0.0
+				if strings.HasSuffix(name, "/delay") {
+					delay = 30
+				}
+				base, _, _ := strings.Cut(name, "/")
 				run := func(noShortcut bool) *Result {
-					res, err := Run(Config{Cluster: cluster(t, spec), Policy: mustPolicy(t, strings.TrimSuffix(name, "/knobs"), cfg),
-						noShortcut: noShortcut}, jobs)
+					res, err := Run(Config{Cluster: cluster(t, spec), Policy: mustPolicy(t, base, cfg),
+						RoundDelay: delay, noShortcut: noShortcut}, jobs)
 					must.NoError(t, err)
 					return res
 				}
@@ -204,8 +211,9 @@ func TestKeyedRoundsChangeNothing(t *testing.T) {
 	for _, spec := range []string{"n6g8", "n8g8"} {
 		for _, name := range []string{"srsf", "srtf", "srsf+fastest", "las", "las+fastest", "las/cuts", "gittins", "gittins/cuts"} {
 			for _, costs := range []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7},
-				{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5}} {
-				t.Run(fmt.Sprintf("%s/%s/%v/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost, costs.StartJitter), func(t *testing.T) {
+				{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5},
+				{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1}} {
+				t.Run(fmt.Sprintf("%s/%s/%v/%v/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost, costs.StartJitter, costs.RoundDelay), func(t *testing.T) {
 					pcfg := policy.Config{}
 					if strings.HasSuffix(name, "/cuts") {
 						pcfg.QueueCuts = []float64{500, 5000, 50000}
@@ -902,4 +910,58 @@ func TestRotationRoundsOnAFullCluster(t *testing.T) {
 	must.NoError(t, res.snapErr)
 	must.Greater(t, 5, res.Jobs[0].Migrations)
 	must.Eq(t, res.Jobs[0].Migrations, res.Jobs[1].Migrations)
+}
+
+// A round decides RoundDelay after the event that calls for it, on the
+// service the running jobs have then, as the live planner decides after
+// Nomad's events reach it. Under srtf on two GPUs, X (10 s) ends at 10 and
+// frees one; B (2 GPUs, 89.5 s) waits. Decided at 10, A (100 s) has 90 s
+// left and yields to B; a second later it has 89 s left and keeps its GPU.
+func TestARoundDecidesOnWhatItSeesAfterItsDelay(t *testing.T) {
+	jobs := []trace.Job{
+		{ID: "A", Arrival: 0, GPUs: 1, Duration: 100},
+		{ID: "X", Arrival: 0, GPUs: 1, Duration: 10},
+		{ID: "B", Arrival: 1, GPUs: 2, Duration: 89.5},
+	}
+	srtf := func(delay, latency float64) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g2"), Policy: mustPolicy(t, "srtf", policy.Config{}), RoundDelay: delay, StartLatency: latency}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	now, later := srtf(0, 0), srtf(1, 0)
+	must.Eq(t, 1, now.Jobs[0].Preemptions)
+	must.Eq(t, 10.0, now.Jobs[2].Start)
+	must.Eq(t, 0, later.Jobs[0].Preemptions, must.Sprint("A had less left than B when the round decided"))
+	must.Eq(t, 1.0, later.Jobs[0].Start, must.Sprint("the arrivals at 0 started in a round a second later"))
+	must.Eq(t, 101.0, later.Jobs[0].Finish)
+	must.Eq(t, 102.0, later.Jobs[2].Start, must.Sprint("B starts in the round A's end calls for, a second after it"))
+
+	// The delay comes out of a start's cost, not on top of it: with 3 s
+	// of start latency of which the round's delay is 1, X still ends at 13.
+	split := srtf(1, 2)
+	must.Eq(t, 13.0, split.Jobs[1].Finish)
+	must.Eq(t, 13.0, srtf(0, 3).Jobs[1].Finish)
+}
+
+// The events of a round's delay join its round, and a policy's own wake
+// (a queue cut) is planned by the planner's timer, at once.
+func TestRoundDelayJoinsEventsAndLeavesWakesOnTime(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 1, Duration: 50}, {ID: "B", Arrival: 2, GPUs: 1, Duration: 50}}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), RoundDelay: 3}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 3.0, res.Jobs[0].Start)
+	must.Eq(t, 3.0, res.Jobs[1].Start, must.Sprint("B arrived within A's round's delay: not 5"))
+
+	// 2D-LAS preempts A for B when A crosses its queue's cut (812.5 s),
+	// whatever the delay: that round is the policy's wake.
+	jobs = []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 1, Duration: 500}}
+	res, err = Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), RoundDelay: 5}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 1, res.Jobs[0].Preemptions)
+	must.Eq(t, 5.0+812.5, res.Jobs[1].Start, must.Sprint("A started 5 s late, and crossed its cut 812.5 s later"))
+
+	for _, bad := range []float64{-1, math.Inf(1), math.NaN()} {
+		_, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), RoundDelay: bad}, jobs)
+		must.ErrorContains(t, err, "RoundDelay")
+	}
 }
