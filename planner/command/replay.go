@@ -116,6 +116,12 @@ Replay:
   -stop-latency S      trace seconds from the planner's hold to a preempted
                        job's stop, in the simulator's run (caravan sim
                        -stop-latency); default: the live run's median
+  -unblock-latency S   trace seconds more that a start waiting for a
+                       preemption's stop takes to be placed after it than
+                       a start with free GPUs, in the simulator's run
+                       (caravan sim -unblock-latency); default: measured
+                       on the live run's placements after stops, less
+                       Nomad's part of a start with free GPUs
   -abort-latency S     trace seconds from the planner's hold to the GPUs
                        of a start taken back before its tasks ran coming
                        free, in the simulator's run (caravan sim
@@ -165,6 +171,7 @@ type replayFlags struct {
 	timeScale                    float64
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	roundDelay                   float64 // -1: measure on the live run
+	unblockLatency               float64 // -1: measure on the live run
 	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
 	abortLatency                 float64 // -1: measure on the live run
@@ -214,6 +221,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-model: want queue or shared, got %q", f.startModel)
 	case f.stopLatency != -1 && !seconds(f.stopLatency):
 		return usagef("flag -stop-latency must be a non-negative number of trace seconds")
+	case f.unblockLatency != -1 && !seconds(f.unblockLatency):
+		return usagef("flag -unblock-latency must be a non-negative number of trace seconds")
 	case f.abortLatency != -1 && !seconds(f.abortLatency):
 		return usagef("flag -abort-latency must be a non-negative number of trace seconds")
 	case !(f.startJitter >= 0 && f.startJitter < 1):
@@ -252,6 +261,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.roundDelay, "round-delay", -1, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
+	fs.Float64Var(&f.unblockLatency, "unblock-latency", -1, "")
 	fs.Float64Var(&f.abortLatency, "abort-latency", -1, "")
 	fs.Float64Var(&f.startJitter, "start-jitter", defaultStartJitter, "")
 	fs.Float64Var(&f.startSpread, "start-spread", -1, "")
@@ -407,12 +417,13 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
 	res *replay.Result, info replayInfo, log hclog.Logger) error {
 	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, RoundDelay: f.roundDelay, StartSpread: f.startSpread,
-		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, AbortLatency: f.abortLatency,
+		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, UnblockLatency: f.unblockLatency, AbortLatency: f.abortLatency,
 		Shared: f.startModel == "shared"})
 	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts, "round_delay_s", costs.RoundDelay,
 		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
 		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
 		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops,
+		"unblock_latency_s", costs.UnblockLatency, "measured_on_unblocks", costs.Unblocks,
 		"abort_latency_s", costs.AbortLatency, "measured_on_aborts", costs.Aborts)
 	simRes := ideal
 	if costs.Any() {
@@ -488,10 +499,10 @@ const costBandStep = 0.05
 // the jobs after it with it.
 func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT float64) ([2]float64, error) {
 	band := [2]float64{avgJCT, avgJCT}
-	for k := range 7 {
+	for k := range 8 {
 		for _, f := range []float64{1 - costBandStep, 1 + costBandStep} {
 			c := costs
-			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay}[k]
+			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay, &c.UnblockLatency}[k]
 			if *cost <= 0 || k == 2 && c.Shared { // no gang spread is charged beside the shared set-up
 				continue
 			}

@@ -53,9 +53,14 @@ type replayInfo struct {
 	// decided after the event that called for it (caravan sim
 	// -round-delay): the planner's part of the live starts, taken out of
 	// StartLatency, unless a flag gave it.
-	RoundDelay            float64 `json:"round_delay_s"`
-	StartSpread           float64 `json:"start_spread_s"`
-	StartSpreadMeasuredOn int     `json:"start_spread_measured_on,omitempty"`
+	RoundDelay float64 `json:"round_delay_s"`
+	// UnblockLatency is the trace seconds more a start that waited for a
+	// preemption's stop was charged (caravan sim -unblock-latency),
+	// measured on that many placements unless a flag gave it.
+	UnblockLatency           float64 `json:"unblock_latency_s"`
+	UnblockLatencyMeasuredOn int     `json:"unblock_latency_measured_on,omitempty"`
+	StartSpread              float64 `json:"start_spread_s"`
+	StartSpreadMeasuredOn    int     `json:"start_spread_measured_on,omitempty"`
 	// GangSpread is the trace seconds between a gang's tasks' starts the
 	// simulator's run charged (caravan sim -gang-spread; 0: StartSpread),
 	// measured on that many gangs of the live run unless a flag gave it.
@@ -142,6 +147,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
 	info.RoundDelay = costs.RoundDelay
+	info.UnblockLatency, info.UnblockLatencyMeasuredOn = costs.UnblockLatency, costs.Unblocks
 	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events
 	info.GangSpread, info.GangSpreadMeasuredOn = costs.GangSpread, costs.Gangs
 	info.RunOverhead, info.RunOverheadMeasuredOn = costs.RunOverhead, costs.Runs
@@ -206,6 +212,9 @@ func renderReplay(rep replayReport) string {
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
 	if d := rep.Replay.RoundDelay; d > 0 {
 		fmt.Fprintf(&b, "each simulated round decides %.2f s after the event that called for it, as the planner did, and its starts take the start latency after it\n", d)
+	}
+	if u := rep.Replay.UnblockLatency; u > 0 {
+		fmt.Fprintf(&b, "a start that waited for a preemption's stop was placed %.2f s later than a start with free GPUs, over %d placements\n", u, rep.Replay.UnblockLatencyMeasuredOn)
 	}
 	if band := rep.Replay.SimCostBand; band != nil && band[0] > 0 && len(rep.Live.Policies) > 0 {
 		live := rep.Live.Policies[0].AvgJCT

@@ -57,6 +57,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{append(base, "-run-overhead", "NaN"), "flag -run-overhead"},
 		{append(base, "-stop-latency", "-2"), "flag -stop-latency"},
 		{append(base, "-round-delay", "-0.5"), "flag -round-delay"},
+		{append(base, "-unblock-latency", "NaN"), "flag -unblock-latency"},
 		{append(base, "-abort-latency", "Inf"), "flag -abort-latency"},
 		{append(base, "-start-jitter", "1"), "flag -start-jitter"},
 		{append(base, "-start-jitter", "-0.1"), "flag -start-jitter"},

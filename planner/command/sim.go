@@ -117,6 +117,10 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
   -stop-latency S      seconds a preempted job keeps its GPUs: every start
                        of the round that preempts waits that much more, as
                        a real cluster stops the job first (default 0)
+  -unblock-latency S   seconds more that a start waiting for a preemption's
+                       stop takes to be placed once the GPUs free, as Nomad
+                       places an allocation blocked on GPUs only after the
+                       client reports the stop (default 0)
   -abort-latency S     seconds a start taken back before its tasks ran
                        keeps its GPUs, as a Nomad client takes seconds to
                        give up a task's set-up (default 0: free at once)
@@ -150,6 +154,7 @@ type simFlags struct {
 	gangSpread     float64
 	startsShared   bool
 	stopLatency    float64
+	unblockLatency float64
 	abortLatency   float64
 	startJitter    float64
 	jitterSeed     uint64
@@ -176,6 +181,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
 	fs.BoolVar(&f.startsShared, "starts-shared", false, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", 0, "")
+	fs.Float64Var(&f.unblockLatency, "unblock-latency", 0, "")
 	fs.Float64Var(&f.abortLatency, "abort-latency", 0, "")
 	fs.Float64Var(&f.startJitter, "start-jitter", 0, "")
 	fs.Uint64Var(&f.jitterSeed, "jitter-seed", 1, "")
@@ -228,6 +234,8 @@ func (f *simFlags) check() string {
 		return "flag -gang-spread must be a non-negative number of seconds"
 	case !seconds(f.stopLatency):
 		return "flag -stop-latency must be a non-negative number of seconds"
+	case !seconds(f.unblockLatency):
+		return "flag -unblock-latency must be a non-negative number of seconds"
 	case !seconds(f.abortLatency):
 		return "flag -abort-latency must be a non-negative number of seconds"
 	case !(f.startJitter >= 0 && f.startJitter < 1):
@@ -302,6 +310,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
 		scfg.GangSpread, scfg.StartsShared, scfg.AbortLatency = f.gangSpread, f.startsShared, f.abortLatency
 		scfg.StartJitter, scfg.JitterSeed, scfg.RoundDelay = f.startJitter, f.jitterSeed, f.roundDelay
+		scfg.UnblockLatency = f.unblockLatency
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)
 		if bar != nil {

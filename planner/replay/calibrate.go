@@ -411,6 +411,34 @@ type StartParts struct {
 	SharedRMS float64 `json:"shared_fit_rms_s"`
 }
 
+// UnblockDelays are, over the live allocations whose placement waited
+// for a preemption's stop, how long after the stop Nomad placed them, in
+// trace seconds: an allocation placed after a stop that came after the
+// planner's release of its job, once per placement of a job (a gang's
+// allocations are placed together). Nomad places an allocation that
+// waited for GPUs once the client has reported the stop that frees them
+// and the blocked evaluation runs again.
+func (l Live) UnblockDelays() []float64 {
+	var out []float64
+	for i, runs := range l.Tasks {
+		seen := map[float64]bool{}
+		for _, t := range runs {
+			if t.Placed <= 0 || seen[t.Placed] {
+				continue
+			}
+			seen[t.Placed] = true
+			r, ok := l.release(i, t.Placed)
+			if !ok {
+				continue
+			}
+			if st, ok := latestBy(l.Stops, t.Placed); ok && st > r {
+				out = append(out, t.Placed-st)
+			}
+		}
+	}
+	return out
+}
+
 // StartLatency is the start latency the simulator is charged when the
 // live run shows where its starts' time went: the planner's part, Nomad's
 // where no stop held the GPUs, and the clients' fixed delay, in their

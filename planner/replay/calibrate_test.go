@@ -518,7 +518,27 @@ func TestThePlannersPartIsChargedAsTheRoundsDelay(t *testing.T) {
 	var cfg sim.Config
 	split.Charge(&cfg)
 	must.Eq(t, 2.0, cfg.RoundDelay)
+	none := measure(Costs{StartLatency: -1, UnblockLatency: -1})
+	must.Eq(t, 0.0, none.UnblockLatency, must.Sprint("no placement waited for a stop"))
+	must.Eq(t, 0, none.Unblocks)
 	given := measure(Costs{StartLatency: 7, RoundDelay: -1})
 	must.Eq(t, 7.0, given.StartLatency)
 	must.Eq(t, 0.0, given.RoundDelay, must.Sprint("a latency given whole holds the planner's part"))
+}
+
+// A placement that waited for a preemption's stop (the stop after the
+// job's release, the placement after the stop) is timed from the stop,
+// once per placement of a job; the simulator is charged what it took
+// beyond Nomad's part of a start with free GPUs.
+func TestUnblockDelaysTimeAPlacementFromTheStopItWaitedFor(t *testing.T) {
+	l := Live{
+		Stops:    []float64{50, 200},
+		Releases: [][]float64{{10}, {45}, {190, 300}},
+		Tasks: [][]TaskRun{
+			{{Placed: 11, Start: 15, End: 100}},                                        // placed before any stop
+			{{Placed: 58, Start: 60, End: 120}, {Placed: 58, Start: 61, End: 120}},     // a gang, after the stop at 50
+			{{Placed: 191, Start: 195, End: 198}, {Placed: 303, Start: 306, End: 400}}, // placed at once; the stop at 200 came before its release
+		},
+	}
+	must.Eq(t, []float64{8}, l.UnblockDelays())
 }

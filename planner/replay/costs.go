@@ -14,8 +14,13 @@ type Costs struct {
 	// planner saw: the service running jobs had when it decided, and the
 	// events of its delay together. Given negative, it is measured where
 	// the start latency is; 0 charges the planner's part in StartLatency.
-	RoundDelay                                 float64
-	Starts, Events, Gangs, Runs, Stops, Aborts int
+	RoundDelay float64
+	// UnblockLatency is how much longer a start that waited for a
+	// preemption's stop took to be placed after the stop than Nomad's
+	// part of a start with free GPUs (sim.Config.UnblockLatency), measured
+	// on Unblocks placements; given negative, it is measured.
+	UnblockLatency                                       float64
+	Starts, Events, Gangs, Runs, Stops, Aborts, Unblocks int
 	// Shared models the clients' starts as a shared set-up
 	// (sim.Config.StartsShared) rather than a queue: the simulator is
 	// charged so, and where the costs are fitted, they are fitted so.
@@ -104,6 +109,15 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	if c.StopLatency < 0 {
 		c.StopLatency, c.Stops = Median(r.StopDelays), len(r.StopDelays)
 	}
+	if c.UnblockLatency < 0 {
+		// Beyond what the start latency charges every start: Nomad's
+		// part where no stop held it back, or, without placement times,
+		// nothing known.
+		c.UnblockLatency = 0
+		if delays := live.UnblockDelays(); len(delays) > 0 && c.Parts != nil {
+			c.UnblockLatency, c.Unblocks = max(0, Mean(delays)-c.Parts.NomadUnblocked), len(delays)
+		}
+	}
 	if c.AbortLatency < 0 {
 		// The mean: a client gives up a task it had not begun to set up
 		// at once and one in its set-up after seconds, and a start taken
@@ -115,13 +129,13 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 
 // Any says whether any cost is charged.
 func (c Costs) Any() bool {
-	return c.StartLatency > 0 || c.RoundDelay > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.AbortLatency > 0
+	return c.StartLatency > 0 || c.RoundDelay > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.UnblockLatency > 0 || c.AbortLatency > 0
 }
 
 // Charge sets the costs on cfg.
 func (c Costs) Charge(cfg *sim.Config) {
 	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
-	cfg.AbortLatency, cfg.RoundDelay = c.AbortLatency, c.RoundDelay
+	cfg.AbortLatency, cfg.RoundDelay, cfg.UnblockLatency = c.AbortLatency, c.RoundDelay, c.UnblockLatency
 	cfg.GangSpread = c.GangSpread
 	cfg.StartsShared = c.Shared
 }

@@ -362,9 +362,9 @@ func (s *simulator) preempt(i int) {
 
 // waitForStops is how much longer a start of use GPUs, in the round of a
 // preemption, waits for the GPUs its stops free: none while the GPUs
-// free before it last, else StopLatency (where starts taken back are
-// held, only while the stops' GPUs last). The GPUs it takes are counted
-// off.
+// free before it last, else StopLatency and UnblockLatency (where starts
+// taken back are held, only while the stops' GPUs last). The GPUs it
+// takes are counted off.
 func (s *simulator) waitForStops(use float64) float64 {
 	need := use - s.freeBeforeStops
 	s.freeBeforeStops = max(0, s.freeBeforeStops-use)
@@ -379,7 +379,7 @@ func (s *simulator) waitForStops(use float64) float64 {
 		}
 		s.stopsFreed = max(0, s.stopsFreed-need)
 	}
-	return s.cfg.StopLatency
+	return s.cfg.StopLatency + s.cfg.UnblockLatency
 }
 
 // heldGPUs are GPUs of a start taken back that free at until.

@@ -88,6 +88,14 @@ type Config struct {
 	// took, are too few for it (counted over the cluster, not per model
 	// or node). 0 by default; caravan replay measures it.
 	StopLatency float64
+	// UnblockLatency is how much longer, in seconds, a start that waits
+	// for a preemption's stop takes after the GPUs free than StartLatency
+	// gives a start whose GPUs are free: Nomad places an allocation that
+	// waited for GPUs only once the client has reported the stop and the
+	// evaluation is unblocked, where it places one with free GPUs at once.
+	// Added to StopLatency for those starts. 0 by default; caravan replay
+	// measures it.
+	UnblockLatency float64
 	// AbortLatency is how long, in seconds, a start taken back before its
 	// first task ran keeps its GPUs after the round that takes it back.
 	// Nomad frees an allocation's devices once its client reports it
@@ -252,6 +260,9 @@ func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 	}
 	if !(cfg.RoundDelay >= 0 && !math.IsInf(cfg.RoundDelay, 1)) {
 		return nil, fmt.Errorf("sim: RoundDelay %v is not a non-negative number of seconds", cfg.RoundDelay)
+	}
+	if !(cfg.UnblockLatency >= 0 && !math.IsInf(cfg.UnblockLatency, 1)) {
+		return nil, fmt.Errorf("sim: UnblockLatency %v is not a non-negative number of seconds", cfg.UnblockLatency)
 	}
 	s := &simulator{cfg: cfg, snap: policy.Snapshot{Nodes: nodes, History: policy.NewHistory(0)}, gpus: cfg.Cluster.GPUs(), model: onlyModel(nodes),
 		recordHistory: cfg.Policy.ReadsHistory(), replaces: cfg.Policy.ReplacesRunning()}
@@ -613,7 +624,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 // the policy since the last round, and no start adds work to a job.
 func (s *simulator) pastWaiting(changed, woke bool) bool {
 	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
-		s.cfg.RoundDelay == 0 && s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 && s.cfg.AbortLatency == 0 &&
+		s.cfg.RoundDelay == 0 && s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 && s.cfg.UnblockLatency == 0 && s.cfg.AbortLatency == 0 &&
 		s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
 }
 

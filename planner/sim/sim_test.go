@@ -212,7 +212,7 @@ func TestKeyedRoundsChangeNothing(t *testing.T) {
 		for _, name := range []string{"srsf", "srtf", "srsf+fastest", "las", "las+fastest", "las/cuts", "gittins", "gittins/cuts"} {
 			for _, costs := range []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7},
 				{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5},
-				{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1}} {
+				{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1, StopLatency: 3, UnblockLatency: 2}} {
 				t.Run(fmt.Sprintf("%s/%s/%v/%v/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost, costs.StartJitter, costs.RoundDelay), func(t *testing.T) {
 					pcfg := policy.Config{}
 					if strings.HasSuffix(name, "/cuts") {
@@ -964,4 +964,23 @@ func TestRoundDelayJoinsEventsAndLeavesWakesOnTime(t *testing.T) {
 		_, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), RoundDelay: bad}, jobs)
 		must.ErrorContains(t, err, "RoundDelay")
 	}
+}
+
+// A start that waits for a preemption's stop waits UnblockLatency more
+// once the GPUs free: Nomad places an allocation blocked on GPUs only
+// after the client reports the stop. A start into GPUs that were free
+// waits nothing more.
+func TestAStartThatWaitsForAStopWaitsItsUnblock(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 2000}, {ID: "B", Arrival: 100, GPUs: 1, Duration: 500}}
+	las := func(unblock float64) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), StopLatency: 7, UnblockLatency: unblock}, jobs)
+		must.NoError(t, err)
+		return res
+	}
+	plain, unblocked := las(0), las(3)
+	must.Eq(t, plain.Jobs[1].Finish+3, unblocked.Jobs[1].Finish, must.Sprint("B waited for A's stop, then its unblock"))
+	must.Eq(t, 0.0, unblocked.Jobs[0].Start, must.Sprint("A started into free GPUs: no unblock"))
+	must.Eq(t, plain.Jobs[0].Finish+3, unblocked.Jobs[0].Finish, must.Sprint("A resumed after B, into free GPUs; only B's 3 s moved it"))
+	_, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), UnblockLatency: -2}, jobs)
+	must.ErrorContains(t, err, "UnblockLatency")
 }
