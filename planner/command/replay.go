@@ -499,11 +499,15 @@ const costBandStep = 0.05
 // the jobs after it with it.
 func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT float64) ([2]float64, error) {
 	band := [2]float64{avgJCT, avgJCT}
-	for k := range 8 {
+	// Each cost in turn, by its place among the charged ones.
+	charged := func(c *replay.Costs) []*float64 {
+		return []*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay, &c.UnblockLatency}
+	}
+	for k := range len(charged(&costs)) {
 		for _, f := range []float64{1 - costBandStep, 1 + costBandStep} {
 			c := costs
-			cost := [...]*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay, &c.UnblockLatency}[k]
-			if *cost <= 0 || k == 2 && c.Shared { // no gang spread is charged beside the shared set-up
+			cost := charged(&c)[k]
+			if *cost <= 0 || cost == &c.GangSpread && c.Shared { // no gang spread is charged beside the shared set-up
 				continue
 			}
 			*cost *= f

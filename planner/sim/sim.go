@@ -464,28 +464,25 @@ func (s *simulator) run() {
 		}
 		s.advanceTo(t)
 		s.wakeLanesAt(t)
-		changed := s.completeAt(t)
-		arrived, waited, first := false, s.pending > 0, s.next
+		changed := s.completeAt(t) // before waited reads what is pending
+		m := moment{changed: changed, waited: s.pending > 0, first: s.next}
 		for s.next < total && s.jobs[s.next].Arrival <= t {
 			s.admit(s.next)
 			s.next++
-			arrived = true
+			m.arrived = true
 		}
-		woke := t >= s.wakeAt
-		if s.cfg.Progress != nil && changed && s.done%progressEvery == 0 {
+		m.woke = t >= s.wakeAt
+		if s.cfg.Progress != nil && m.changed && s.done%progressEvery == 0 {
 			s.cfg.Progress(s.done, total)
 		}
-		if s.cfg.RoundDelay > 0 {
-			var due bool
-			if arrived, waited, changed, woke, first, due = s.delayRound(t, arrived, changed, woke, first); !due {
-				continue
-			}
+		if s.cfg.RoundDelay > 0 && !s.delayRound(t, &m) {
+			continue
 		}
-		if s.callsRound(arrived, changed, woke) && !s.frozen() && !s.queuedBehind(changed, woke) {
-			if !arrived || (waited && !s.pastWaiting(changed, woke)) || !s.startArrivals(first, s.next) {
+		if s.callsRound(m) && !s.frozen() && !s.queuedBehind(m.changed, m.woke) {
+			if !m.arrived || (m.waited && !s.pastWaiting(m.changed, m.woke)) || !s.startArrivals(m.first, s.next) {
 				s.planRound()
 			}
-		} else if woke {
+		} else if m.woke {
 			s.wakeAt = math.Inf(1)
 		}
 	}
@@ -499,56 +496,59 @@ func (s *simulator) run() {
 	}
 }
 
-// callsRound says the events of a moment call for a round: arrivals, a
+// moment is what the events at one time brought, or, under RoundDelay,
+// those of a round's delay taken together.
+type moment struct {
+	arrived, changed, woke bool // jobs arrived, finished, or the policy woke
+	waited                 bool // other jobs waited before the arrivals
+	first                  int  // the first job to arrive
+}
+
+// callsRound says the events of m call for a round: arrivals, a
 // completion or a wake while jobs wait, or one the policy acts on with
 // nothing waiting.
-func (s *simulator) callsRound(arrived, changed, woke bool) bool {
-	return arrived || s.cfg.Compat || (s.pending > 0 && (changed || woke)) || (changed && s.migrates()) || (woke && s.replaces)
+func (s *simulator) callsRound(m moment) bool {
+	return m.arrived || s.cfg.Compat || (s.pending > 0 && (m.changed || m.woke)) || (m.changed && s.migrates()) || (m.woke && s.replaces)
 }
 
-// roundCall is a round called for at some moment that decides RoundDelay
-// later (Config.RoundDelay), with what the moments until then brought.
+// roundCall is a round called for that decides RoundDelay later
+// (Config.RoundDelay), with what the events until then brought.
 type roundCall struct {
-	due                    float64 // when it decides; 0: none called for
-	first                  int     // the first job to arrive since the call
-	arrived, changed, woke bool
+	due float64 // when it decides; 0: none called for
+	moment
 }
 
-// delayRound holds back, under RoundDelay, the round the events at t call
-// for until it is due, and says with due whether one is due now, with the
-// events of its delay taken together: whether jobs arrived, finished or
-// woke the policy, whether other jobs waited before the arrivals, and the
-// first arrival. A wake is taken once: the round due sets the next.
-func (s *simulator) delayRound(t float64, arrived, changed, woke bool, first int) (bool, bool, bool, bool, int, bool) {
+// delayRound holds back, under RoundDelay, the round the events at t (m)
+// call for until it is due, and says whether one is due now; if so, m
+// becomes the events of its delay taken together. A wake is taken once:
+// the round due sets the next.
+func (s *simulator) delayRound(t float64, m *moment) bool {
+	if m.woke {
+		s.wakeAt = math.Inf(1)
+	}
 	c := &s.call
 	if c.due == 0 {
-		if !s.callsRound(arrived, changed, woke) {
-			if woke {
-				s.wakeAt = math.Inf(1)
-			}
-			return false, false, false, false, 0, false
+		if !s.callsRound(*m) {
+			return false
 		}
 		// The live planner's own timer, not a change Nomad reports, plans
 		// a wake: without the wait for Nomad's events and the settle.
 		delay := s.cfg.RoundDelay
-		if !arrived && !changed {
+		if !m.arrived && !m.changed {
 			delay = 0
 		}
-		*c = roundCall{due: t + delay, first: first}
+		*c = roundCall{due: t + delay, moment: moment{first: m.first}}
 	}
-	c.arrived, c.changed, c.woke = c.arrived || arrived, c.changed || changed, c.woke || woke
-	if woke {
-		s.wakeAt = math.Inf(1)
-	}
+	c.arrived, c.changed, c.woke = c.arrived || m.arrived, c.changed || m.changed, c.woke || m.woke
 	if t < c.due {
-		return false, false, false, false, 0, false
+		return false
 	}
-	call := *c
+	*m = c.moment
 	*c = roundCall{}
 	// Nothing starts during the delay, so the jobs that wait but the
 	// arrivals since the call waited before them.
-	waited := s.pending > s.next-call.first
-	return call.arrived, waited, call.changed, call.woke, call.first, true
+	m.waited = s.pending > s.next-m.first
+	return true
 }
 
 // frozen says a round cannot change anything: a policy that neither
