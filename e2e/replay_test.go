@@ -49,6 +49,10 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 		Replay struct {
 			Held         bool    `json:"held"`
 			WritesPerJob float64 `json:"planner_writes_per_job"`
+			Parts        struct {
+				MeasuredOn      int `json:"measured_on"`
+				RoundMeasuredOn int `json:"round_measured_on"`
+			} `json:"start_latency_parts"`
 		}
 	}
 	must.NoError(t, json.Unmarshal([]byte(stdout), &rep), must.Sprint(stdout))
@@ -72,6 +76,9 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 	// did not carry out would be far off.
 	must.Between(t, 0.8, live/simulated, 1.6)
 	must.Greater(t, 0, rep.Replay.WritesPerJob, must.Sprint("the planner released the held jobs"))
+	// The planner's decisions, read while the jobs ran, name the round
+	// that released each job.
+	must.Positive(t, rep.Replay.Parts.RoundMeasuredOn, must.Sprintf("of %d starts", rep.Replay.Parts.MeasuredOn))
 
 	for _, f := range []string{"replay.json", "live/summary.json", "live/las.jobs.csv", "live/plots.svg", "sim/summary.json", "sim/las.jobs.csv"} {
 		_, err := os.Stat(filepath.Join(dir, "out", f))

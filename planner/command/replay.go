@@ -382,6 +382,18 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	if err != nil {
 		return err
 	}
+	if plannerPolicy != "" {
+		// The rounds that wrote each job split the planner's part of a
+		// start into its wait and its work.
+		client := plannerClient(ctx, f.planner, f.plannerToken)
+		plan.Decisions(func(ctx context.Context) ([]plannerapi.Decision, error) {
+			d, err := client.Decisions(ctx, 0)
+			if err != nil {
+				return nil, err
+			}
+			return d.Decisions, nil
+		})
+	}
 	if _, err := os.Stat(f.workload); err != nil {
 		log.Warn("the workload binary is not on this machine; it must be on every client node", "workload", f.workload)
 	}

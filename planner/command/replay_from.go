@@ -71,6 +71,14 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 		res.Tasks = append(res.Tasks, runs)
 		res.Releases = append(res.Releases, tj.Releases)
 		res.Holds = append(res.Holds, tj.Holds)
+		if tj.Decided != nil {
+			if res.Decided == nil {
+				res.Decided = make([][]float64, i, len(tl.Jobs))
+			}
+			res.Decided = append(res.Decided, tj.Decided)
+		} else if res.Decided != nil {
+			res.Decided = append(res.Decided, nil)
+		}
 		if !math.IsNaN(jobs[i].Finish) {
 			jobs[i].Nodes = finishingNodes(runs, jobs[i].GPUs)
 		}

@@ -282,6 +282,9 @@ type timelineJob struct {
 	// Stops are when Nomad stopped its tasks for each preemption, oldest
 	// first; null in a timeline written before they were kept.
 	Stops []float64 `json:"stops"`
+	// Decided are the planner's rounds that wrote the job, oldest first;
+	// absent where the planner's decisions were not read.
+	Decided []float64 `json:"decided,omitempty"`
 }
 
 // writeTimeline writes res's live timeline as JSON.
@@ -305,6 +308,9 @@ func writeTimeline(path string, res *replay.Result) error {
 		}
 		if i < len(res.Holds) {
 			tj.Holds = append(tj.Holds, res.Holds[i]...)
+		}
+		if i < len(res.Decided) {
+			tj.Decided = append([]float64{}, res.Decided[i]...)
 		}
 		tl.Jobs = append(tl.Jobs, tj)
 	}

@@ -201,6 +201,10 @@ func renderReplay(rep replayReport) string {
 	if p := rep.Replay.StartParts; p != nil {
 		fmt.Fprintf(&b, "\na first start's delay, where it went (medians of %d starts, trace seconds): planner %.1f, Nomad %.1f, client %.1f\n",
 			p.MeasuredOn, p.Planner, p.Nomad, p.Client)
+		if p.RoundMeasuredOn > 0 {
+			fmt.Fprintf(&b, "the planner's part, where its rounds were read (means of %d starts): %.1f s waiting for the round that decided, %.1f s from its reading Nomad to the release\n",
+				p.RoundMeasuredOn, p.Round, p.Write)
+		}
 		fmt.Fprintf(&b, "tasks waited on the clients to start %.0f%% of the run, which started one every %.1f trace seconds meanwhile\n",
 			100*p.ClientsBusy, p.ClientsPerStart)
 		fmt.Fprintf(&b, "the clients' queue, fitted on %d tasks: each starts %.1f s after its placement, %.1f s after the task before it at the soonest\n",

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,6 +215,17 @@ func (c *Client) Queue(ctx context.Context) (*Queue, error) {
 func (c *Client) Explain(ctx context.Context, job string) (*Explain, error) {
 	var e Explain
 	return &e, c.get(ctx, "/v1/explain/"+url.PathEscape(job), &e)
+}
+
+// Decisions reads /v1/decisions: up to limit recent writes (the planner's
+// bound when limit is 0), newest first.
+func (c *Client) Decisions(ctx context.Context, limit int) (*Decisions, error) {
+	path := "/v1/decisions"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var d Decisions
+	return &d, c.get(ctx, path, &d)
 }
 
 // GPUMap is GET /v1/gpus: every GPU device instance with the job holding

@@ -17,6 +17,10 @@ type Live struct {
 	Tasks    [][]TaskRun
 	Stops    []float64
 	Releases [][]float64
+	// Holds and Decided are the planner's holds and the rounds that wrote
+	// each job (Result.Holds, Result.Decided); Decided is nil where the
+	// planner's decisions were not read.
+	Holds, Decided [][]float64
 	// SharedSpeed is the workload's speed beside each partner on its GPU
 	// (Result.SharedSpeed); 0 when it ignored them.
 	SharedSpeed float64
@@ -27,8 +31,29 @@ type Live struct {
 
 // Live is the run as its costs are measured on.
 func (r *Result) Live() Live {
-	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases, SharedSpeed: r.SharedSpeed,
-		IndependentWorkers: r.IndependentWorkers}
+	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases, Holds: r.Holds, Decided: r.Decided,
+		SharedSpeed: r.SharedSpeed, IndependentWorkers: r.IndependentWorkers}
+}
+
+// decided is the round that decided the i-th job's release at release:
+// the latest round that wrote the job at or before it. A round read
+// after the job's arrival and the hold before the release, since rounds
+// run one after another; a release whose round was not read (the
+// planner's log of writes moved on between two reads) is not known.
+func (l Live) decided(i int, arrival, release float64) (float64, bool) {
+	if i >= len(l.Decided) {
+		return 0, false
+	}
+	d, ok := latestBy(l.Decided[i], release)
+	if !ok || d < arrival {
+		return 0, false
+	}
+	if i < len(l.Holds) {
+		if h, held := latestBy(l.Holds[i], release); held && d < h {
+			return 0, false
+		}
+	}
+	return d, true
 }
 
 // release is the planner's last release of the i-th job at or before
@@ -194,9 +219,12 @@ type liveStart struct {
 	// released: the planner's release is known, at release, after the
 	// event at answered; placed is when Nomad placed the first task's
 	// allocation (0: not known); stopWait: a preemption's stop after the
-	// release freed the job's GPUs.
-	released, stopWait        bool
-	answered, release, placed float64
+	// release freed the job's GPUs. roundKnown: the round that decided
+	// the release read Nomad at round, when the latest event was at
+	// roundAnswered.
+	released, stopWait, roundKnown bool
+	answered, release, placed      float64
+	round, roundAnswered           float64
 }
 
 // startEvent is an arrival at a trace time, or a completion at a live time.
@@ -256,8 +284,12 @@ func (l Live) liveStarts(ideal *sim.Result) []liveStart {
 			if stopWait {
 				from += st - r
 			}
-			out = append(out, liveStart{from: from, start: j.Start, tasks: tasks, event: event,
-				released: true, stopWait: stopWait, answered: answered, release: r, placed: placed})
+			s := liveStart{from: from, start: j.Start, tasks: tasks, event: event,
+				released: true, stopWait: stopWait, answered: answered, release: r, placed: placed}
+			if d, ok := l.decided(i, j.Arrival, r); ok {
+				s.roundKnown, s.round, s.roundAnswered = true, d, l.lastEvent(finishes, j.Arrival, d)
+			}
+			out = append(out, s)
 			continue
 		}
 		if onArrival[j.ID] {
@@ -378,10 +410,21 @@ func (l Live) StartDelays(ideal *sim.Result, spread float64) []float64 {
 // fetching the allocation, its hooks, the driver). Nomad and Client are
 // medians, for reading; what the simulator is charged is below.
 type StartParts struct {
-	Planner    float64 `json:"planner_s"`
-	Nomad      float64 `json:"nomad_s"`
-	Client     float64 `json:"client_s"`
-	MeasuredOn int     `json:"measured_on"`
+	Planner float64 `json:"planner_s"`
+	// Round and Write split the planner's part where its decisions were
+	// read (Result.Decided), over RoundMeasuredOn starts: Round is the
+	// mean wait from the event to the round that decided the start (when
+	// it read Nomad: its wait for min_interval, settle or the round
+	// before), Write the mean from that round, or from a stop it waited
+	// for, to the release (its reads, its policy and its writes). The
+	// simulator decides Round after the event; Write is charged in the
+	// start latency.
+	Round           float64 `json:"round_s,omitempty"`
+	Write           float64 `json:"write_s,omitempty"`
+	RoundMeasuredOn int     `json:"round_measured_on,omitempty"`
+	Nomad           float64 `json:"nomad_s"`
+	Client          float64 `json:"client_s"`
+	MeasuredOn      int     `json:"measured_on"`
 	// ClientsBusy is the share of the run during which some task was
 	// placed and not yet started, and ClientsPerStart the trace seconds
 	// per task start meanwhile: whether the clients' starts were a queue,
@@ -453,12 +496,16 @@ func (p *StartParts) StartLatency(shared bool) float64 {
 // StartParts splits the live first starts' delays (see
 // startParts); nil when Nomad kept no release or placement time.
 func (l Live) StartParts(ideal *sim.Result) *StartParts {
-	var planner, nomad, unblocked, client []float64
+	var planner, round, write, nomad, unblocked, client []float64
 	for _, s := range l.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
 			continue
 		}
 		planner = append(planner, s.release-s.answered)
+		if s.roundKnown {
+			round = append(round, s.round-s.roundAnswered)
+			write = append(write, s.release-max(s.round, s.answered))
+		}
 		nomad = append(nomad, s.placed-s.release)
 		if !s.stopWait {
 			unblocked = append(unblocked, s.placed-s.release)
@@ -470,6 +517,9 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	}
 	p := &StartParts{Planner: Mean(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
 		NomadUnblocked: Mean(unblocked)}
+	if len(round) > 0 {
+		p.Round, p.Write, p.RoundMeasuredOn = Mean(round), Mean(write), len(round)
+	}
 	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(l.Tasks)
 	if ts := startedTasks(l.Tasks, l.IndependentWorkers); len(ts) > 0 {
 		var queueErr, sharedErr float64

@@ -542,3 +542,72 @@ func TestUnblockDelaysTimeAPlacementFromTheStopItWaitedFor(t *testing.T) {
 	}
 	must.Eq(t, []float64{8}, l.UnblockDelays())
 }
+
+// Where the planner's rounds were read, its part of a start splits into
+// the wait for the round that decided it, which the simulator's rounds
+// wait, and the round's reads and writes up to the release, which its
+// starts wait. A stop that came after the round and before the release
+// (the round's starts wait for its preemptions' stops) bounds the write,
+// as it bounds the planner's part; a round that came before the job's
+// hold, or before its arrival, is not the one that released it.
+func TestTheRoundThatDecidedSplitsThePlannersPart(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 0}, {ID: "b", GPUs: 1, Arrival: 100, Start: 100},
+		{ID: "c", GPUs: 1, Arrival: 200, Start: 200}, {ID: "d", GPUs: 1, Arrival: 300, Start: 300},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Arrival: 0, Start: 12, Finish: 60},
+		{ID: "b", GPUs: 1, Arrival: 100, Start: 120, Finish: 180},
+		{ID: "c", GPUs: 1, Arrival: 200, Start: 215, Finish: 280},
+		{ID: "d", GPUs: 1, Arrival: 300, Start: 315, Finish: 380},
+	}}
+	l := Live{Jobs: live, Stops: []float64{108},
+		Tasks: [][]TaskRun{
+			{{Placed: 6, Start: 12, End: 60}},
+			{{Placed: 111, Start: 120, End: 180}},
+			{{Placed: 206, Start: 215, End: 280}},
+			{{Placed: 306, Start: 315, End: 380}},
+		},
+		Releases: [][]float64{{5}, {110}, {205}, {305}},
+		Holds:    [][]float64{nil, nil, {203}, nil},
+		// a: round at 3 (3 after its arrival), released at 5; b: round
+		// at 104, a stop at 108 the round waited for, released at 110;
+		// c: the round at 201 wrote its hold, the release's round was
+		// not read; d: a round before its arrival.
+		Decided: [][]float64{{3}, {104}, {201}, {299}},
+	}
+	p := l.StartParts(ideal)
+	must.NotNil(t, p)
+	must.Eq(t, 4, p.MeasuredOn)
+	must.Eq(t, (5.0+2+5+5)/4, p.Planner, must.Sprint("b's part runs from the stop at 108"))
+	must.Eq(t, 2, p.RoundMeasuredOn, must.Sprint("c's and d's rounds are not their releases'"))
+	must.Eq(t, (3.0+4)/2, p.Round)
+	must.Eq(t, (2.0+2)/2, p.Write)
+}
+
+// The simulator's rounds wait the round's part, and its starts the rest.
+func TestTheRoundsWaitIsChargedAsTheRoundsDelay(t *testing.T) {
+	ideal, live := &sim.Result{}, &sim.Result{}
+	r := &Result{Sim: live}
+	for i := range 10 {
+		at := float64(100 * i)
+		id := fmt.Sprint(i)
+		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at, Finish: at + 50})
+		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at + 8, Finish: at + 58})
+		r.Tasks = append(r.Tasks, []TaskRun{{Placed: at + 4, Start: at + 8, End: at + 58}})
+		r.Releases = append(r.Releases, []float64{at + 3})
+		r.Decided = append(r.Decided, []float64{at + 1})
+	}
+	measure := func(round float64) Costs {
+		return r.MeasureCosts(ideal, Costs{StartLatency: -1, RoundDelay: round, StartSpread: -1, GangSpread: -1,
+			RunOverhead: -1, StopLatency: -1, AbortLatency: -1, Shared: true})
+	}
+	split, whole := measure(-1), measure(0)
+	must.Eq(t, 1.0, split.RoundDelay)
+	must.Eq(t, 3.0, split.Parts.Planner)
+	must.Between(t, whole.StartLatency-1-1e-9, split.StartLatency, whole.StartLatency-1+1e-9,
+		must.Sprint("the start latency keeps the round's 2 s of work, not its 1 s of wait"))
+
+	r.Decided = nil
+	must.Eq(t, 3.0, measure(-1).RoundDelay, must.Sprint("without the rounds, the whole planner's part"))
+}

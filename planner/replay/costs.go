@@ -8,12 +8,14 @@ import "github.com/caravan-gpu/caravan/planner/sim"
 // AbortLatency), and how many of each they were measured on.
 type Costs struct {
 	StartLatency, StartSpread, GangSpread, RunOverhead, StopLatency, AbortLatency float64
-	// RoundDelay is the planner's part of a start (StartParts.Planner),
-	// charged as the delay of every round (sim.Config.RoundDelay) rather
-	// than in StartLatency, so that the simulator decides on what the live
-	// planner saw: the service running jobs had when it decided, and the
-	// events of its delay together. Given negative, it is measured where
-	// the start latency is; 0 charges the planner's part in StartLatency.
+	// RoundDelay is the planner's wait before the round that decided a
+	// start (StartParts.Round), or where its decisions were not read its
+	// whole part of a start (StartParts.Planner), charged as the delay of
+	// every round (sim.Config.RoundDelay) rather than in StartLatency, so
+	// that the simulator decides on what the live planner saw: the
+	// service running jobs had when it decided, and the events of its
+	// delay together. Given negative, it is measured where the start
+	// latency is; 0 charges the planner's part in StartLatency.
 	RoundDelay float64
 	// UnblockLatency is how much longer a start that waited for a
 	// preemption's stop took to be placed after the stop than Nomad's
@@ -81,7 +83,14 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	if c.StartLatency < 0 {
 		if fitted {
 			c.StartLatency, c.Starts = c.Parts.StartLatency(c.Shared), c.Parts.MeasuredOn
-			if c.RoundDelay < 0 {
+			switch {
+			case c.RoundDelay >= 0:
+			case c.Parts.RoundMeasuredOn > 0:
+				// The round's wait delays the decision; its reads and
+				// writes delay the start after it.
+				c.RoundDelay = c.Parts.Round
+				c.StartLatency += c.Parts.Write - c.Parts.Planner
+			default:
 				c.RoundDelay = c.Parts.Planner
 				c.StartLatency -= c.RoundDelay
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/sim"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
@@ -46,6 +47,11 @@ type Config struct {
 	Log   hclog.Logger
 	// Progress is called with the number of finished jobs.
 	Progress func(done, total int)
+	// Decisions, when set, reads the planner's recent writes (GET
+	// /v1/decisions). The replay reads them every DecisionsEvery while
+	// jobs run, so that each start's release can be told from the round
+	// that decided it (Result.Decided).
+	Decisions func(context.Context) ([]plannerapi.Decision, error)
 }
 
 // Plan is a replay ready to run: each trace job's ID and work.
@@ -56,6 +62,11 @@ type Plan struct {
 	log   hclog.Logger
 	// models maps device instance IDs to GPU models, from Check.
 	models map[string]string
+}
+
+// Decisions sets Config.Decisions once the planner is known to answer.
+func (p *Plan) Decisions(read func(context.Context) ([]plannerapi.Decision, error)) {
+	p.cfg.Decisions = read
 }
 
 // Prepare works out every job's ID and work and checks that each fits the
@@ -246,6 +257,11 @@ type Result struct {
 	// planner put its hold on, oldest first, as far as Nomad kept the
 	// job's versions (JobHistory.Holds): the rounds that preempted it.
 	Holds [][]float64
+	// Decided are, for each job in Config.Jobs order, the trace times of
+	// the planner's rounds whose writes to it Nomad took, oldest first:
+	// when each round read Nomad, before its policy ran and its writes
+	// went out. Nil where the planner's decisions were not read.
+	Decided [][]float64
 	// SharedSpeed is the workload's speed beside each partner on its GPU
 	// (JobOptions.SharedSpeed); 0 when it ignored them.
 	SharedSpeed float64
@@ -401,6 +417,10 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 	tr := &tracker{outcomes: make([]Outcome, total), history: make([]JobHistory, total), recorded: make([]bool, total),
 		deadSince: map[int]time.Time{}, index: index}
 	warned, timedOut := false, false
+	var decided *decisionLog
+	if cfg.Decisions != nil {
+		decided = newDecisionLog(cfg.Decisions, index)
+	}
 	tick := time.NewTicker(cfg.Poll)
 	defer tick.Stop()
 	report := func() {
@@ -430,6 +450,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 			}
 			return nil, err
 		}
+		decided.poll(runCtx, p, false)
 		if tr.done > before {
 			report()
 		}
@@ -438,8 +459,11 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 			p.warnStalled(opts.Held, time.Since(at[0]))
 		}
 	}
+	decided.poll(ctx, p, true)
 	cancel()
-	return p.result(n, tr, clock, subs, begin, timedOut), nil
+	res := p.result(n, tr, clock, subs, begin, timedOut)
+	res.Decided = decided.traceTimes(clock)
+	return res, nil
 }
 
 // result reads back the course of the jobs left unfinished, and puts the

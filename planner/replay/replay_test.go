@@ -19,6 +19,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/consulx"
+	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
 
@@ -208,6 +209,47 @@ func TestRunSubmitsReadsAndPurges(t *testing.T) {
 	st, err := os.Stat(cfg.Job.CheckpointDir)
 	must.NoError(t, err)
 	must.Eq(t, os.FileMode(0o777), st.Mode()&(os.ModeSticky|os.ModePerm))
+}
+
+// The planner's writes are read while the jobs run and at the end: each
+// job keeps the rounds that wrote it, and nothing else.
+func TestRunReadsTheRoundsThatWroteEachJob(t *testing.T) {
+	jobs := []trace.Job{{ID: "0", GPUs: 1, Arrival: 0, Duration: 20}, {ID: "1", GPUs: 1, Arrival: 5, Duration: 20}}
+	cfg := replayConfig(t, jobs, "n1g4")
+	var mu sync.Mutex
+	reads := 0
+	first := time.Now()
+	cfg.Decisions = func(context.Context) ([]plannerapi.Decision, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		rec := func(at time.Time, outcome string) plannerapi.Record {
+			return plannerapi.Record{Time: at, Outcome: outcome}
+		}
+		return []plannerapi.Decision{
+			{Record: rec(first, "written"), Namespace: "default", Job: "replay-t1-0"},
+			{Record: rec(first.Add(time.Second), "written"), Namespace: "default", Job: "replay-t1-0"},
+			{Record: rec(first, "failed"), Namespace: "default", Job: "replay-t1-1"},
+			{Record: rec(first, "written"), Namespace: "default", Job: "someone-else"},
+		}, nil
+	}
+	p, err := Prepare(cfg)
+	must.NoError(t, err)
+	n := newFakeNomad(4)
+	res, err := p.Run(context.Background(), n)
+	must.NoError(t, err)
+	must.SliceLen(t, 2, res.Decided)
+	must.SliceLen(t, 2, res.Decided[0], must.Sprint("each round once, however often read"))
+	must.InDelta(t, 100.0, res.Decided[0][1]-res.Decided[0][0], 1e-6, must.Sprint("one real second at time scale 100"))
+	must.SliceEmpty(t, res.Decided[1], must.Sprint("a failed write is not a decision Nomad took"))
+	must.Positive(t, reads)
+
+	cfg.Decisions = nil
+	p, err = Prepare(cfg)
+	must.NoError(t, err)
+	res, err = p.Run(context.Background(), newFakeNomad(4))
+	must.NoError(t, err)
+	must.Nil(t, res.Decided, must.Sprint("not read: unknown, not empty"))
 }
 
 // Ctrl-C (a cancelled context) still purges what was submitted.
