@@ -96,6 +96,13 @@ Replay:
                        where the start latency is measured so; 0 charges
                        it in the start latency, each round deciding at
                        its event
+  -completion-lag S    trace seconds after a job's work ends that the
+                       simulated cluster learns of it (caravan sim
+                       -completion-lag); default: measured with
+                       -round-delay, which is then the planner's wait for
+                       the starts that answered their arrival, and this
+                       how much longer it waited for those that answered
+                       a completion; 0 charges every round the mean wait
   -start-spread S      trace seconds of the clients' set-up each task
                        needs (shared), or the cluster takes to start each
                        task one after another (queue), in the simulator's
@@ -171,6 +178,7 @@ type replayFlags struct {
 	timeScale                    float64
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	roundDelay                   float64 // -1: measure on the live run
+	completionLag                float64 // -1: measure on the live run
 	unblockLatency               float64 // -1: measure on the live run
 	startSpread, gangSpread      float64 // -1: measure on the live run
 	stopLatency                  float64 // -1: measure on the live run
@@ -211,6 +219,8 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-latency must be a non-negative number of trace seconds")
 	case f.roundDelay != -1 && !seconds(f.roundDelay):
 		return usagef("flag -round-delay must be a non-negative number of trace seconds")
+	case f.completionLag != -1 && !seconds(f.completionLag):
+		return usagef("flag -completion-lag must be a non-negative number of trace seconds")
 	case f.startSpread != -1 && !seconds(f.startSpread):
 		return usagef("flag -start-spread must be a non-negative number of trace seconds")
 	case f.gangSpread != -1 && !seconds(f.gangSpread):
@@ -260,6 +270,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.roundDelay, "round-delay", -1, "")
+	fs.Float64Var(&f.completionLag, "completion-lag", -1, "")
 	fs.Float64Var(&f.stopLatency, "stop-latency", -1, "")
 	fs.Float64Var(&f.unblockLatency, "unblock-latency", -1, "")
 	fs.Float64Var(&f.abortLatency, "abort-latency", -1, "")
@@ -428,10 +439,10 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 // reports both; info holds what the report takes from the replay itself.
 func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
 	res *replay.Result, info replayInfo, log hclog.Logger) error {
-	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, RoundDelay: f.roundDelay, StartSpread: f.startSpread,
+	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, RoundDelay: f.roundDelay, CompletionLag: f.completionLag, StartSpread: f.startSpread,
 		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, UnblockLatency: f.unblockLatency, AbortLatency: f.abortLatency,
 		Shared: f.startModel == "shared"})
-	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts, "round_delay_s", costs.RoundDelay,
+	log.Info("start costs", "start_latency_s", costs.StartLatency, "measured_on_starts", costs.Starts, "round_delay_s", costs.RoundDelay, "completion_lag_s", costs.CompletionLag,
 		"start_spread_s", costs.StartSpread, "measured_on_events", costs.Events,
 		"gang_spread_s", costs.GangSpread, "measured_on_gangs", costs.Gangs, "run_overhead_s", costs.RunOverhead,
 		"measured_on_runs", costs.Runs, "stop_latency_s", costs.StopLatency, "measured_on_preemptions", costs.Stops,
@@ -513,7 +524,7 @@ func costBand(in *traceInputs, pol *policy.Policy, costs replay.Costs, avgJCT fl
 	band := [2]float64{avgJCT, avgJCT}
 	// Each cost in turn, by its place among the charged ones.
 	charged := func(c *replay.Costs) []*float64 {
-		return []*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay, &c.UnblockLatency}
+		return []*float64{&c.StartLatency, &c.StartSpread, &c.GangSpread, &c.RunOverhead, &c.StopLatency, &c.AbortLatency, &c.RoundDelay, &c.UnblockLatency, &c.CompletionLag}
 	}
 	for k := range len(charged(&costs)) {
 		for _, f := range []float64{1 - costBandStep, 1 + costBandStep} {

@@ -54,6 +54,11 @@ type replayInfo struct {
 	// -round-delay): the planner's part of the live starts, taken out of
 	// StartLatency, unless a flag gave it.
 	RoundDelay float64 `json:"round_delay_s"`
+	// CompletionLag is the trace seconds after a job's work ends that the
+	// simulator's cluster learned of it (caravan sim -completion-lag):
+	// how much longer the planner took to answer a completion than an
+	// arrival, RoundDelay being then its wait for an arrival.
+	CompletionLag float64 `json:"completion_lag_s"`
 	// UnblockLatency is the trace seconds more a start that waited for a
 	// preemption's stop was charged (caravan sim -unblock-latency),
 	// measured on that many placements unless a flag gave it.
@@ -146,7 +151,7 @@ func (c *replayCommand) report(f *replayFlags, in *traceInputs, rep replayReport
 	info.Gangs = f.gangs
 	info.MaxLag, info.TimedOut, info.NomadEvictions = res.MaxLag.Seconds(), res.TimedOut, res.Evictions
 	info.StartLatency, info.StartLatencyMeasuredOn = costs.StartLatency, costs.Starts
-	info.RoundDelay = costs.RoundDelay
+	info.RoundDelay, info.CompletionLag = costs.RoundDelay, costs.CompletionLag
 	info.UnblockLatency, info.UnblockLatencyMeasuredOn = costs.UnblockLatency, costs.Unblocks
 	info.StartSpread, info.StartSpreadMeasuredOn = costs.StartSpread, costs.Events
 	info.GangSpread, info.GangSpreadMeasuredOn = costs.GangSpread, costs.Gangs
@@ -214,7 +219,9 @@ func renderReplay(rep replayReport) string {
 		fmt.Fprintf(&b, "error of each fit on the starts jobs waited for (root mean square): queue %.1f s, shared %.1f s\n", p.ClientRMS, p.SharedRMS)
 	}
 	fmt.Fprintf(&b, "start latency and spread from %s\n", rep.Replay.StartCostsFrom)
-	if d := rep.Replay.RoundDelay; d > 0 {
+	if d, c := rep.Replay.RoundDelay, rep.Replay.CompletionLag; c > 0 {
+		fmt.Fprintf(&b, "each simulated round decides %.2f s after the event that called for it, as the planner did, and its starts take the start latency after it; a job's end is seen %.2f s after its work, as the clients reported it\n", d, c)
+	} else if d > 0 {
 		fmt.Fprintf(&b, "each simulated round decides %.2f s after the event that called for it, as the planner did, and its starts take the start latency after it\n", d)
 	}
 	if u := rep.Replay.UnblockLatency; u > 0 {

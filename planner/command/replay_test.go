@@ -57,6 +57,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{append(base, "-run-overhead", "NaN"), "flag -run-overhead"},
 		{append(base, "-stop-latency", "-2"), "flag -stop-latency"},
 		{append(base, "-round-delay", "-0.5"), "flag -round-delay"},
+		{append(base, "-completion-lag", "NaN"), "flag -completion-lag"},
 		{append(base, "-unblock-latency", "NaN"), "flag -unblock-latency"},
 		{append(base, "-abort-latency", "Inf"), "flag -abort-latency"},
 		{append(base, "-start-jitter", "1"), "flag -start-jitter"},

@@ -95,6 +95,11 @@ Usage: caravan sim -cluster SPEC [-policy P[,P2...]] [-trace FILE] [options]
                        meanwhile and the events of the delay join the
                        round; -start-latency is then what a start takes
                        after its round (default 0)
+  -completion-lag S    seconds after a job's work ends that the cluster
+                       learns of it, as a Nomad client reports a task's
+                       end late: the job holds its GPUs and counts as
+                       running until then, but its JCT ends with its work
+                       (default 0)
   -start-jitter F      each start's latency drawn uniformly between 1 − F
                        and 1 + F times -start-latency, from -jitter-seed,
                        as live starts spread around their median; F at
@@ -149,6 +154,7 @@ type simFlags struct {
 	preemptionCost float64
 	startLatency   float64
 	roundDelay     float64
+	completionLag  float64
 	runOverhead    float64
 	startSpread    float64
 	gangSpread     float64
@@ -176,6 +182,7 @@ func (c *simCommand) Run(args []string) int {
 	fs.Float64Var(&f.preemptionCost, "preemption-cost", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", 0, "")
 	fs.Float64Var(&f.roundDelay, "round-delay", 0, "")
+	fs.Float64Var(&f.completionLag, "completion-lag", 0, "")
 	fs.Float64Var(&f.runOverhead, "run-overhead", 0, "")
 	fs.Float64Var(&f.startSpread, "start-spread", 0, "")
 	fs.Float64Var(&f.gangSpread, "gang-spread", 0, "")
@@ -226,6 +233,8 @@ func (f *simFlags) check() string {
 		return "flag -start-latency must be a non-negative number of seconds"
 	case !seconds(f.roundDelay):
 		return "flag -round-delay must be a non-negative number of seconds"
+	case !seconds(f.completionLag):
+		return "flag -completion-lag must be a non-negative number of seconds"
 	case !seconds(f.runOverhead):
 		return "flag -run-overhead must be a non-negative number of seconds"
 	case !seconds(f.startSpread):
@@ -310,6 +319,7 @@ func (c *simCommand) run(f *simFlags) (int, error) {
 		scfg.StartLatency, scfg.RunOverhead, scfg.StartSpread, scfg.StopLatency = f.startLatency, f.runOverhead, f.startSpread, f.stopLatency
 		scfg.GangSpread, scfg.StartsShared, scfg.AbortLatency = f.gangSpread, f.startsShared, f.abortLatency
 		scfg.StartJitter, scfg.JitterSeed, scfg.RoundDelay = f.startJitter, f.jitterSeed, f.roundDelay
+		scfg.CompletionLag = f.completionLag
 		scfg.UnblockLatency = f.unblockLatency
 		scfg.KeepUtil = f.out != "" || f.plot != ""
 		bar := newProgressBar(c.stderr, f.progress, p.Name)

@@ -39,6 +39,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-gang-spread", "Inf"}, "flag -gang-spread"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-stop-latency", "NaN"}, "flag -stop-latency"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-round-delay", "Inf"}, "flag -round-delay"},
+		{[]string{"-cluster", "n1g4", "-policy", "las", "-completion-lag", "-1"}, "flag -completion-lag"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-unblock-latency", "-3"}, "flag -unblock-latency"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-abort-latency", "-1"}, "flag -abort-latency"},
 		{[]string{"-cluster", "n1g4", "-policy", "las", "-queue-cuts", "9,3"}, "flag -queue-cuts"},

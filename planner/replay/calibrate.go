@@ -224,7 +224,10 @@ type liveStart struct {
 	// roundAnswered.
 	released, stopWait, roundKnown bool
 	answered, release, placed      float64
-	round, roundAnswered           float64
+	// answeredBy and roundAnsweredBy say what those events were: an
+	// arrival, a completion or a stop (eventArrival...).
+	answeredBy, roundAnsweredBy int
+	round, roundAnswered        float64
 }
 
 // startEvent is an arrival at a trace time, or a completion at a live time.
@@ -285,9 +288,11 @@ func (l Live) liveStarts(ideal *sim.Result) []liveStart {
 				from += st - r
 			}
 			s := liveStart{from: from, start: j.Start, tasks: tasks, event: event,
-				released: true, stopWait: stopWait, answered: answered, release: r, placed: placed}
+				released: true, stopWait: stopWait, answered: answered, release: r, placed: placed,
+				answeredBy: l.eventKind(finishes, j.Arrival, answered)}
 			if d, ok := l.decided(i, j.Arrival, r); ok {
 				s.roundKnown, s.round, s.roundAnswered = true, d, l.lastEvent(finishes, j.Arrival, d)
+				s.roundAnsweredBy = l.eventKind(finishes, j.Arrival, s.roundAnswered)
 			}
 			out = append(out, s)
 			continue
@@ -422,6 +427,16 @@ type StartParts struct {
 	Round           float64 `json:"round_s,omitempty"`
 	Write           float64 `json:"write_s,omitempty"`
 	RoundMeasuredOn int     `json:"round_measured_on,omitempty"`
+	// ArrivalWait and CompletionWait are the wait the simulator's rounds
+	// are charged (Round where the rounds were read, else Planner) over
+	// the starts that answered their own arrival, and over those that
+	// answered a completion, which the planner learns of only once a
+	// client reports it; ArrivalWaits and CompletionWaits count them.
+	// (Starts that answered a preemption's stop are in neither.)
+	ArrivalWait     float64 `json:"arrival_wait_s"`
+	CompletionWait  float64 `json:"completion_wait_s"`
+	ArrivalWaits    int     `json:"arrival_waits"`
+	CompletionWaits int     `json:"completion_waits"`
 	Nomad           float64 `json:"nomad_s"`
 	Client          float64 `json:"client_s"`
 	MeasuredOn      int     `json:"measured_on"`
@@ -493,18 +508,43 @@ func (p *StartParts) StartLatency(shared bool) float64 {
 	return p.Planner + p.NomadUnblocked + p.ClientDelay
 }
 
+// What a start answered (liveStart.answeredBy).
+const (
+	eventArrival = iota
+	eventCompletion
+	eventStop
+)
+
+// eventKind says what the latest event at or before t, at event (as
+// lastEvent finds it), was: the job's own arrival, a completion, or a
+// preemption's stop.
+func (l Live) eventKind(finishes []float64, arrival, event float64) int {
+	if event <= arrival {
+		return eventArrival
+	}
+	if f, ok := latestBy(finishes, event); ok && f == event {
+		return eventCompletion
+	}
+	return eventStop
+}
+
 // StartParts splits the live first starts' delays (see
 // startParts); nil when Nomad kept no release or placement time.
 func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	var planner, round, write, nomad, unblocked, client []float64
+	// The waits by event, over every start and over those whose round
+	// is known: [arrival, completion].
+	var plannerBy, roundBy [3][]float64
 	for _, s := range l.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
 			continue
 		}
 		planner = append(planner, s.release-s.answered)
+		plannerBy[s.answeredBy] = append(plannerBy[s.answeredBy], s.release-s.answered)
 		if s.roundKnown {
 			round = append(round, s.round-s.roundAnswered)
 			write = append(write, s.release-max(s.round, s.answered))
+			roundBy[s.roundAnsweredBy] = append(roundBy[s.roundAnsweredBy], s.round-s.roundAnswered)
 		}
 		nomad = append(nomad, s.placed-s.release)
 		if !s.stopWait {
@@ -517,9 +557,13 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	}
 	p := &StartParts{Planner: Mean(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
 		NomadUnblocked: Mean(unblocked)}
+	waits := plannerBy
 	if len(round) > 0 {
 		p.Round, p.Write, p.RoundMeasuredOn = Mean(round), Mean(write), len(round)
+		waits = roundBy
 	}
+	p.ArrivalWait, p.ArrivalWaits = Mean(waits[eventArrival]), len(waits[eventArrival])
+	p.CompletionWait, p.CompletionWaits = Mean(waits[eventCompletion]), len(waits[eventCompletion])
 	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(l.Tasks)
 	if ts := startedTasks(l.Tasks, l.IndependentWorkers); len(ts) > 0 {
 		var queueErr, sharedErr float64

@@ -611,3 +611,47 @@ func TestTheRoundsWaitIsChargedAsTheRoundsDelay(t *testing.T) {
 	r.Decided = nil
 	must.Eq(t, 3.0, measure(-1).RoundDelay, must.Sprint("without the rounds, the whole planner's part"))
 }
+
+// The planner waits longer to answer a completion than an arrival: the
+// client reports a task's end late. The simulator's rounds wait the
+// arrivals' wait, and a job's end is seen the difference later; a start
+// that answered a preemption's stop counts in neither.
+func TestACompletionsLongerWaitIsChargedAsItsLag(t *testing.T) {
+	ideal, live := &sim.Result{}, &sim.Result{}
+	r := &Result{Sim: live}
+	add := func(id string, arrival, answered, wait, finish float64) {
+		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: arrival, Start: arrival, Finish: arrival + 30})
+		round := answered + wait
+		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: arrival, Start: round + 7, Finish: finish})
+		r.Tasks = append(r.Tasks, []TaskRun{{Placed: round + 2, Start: round + 7, End: finish}})
+		r.Releases = append(r.Releases, []float64{round + 1})
+		r.Decided = append(r.Decided, []float64{round})
+	}
+	for i := range 10 {
+		at := float64(1000 * i)
+		add(fmt.Sprint("a", i), at, at, 1, at+40)    // starts on its arrival, ends at +40
+		add(fmt.Sprint("b", i), at+10, at+40, 5, at+90) // waits for a's end
+	}
+	measure := func(lag float64) Costs {
+		return r.MeasureCosts(ideal, Costs{StartLatency: -1, RoundDelay: -1, CompletionLag: lag, StartSpread: -1, GangSpread: -1,
+			RunOverhead: -1, StopLatency: -1, AbortLatency: -1, Shared: true})
+	}
+	c := measure(-1)
+	must.Eq(t, 10, c.Parts.ArrivalWaits)
+	must.Eq(t, 10, c.Parts.CompletionWaits)
+	must.Eq(t, 1.0, c.Parts.ArrivalWait)
+	must.Eq(t, 5.0, c.Parts.CompletionWait)
+	must.Eq(t, 1.0, c.RoundDelay)
+	must.Eq(t, 4.0, c.CompletionLag)
+	mean := measure(0)
+	must.Eq(t, 3.0, mean.RoundDelay, must.Sprint("-completion-lag 0: every round waits the mean"))
+	must.Eq(t, 0.0, mean.CompletionLag)
+	must.Eq(t, mean.StartLatency, c.StartLatency, must.Sprint("the start latency loses the mean wait either way"))
+
+	// A stop is neither an arrival nor a completion.
+	l := r.Live()
+	l.Stops = []float64{42}
+	p := l.StartParts(ideal)
+	must.Eq(t, 10, p.ArrivalWaits)
+	must.Eq(t, 9, p.CompletionWaits, must.Sprint("b0's latest event before its round at 45 is the stop at 42"))
+}

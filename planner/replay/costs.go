@@ -17,6 +17,13 @@ type Costs struct {
 	// delay together. Given negative, it is measured where the start
 	// latency is; 0 charges the planner's part in StartLatency.
 	RoundDelay float64
+	// CompletionLag is how much longer than an arrival the planner took to
+	// answer a completion (sim.Config.CompletionLag): the wait of the
+	// starts that answered one less that of the starts that answered
+	// their arrival (StartParts), which RoundDelay then is. Given
+	// negative, it is measured with RoundDelay; 0 charges every round
+	// the mean wait.
+	CompletionLag float64
 	// UnblockLatency is how much longer a start that waited for a
 	// preemption's stop took to be placed after the stop than Nomad's
 	// part of a start with free GPUs (sim.Config.UnblockLatency), measured
@@ -90,9 +97,11 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 				// writes delay the start after it.
 				c.RoundDelay = c.Parts.Round
 				c.StartLatency += c.Parts.Write - c.Parts.Planner
+				c.splitRoundDelay()
 			default:
 				c.RoundDelay = c.Parts.Planner
 				c.StartLatency -= c.RoundDelay
+				c.splitRoundDelay()
 			}
 		} else {
 			c.Delays = live.StartDelays(ideal, c.StartSpread)
@@ -103,6 +112,9 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 		// The start latency came from flags or from the gaps between
 		// starts, which cover the planner's part.
 		c.RoundDelay = 0
+	}
+	if c.CompletionLag < 0 {
+		c.CompletionLag = 0
 	}
 	if c.GangSpread < 0 {
 		// Workers on their own courses wait for no peer: the start
@@ -136,15 +148,30 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	return c
 }
 
+// splitRoundDelay charges the rounds that arrivals call for the wait of
+// the starts that answered an arrival, and a completion that much more
+// later as its lag, where the live run had starts of both; the start
+// latency has had the mean wait taken out. Live, an arrival is the
+// replay's own register call, which Nomad's events bring the planner at
+// once; a completion reaches it once the client reports the task's end.
+func (c *Costs) splitRoundDelay() {
+	p := c.Parts
+	if c.CompletionLag >= 0 || p.ArrivalWaits == 0 || p.CompletionWaits == 0 || p.CompletionWait <= p.ArrivalWait {
+		return
+	}
+	c.RoundDelay, c.CompletionLag = p.ArrivalWait, p.CompletionWait-p.ArrivalWait
+}
+
 // Any says whether any cost is charged.
 func (c Costs) Any() bool {
-	return c.StartLatency > 0 || c.RoundDelay > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.UnblockLatency > 0 || c.AbortLatency > 0
+	return c.StartLatency > 0 || c.RoundDelay > 0 || c.CompletionLag > 0 || c.StartSpread > 0 || c.GangSpread > 0 || c.RunOverhead > 0 || c.StopLatency > 0 || c.UnblockLatency > 0 || c.AbortLatency > 0
 }
 
 // Charge sets the costs on cfg.
 func (c Costs) Charge(cfg *sim.Config) {
 	cfg.StartLatency, cfg.StartSpread, cfg.RunOverhead, cfg.StopLatency = c.StartLatency, c.StartSpread, c.RunOverhead, c.StopLatency
 	cfg.AbortLatency, cfg.RoundDelay, cfg.UnblockLatency = c.AbortLatency, c.RoundDelay, c.UnblockLatency
+	cfg.CompletionLag = c.CompletionLag
 	cfg.GangSpread = c.GangSpread
 	cfg.StartsShared = c.Shared
 }

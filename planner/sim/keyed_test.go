@@ -81,7 +81,8 @@ func TestKeyedRoundsAreFullRoundsBitForBit(t *testing.T) {
 	specs := []string{"n1g1", "n1g4", "n2g4", "n3g8", "5xV100", "13xV100"}
 	costs := []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7},
 		{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5},
-		{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1.5, StopLatency: 3, UnblockLatency: 2}, {RoundDelay: 40}}
+		{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1.5, StopLatency: 3, UnblockLatency: 2},
+		{RoundDelay: 40}, {RoundDelay: 0.5, CompletionLag: 6, StartLatency: 1}}
 	types := []string{"ResNet-18 (batch size 16)", "ResNet-50 (batch size 64)", "Transformer (batch size 16)"}
 	for trial := 0; trial < 160; trial++ {
 		rng := rand.New(rand.NewPCG(uint64(trial), 77))

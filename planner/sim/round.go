@@ -134,7 +134,8 @@ func (s *simulator) refreshSnapshot() {
 func setRemaining(j *policy.Job, js *jobState) {
 	work := js.work
 	if js.State == policy.Running {
-		work = min(work, js.idleEnd)
+		// Nor is the lag before the cluster learns of its end.
+		work = min(work, js.idleEnd) - js.lagWork
 	}
 	if js.rates != nil {
 		j.RemainingWork = max(work, 0)
@@ -265,6 +266,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 		s.startsFree = first + tasks*s.cfg.StartSpread
 		js.startSlots = [2]float64{first, s.startsFree}
 	}
+	s.addLag(js)
 	js.idleEnd = js.work
 	if idle := latency + s.cfg.RunOverhead; idle > 0 {
 		js.work += idle * s.wallRate(js)
@@ -306,10 +308,15 @@ func (s *simulator) preempt(i int) {
 	}
 	js := &s.jobs[i]
 	s.settle(js)
+	if s.inLag(js) {
+		s.finishInLag(i)
+		return
+	}
 	js.lazy = false // rounds settle it while it waits
 	// A start that had not got through its latency and overhead is lost
-	// whole; the next start pays its own.
-	js.work = min(js.work, js.idleEnd)
+	// whole; the next start pays its own, and its own lag.
+	js.work = min(js.work, js.idleEnd) - js.lagWork
+	js.lagWork = 0
 	use := s.gpuUse(js) // 0 on a lane: its GPU is counted once, by the lane
 	s.setBusy(-use)
 	if js.laneShare > 0 {
@@ -358,6 +365,31 @@ func (s *simulator) preempt(i int) {
 	if s.keyed != nil {
 		s.keyed.wait(i)
 	}
+}
+
+// addLag adds to a run's work, as its last, the CompletionLag before the
+// cluster learns of its end.
+func (s *simulator) addLag(js *jobState) {
+	js.lagWork = s.cfg.CompletionLag * s.wallRate(js)
+	js.work += js.lagWork
+}
+
+// inLag says a running job, settled, has done its work and waits only
+// for the cluster to learn of it (CompletionLag).
+func (s *simulator) inLag(js *jobState) bool {
+	return js.lagWork > 0 && js.State == policy.Running && js.work <= js.lagWork
+}
+
+// finishInLag finishes job i, which a round preempts or moves in its lag:
+// live, the planner's write finds the task ended. Its GPUs free as a
+// completion's do.
+func (s *simulator) finishInLag(i int) {
+	js := &s.jobs[i]
+	lagLeft := 0.0
+	if r := s.wallRate(js); r > 0 {
+		lagLeft = js.work / r
+	}
+	s.finishJob(i, s.now-(s.cfg.CompletionLag-lagLeft))
 }
 
 // waitForStops is how much longer a start of use GPUs, in the round of a
@@ -436,7 +468,14 @@ func (s *simulator) waitForHeld(use float64) float64 {
 func (s *simulator) migrate(i int, d *policy.Decision) {
 	js := &s.jobs[i]
 	s.settle(js)
+	if s.inLag(js) {
+		s.finishInLag(i)
+		return
+	}
 	s.setBusy(-s.gpuUse(js))
+	// The lag, in the work of the model it leaves.
+	js.work = min(js.work, js.idleEnd) - js.lagWork
+	js.lagWork = 0
 	js.GPUModel = d.GPUModel
 	s.ranOn(js, d.GPUModel)
 	js.Placement, js.Placed = d.Slots, s.now
@@ -446,8 +485,8 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	if s.cfg.StartsShared {
 		s.setupLeave(i)
 	}
-	js.work = min(js.work, js.idleEnd) // the start it left, if it was still starting
 	js.work += s.cfg.MigrationCost * s.wallRate(js)
+	s.addLag(js)
 	js.idleEnd = js.work
 	latency := s.startLatency()
 	if s.cfg.StartsShared {

@@ -112,6 +112,14 @@ type Config struct {
 	// and exiting, the framework's setup. It counts as executed time.
 	// 0 by default; caravan replay measures it.
 	RunOverhead float64
+	// CompletionLag is how long after a run's work ends the cluster
+	// learns of it: a Nomad client reports a task's end some time after
+	// the process exits, and until then the planner sees the job running
+	// and Nomad its GPUs taken. The job holds its GPUs, and counts as
+	// running, that much longer; its JCT ends with its work. A round that
+	// preempts it meanwhile finds it finished. 0 by default; caravan
+	// replay measures it.
+	CompletionLag float64
 	// Throughputs, when set, gives jobs with a JobType their steps/s per
 	// GPU model; jobs given as Steps need it.
 	Throughputs *trace.Throughputs
@@ -201,6 +209,9 @@ type jobState struct {
 	// added to work when it started, are used up: a preemption while work
 	// is still above it drops the rest, since the next start pays its own.
 	idleEnd float64
+	// lagWork is the work the run's CompletionLag added to work, the
+	// last of it: work at or below it is the lag.
+	lagWork float64
 	// freedAt is when the GPUs its start waited for (a stop, a start
 	// taken back) came free: before then the cluster had not placed it.
 	freedAt float64
@@ -260,6 +271,9 @@ func newSimulator(cfg Config, jobs []trace.Job) (*simulator, error) {
 	}
 	if !(cfg.RoundDelay >= 0 && !math.IsInf(cfg.RoundDelay, 1)) {
 		return nil, fmt.Errorf("sim: RoundDelay %v is not a non-negative number of seconds", cfg.RoundDelay)
+	}
+	if !(cfg.CompletionLag >= 0 && !math.IsInf(cfg.CompletionLag, 1)) {
+		return nil, fmt.Errorf("sim: CompletionLag %v is not a non-negative number of seconds", cfg.CompletionLag)
 	}
 	if !(cfg.UnblockLatency >= 0 && !math.IsInf(cfg.UnblockLatency, 1)) {
 		return nil, fmt.Errorf("sim: UnblockLatency %v is not a non-negative number of seconds", cfg.UnblockLatency)
@@ -625,7 +639,7 @@ func (s *simulator) startArrivals(from, to int) bool {
 func (s *simulator) pastWaiting(changed, woke bool) bool {
 	return !changed && !woke && s.cfg.Policy.CanStartArrivalsPastWaiting() &&
 		s.cfg.RoundDelay == 0 && s.cfg.StartLatency == 0 && s.cfg.StartSpread == 0 && s.cfg.GangSpread == 0 && s.cfg.StopLatency == 0 && s.cfg.UnblockLatency == 0 && s.cfg.AbortLatency == 0 &&
-		s.cfg.RunOverhead == 0 && s.cfg.PreemptionCost == 0
+		s.cfg.RunOverhead == 0 && s.cfg.CompletionLag == 0 && s.cfg.PreemptionCost == 0
 }
 
 // queuedBehind says a round cannot change anything for a strict FIFO
@@ -732,24 +746,31 @@ func (s *simulator) completeAt(t float64) bool {
 		e := s.heap.pop()
 		js := &s.jobs[e.job]
 		s.settle(js)
-		if js.lazy {
-			s.keyed.done(js)
-		}
-		js.done, js.finish = true, t
-		js.State = policy.Pending // leaves the active set on the next compaction
-		s.setBusy(-s.gpuUse(js))
-		s.done++
+		s.finishJob(e.job, t-s.cfg.CompletionLag)
 		any = true
-		// The size learned is the service the job attained, as the live
-		// planner records it: its run time and each run's overhead.
-		size := (js.isolated + float64(js.preempts+1)*s.cfg.RunOverhead) * float64(js.GPUs)
-		s.sizes = append(s.sizes, size)
-		if s.recordHistory {
-			s.snap.History.Add(js.Group, js.GPUs, size)
-		}
-		if js.laneShare > 0 {
-			s.releaseLane(e.job)
-		}
+	}
+}
+
+// finishJob records job i, settled, as finished at finish, and frees its
+// GPUs.
+func (s *simulator) finishJob(i int, finish float64) {
+	js := &s.jobs[i]
+	if js.lazy {
+		s.keyed.done(js)
+	}
+	js.done, js.finish = true, max(finish, js.start)
+	js.State = policy.Pending // leaves the active set on the next compaction
+	s.setBusy(-s.gpuUse(js))
+	s.done++
+	// The size learned is the service the job attained, as the live
+	// planner records it: its run time and each run's overhead.
+	size := (js.isolated + float64(js.preempts+1)*s.cfg.RunOverhead) * float64(js.GPUs)
+	s.sizes = append(s.sizes, size)
+	if s.recordHistory {
+		s.snap.History.Add(js.Group, js.GPUs, size)
+	}
+	if js.laneShare > 0 {
+		s.releaseLane(i)
 	}
 }
 

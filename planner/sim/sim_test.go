@@ -212,7 +212,7 @@ func TestKeyedRoundsChangeNothing(t *testing.T) {
 		for _, name := range []string{"srsf", "srtf", "srsf+fastest", "las", "las+fastest", "las/cuts", "gittins", "gittins/cuts"} {
 			for _, costs := range []Config{{}, {StartLatency: 3, StartSpread: 0.5, RunOverhead: 2}, {PreemptionCost: 7},
 				{StartLatency: 3, StartSpread: 0.5, RunOverhead: 2, StartJitter: 0.9, JitterSeed: 5},
-				{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1, StopLatency: 3, UnblockLatency: 2}} {
+				{StartLatency: 2, StartSpread: 0.5, RunOverhead: 2, RoundDelay: 1, CompletionLag: 4, StopLatency: 3, UnblockLatency: 2}} {
 				t.Run(fmt.Sprintf("%s/%s/%v/%v/%v/%v", spec, name, costs.StartLatency, costs.PreemptionCost, costs.StartJitter, costs.RoundDelay), func(t *testing.T) {
 					pcfg := policy.Config{}
 					if strings.HasSuffix(name, "/cuts") {
@@ -983,4 +983,44 @@ func TestAStartThatWaitsForAStopWaitsItsUnblock(t *testing.T) {
 	must.Eq(t, plain.Jobs[0].Finish+3, unblocked.Jobs[0].Finish, must.Sprint("A resumed after B, into free GPUs; only B's 3 s moved it"))
 	_, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{}), UnblockLatency: -2}, jobs)
 	must.ErrorContains(t, err, "UnblockLatency")
+}
+
+// A run's end is seen CompletionLag later: the job holds its GPUs until
+// then, and the round its end calls for decides after it, but its JCT
+// ends with its work. A round that preempts a job in its lag finds it
+// finished: no preemption, and its JCT as it was.
+func TestACompletionIsSeenItsLagLater(t *testing.T) {
+	jobs := []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 10}, {ID: "B", Arrival: 1, GPUs: 4, Duration: 10}}
+	fifo := func(lag, delay float64) *Result {
+		res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), CompletionLag: lag, RoundDelay: delay,
+			checkSnapshot: true}, jobs)
+		must.NoError(t, err)
+		must.NoError(t, res.snapErr)
+		return res
+	}
+	res := fifo(5, 1)
+	must.Eq(t, 1.0, res.Jobs[0].Start)
+	must.Eq(t, 11.0, res.Jobs[0].Finish, must.Sprint("A's JCT ends with its work"))
+	must.Eq(t, 17.0, res.Jobs[1].Start, must.Sprint("seen at 16, decided a second later"))
+	must.Eq(t, 27.0, res.Jobs[1].Finish)
+	must.Eq(t, 12.0, fifo(0, 1).Jobs[1].Start)
+
+	// 2D-LAS with a cut at 100 GPU-s preempts A (400 GPU-s) for B, which
+	// arrives in A's lag.
+	jobs = []trace.Job{{ID: "A", Arrival: 0, GPUs: 4, Duration: 100}, {ID: "B", Arrival: 102, GPUs: 1, Duration: 10}}
+	res, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{100}}),
+		CompletionLag: 5, checkSnapshot: true}, jobs)
+	must.NoError(t, err)
+	must.NoError(t, res.snapErr)
+	must.Eq(t, 100.0, res.Jobs[0].Finish, must.Sprint("finished at the end of its work"))
+	must.Eq(t, 0, res.Jobs[0].Preemptions)
+	must.Eq(t, 102.0, res.Jobs[1].Start)
+	res, err = Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "las", policy.Config{QueueCuts: []float64{100}}), CompletionLag: 1}, jobs)
+	must.NoError(t, err)
+	must.Eq(t, 100.0, res.Jobs[0].Finish, must.Sprint("seen before B arrives"))
+
+	for _, bad := range []float64{-1, math.Inf(1), math.NaN()} {
+		_, err := Run(Config{Cluster: cluster(t, "n1g4"), Policy: mustPolicy(t, "fifo", policy.Config{}), CompletionLag: bad}, jobs)
+		must.ErrorContains(t, err, "CompletionLag")
+	}
 }
