@@ -77,14 +77,28 @@ func latestBy(sorted []float64, t float64) (float64, bool) {
 // lastEvent is the latest of arrival and the completions (finishes,
 // sorted) and stops at or before t.
 func (l Live) lastEvent(finishes []float64, arrival, t float64) float64 {
-	from := arrival
-	if f, ok := latestBy(finishes, t); ok {
-		from = max(from, f)
-	}
-	if st, ok := latestBy(l.Stops, t); ok {
-		from = max(from, st)
-	}
+	from, _ := l.lastEventBy(finishes, arrival, t)
 	return from
+}
+
+// What a start answered (liveStart.answeredBy).
+const (
+	eventArrival = iota
+	eventCompletion
+	eventStop
+)
+
+// lastEventBy is lastEvent and what it was: the job's own arrival, a
+// completion, or a preemption's stop.
+func (l Live) lastEventBy(finishes []float64, arrival, t float64) (float64, int) {
+	from, by := arrival, eventArrival
+	if f, ok := latestBy(finishes, t); ok && f > from {
+		from, by = f, eventCompletion
+	}
+	if st, ok := latestBy(l.Stops, t); ok && st > from {
+		from, by = st, eventStop
+	}
+	return from, by
 }
 
 // firstTasks is the i-th job's tasks of its first start: its first runs,
@@ -277,7 +291,7 @@ func (l Live) liveStarts(ideal *sim.Result) []liveStart {
 			}
 		}
 		if r, ok := l.release(i, j.Start); ok && r >= j.Arrival {
-			answered := l.lastEvent(finishes, j.Arrival, r)
+			answered, answeredBy := l.lastEventBy(finishes, j.Arrival, r)
 			from, event := answered, startEvent{true, arrivals[j.ID]}
 			if from > j.Arrival {
 				event = startEvent{false, from}
@@ -289,10 +303,10 @@ func (l Live) liveStarts(ideal *sim.Result) []liveStart {
 			}
 			s := liveStart{from: from, start: j.Start, tasks: tasks, event: event,
 				released: true, stopWait: stopWait, answered: answered, release: r, placed: placed,
-				answeredBy: l.eventKind(finishes, j.Arrival, answered)}
+				answeredBy: answeredBy}
 			if d, ok := l.decided(i, j.Arrival, r); ok {
-				s.roundKnown, s.round, s.roundAnswered = true, d, l.lastEvent(finishes, j.Arrival, d)
-				s.roundAnsweredBy = l.eventKind(finishes, j.Arrival, s.roundAnswered)
+				s.roundKnown, s.round = true, d
+				s.roundAnswered, s.roundAnsweredBy = l.lastEventBy(finishes, j.Arrival, d)
 			}
 			out = append(out, s)
 			continue
@@ -508,32 +522,12 @@ func (p *StartParts) StartLatency(shared bool) float64 {
 	return p.Planner + p.NomadUnblocked + p.ClientDelay
 }
 
-// What a start answered (liveStart.answeredBy).
-const (
-	eventArrival = iota
-	eventCompletion
-	eventStop
-)
-
-// eventKind says what the latest event at or before t, at event (as
-// lastEvent finds it), was: the job's own arrival, a completion, or a
-// preemption's stop.
-func (l Live) eventKind(finishes []float64, arrival, event float64) int {
-	if event <= arrival {
-		return eventArrival
-	}
-	if f, ok := latestBy(finishes, event); ok && f == event {
-		return eventCompletion
-	}
-	return eventStop
-}
-
 // StartParts splits the live first starts' delays (see
 // startParts); nil when Nomad kept no release or placement time.
 func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	var planner, round, write, nomad, unblocked, client []float64
-	// The waits by event, over every start and over those whose round
-	// is known: [arrival, completion].
+	// The waits by what the start answered (eventArrival...), over
+	// every start and over those whose round is known.
 	var plannerBy, roundBy [3][]float64
 	for _, s := range l.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {

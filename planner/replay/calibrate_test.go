@@ -487,12 +487,10 @@ func TestCostsLeaveUnfinishedJobsOut(t *testing.T) {
 	must.Eq(t, 1, c.Runs)
 }
 
-// The planner's part of the live starts is charged as each round's delay
-// (sim.Config.RoundDelay) and taken out of the start latency, where the
-// start latency is measured from its parts; given a latency, or asked for
-// none, the rounds decide at their events. Ten lone jobs: each released
-// 2 s after its arrival, placed 1 s later and started 5 s after that.
-func TestThePlannersPartIsChargedAsTheRoundsDelay(t *testing.T) {
+// tenLoneJobs is ten one-GPU jobs 100 s apart, each released release s
+// after its arrival, placed placed s and started 8 s after it, and run
+// 50 s: the simulator's run without costs and the live one.
+func tenLoneJobs(release, placed float64) (*sim.Result, *Result) {
 	ideal, live := &sim.Result{}, &sim.Result{}
 	r := &Result{Sim: live}
 	for i := range 10 {
@@ -500,9 +498,19 @@ func TestThePlannersPartIsChargedAsTheRoundsDelay(t *testing.T) {
 		id := fmt.Sprint(i)
 		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at, Finish: at + 50})
 		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at + 8, Finish: at + 58})
-		r.Tasks = append(r.Tasks, []TaskRun{{Placed: at + 3, Start: at + 8, End: at + 58}})
-		r.Releases = append(r.Releases, []float64{at + 2})
+		r.Tasks = append(r.Tasks, []TaskRun{{Placed: at + placed, Start: at + 8, End: at + 58}})
+		r.Releases = append(r.Releases, []float64{at + release})
 	}
+	return ideal, r
+}
+
+// The planner's part of the live starts is charged as each round's delay
+// (sim.Config.RoundDelay) and taken out of the start latency, where the
+// start latency is measured from its parts; given a latency, or asked for
+// none, the rounds decide at their events. Ten lone jobs: each released
+// 2 s after its arrival, placed 1 s later and started 5 s after that.
+func TestThePlannersPartIsChargedAsTheRoundsDelay(t *testing.T) {
+	ideal, r := tenLoneJobs(2, 3)
 	measure := func(given Costs) Costs {
 		given.StartSpread, given.GangSpread, given.RunOverhead, given.StopLatency, given.AbortLatency = -1, -1, -1, -1, -1
 		given.Shared = true
@@ -587,16 +595,9 @@ func TestTheRoundThatDecidedSplitsThePlannersPart(t *testing.T) {
 
 // The simulator's rounds wait the round's part, and its starts the rest.
 func TestTheRoundsWaitIsChargedAsTheRoundsDelay(t *testing.T) {
-	ideal, live := &sim.Result{}, &sim.Result{}
-	r := &Result{Sim: live}
-	for i := range 10 {
-		at := float64(100 * i)
-		id := fmt.Sprint(i)
-		ideal.Jobs = append(ideal.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at, Finish: at + 50})
-		live.Jobs = append(live.Jobs, sim.JobResult{ID: id, GPUs: 1, Arrival: at, Start: at + 8, Finish: at + 58})
-		r.Tasks = append(r.Tasks, []TaskRun{{Placed: at + 4, Start: at + 8, End: at + 58}})
-		r.Releases = append(r.Releases, []float64{at + 3})
-		r.Decided = append(r.Decided, []float64{at + 1})
+	ideal, r := tenLoneJobs(3, 4)
+	for i := range r.Releases {
+		r.Decided = append(r.Decided, []float64{r.Sim.Jobs[i].Arrival + 1})
 	}
 	measure := func(round float64) Costs {
 		return r.MeasureCosts(ideal, Costs{StartLatency: -1, RoundDelay: round, StartSpread: -1, GangSpread: -1,
@@ -629,7 +630,7 @@ func TestACompletionsLongerWaitIsChargedAsItsLag(t *testing.T) {
 	}
 	for i := range 10 {
 		at := float64(1000 * i)
-		add(fmt.Sprint("a", i), at, at, 1, at+40)    // starts on its arrival, ends at +40
+		add(fmt.Sprint("a", i), at, at, 1, at+40)       // starts on its arrival, ends at +40
 		add(fmt.Sprint("b", i), at+10, at+40, 5, at+90) // waits for a's end
 	}
 	measure := func(lag float64) Costs {

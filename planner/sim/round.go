@@ -134,8 +134,7 @@ func (s *simulator) refreshSnapshot() {
 func setRemaining(j *policy.Job, js *jobState) {
 	work := js.work
 	if js.State == policy.Running {
-		// Nor is the lag before the cluster learns of its end.
-		work = min(work, js.idleEnd) - js.lagWork
+		work = js.workLeft()
 	}
 	if js.rates != nil {
 		j.RemainingWork = max(work, 0)
@@ -313,10 +312,7 @@ func (s *simulator) preempt(i int) {
 		return
 	}
 	js.lazy = false // rounds settle it while it waits
-	// A start that had not got through its latency and overhead is lost
-	// whole; the next start pays its own, and its own lag.
-	js.work = min(js.work, js.idleEnd) - js.lagWork
-	js.lagWork = 0
+	js.leaveRun()
 	use := s.gpuUse(js) // 0 on a lane: its GPU is counted once, by the lane
 	s.setBusy(-use)
 	if js.laneShare > 0 {
@@ -365,6 +361,20 @@ func (s *simulator) preempt(i int) {
 	if s.keyed != nil {
 		s.keyed.wait(i)
 	}
+}
+
+// workLeft is a running job's own work left: not the start costs its run
+// has still to spend (its latency and overhead, which start added to its
+// work), nor the lag before the cluster learns of its end.
+func (js *jobState) workLeft() float64 {
+	return min(js.work, js.idleEnd) - js.lagWork
+}
+
+// leaveRun keeps of a job's work, as its run ends, its own work left: a
+// start that had not got through its latency and overhead is lost whole,
+// and the next run pays its own, and its own lag.
+func (js *jobState) leaveRun() {
+	js.work, js.lagWork = js.workLeft(), 0
 }
 
 // addLag adds to a run's work, as its last, the CompletionLag before the
@@ -473,9 +483,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 		return
 	}
 	s.setBusy(-s.gpuUse(js))
-	// The lag, in the work of the model it leaves.
-	js.work = min(js.work, js.idleEnd) - js.lagWork
-	js.lagWork = 0
+	js.leaveRun() // in the work of the model it leaves
 	js.GPUModel = d.GPUModel
 	s.ranOn(js, d.GPUModel)
 	js.Placement, js.Placed = d.Slots, s.now
