@@ -47,9 +47,10 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 			Policies []map[string]any `json:"policies"`
 		}
 		Replay struct {
-			Held         bool    `json:"held"`
-			WritesPerJob float64 `json:"planner_writes_per_job"`
-			Parts        struct {
+			Held            bool    `json:"held"`
+			WritesPerJob    float64 `json:"planner_writes_per_job"`
+			PlannerInterval float64 `json:"planner_interval_s"`
+			Parts           struct {
 				MeasuredOn      int `json:"measured_on"`
 				RoundMeasuredOn int `json:"round_measured_on"`
 			} `json:"start_latency_parts"`
@@ -79,6 +80,9 @@ func TestReplayLiveAgainstSim(t *testing.T) {
 	// The planner's decisions, read while the jobs ran, name the round
 	// that released each job.
 	must.Positive(t, rep.Replay.Parts.RoundMeasuredOn, must.Sprintf("of %d starts", rep.Replay.Parts.MeasuredOn))
+	// A round later than the planner's interval after an event was not
+	// that event's: the replay keeps the interval to tell.
+	must.Eq(t, harness.DefaultInterval.Seconds(), rep.Replay.PlannerInterval)
 
 	for _, f := range []string{"replay.json", "live/summary.json", "live/las.jobs.csv", "live/plots.svg", "sim/summary.json", "sim/las.jobs.csv"} {
 		_, err := os.Stat(filepath.Join(dir, "out", f))

@@ -347,8 +347,9 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		}
 		f.timeScale, f.held, f.gangs = info.TimeScale, info.Held, info.Gangs
 		res.SharedSpeed = sharedSpeed(f.lanes)
+		res.RoundEvery = info.PlannerInterval * info.TimeScale
 		return c.measureAndReport(f, in, pol, simRes, res, replayInfo{Run: info.Run, PlannerPolicy: info.PlannerPolicy,
-			WritesPerJob: info.WritesPerJob}, log)
+			PlannerInterval: info.PlannerInterval, WritesPerJob: info.WritesPerJob}, log)
 	}
 
 	run := f.run
@@ -389,11 +390,11 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	if err := plan.Check(ctx, nomad); err != nil {
 		return err
 	}
-	plannerPolicy, err := checkPlanner(ctx, f, pol, log)
+	planner, err := checkPlanner(ctx, f, pol, log)
 	if err != nil {
 		return err
 	}
-	if plannerPolicy != "" {
+	if planner != nil {
 		// The rounds that wrote each job split the planner's part of a
 		// start into its wait and its work.
 		client := plannerClient(ctx, f.planner, f.plannerToken)
@@ -423,8 +424,12 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		return err
 	}
 
-	if err := c.measureAndReport(f, in, pol, simRes, res, replayInfo{Run: run, PlannerPolicy: plannerPolicy,
-		WritesPerJob: res.AvgWrites()}, log); err != nil {
+	info := replayInfo{Run: run, WritesPerJob: res.AvgWrites()}
+	if planner != nil {
+		info.PlannerPolicy, info.PlannerInterval = planner.Policy, planner.Interval.Seconds()
+		res.RoundEvery = info.PlannerInterval * f.timeScale
+	}
+	if err := c.measureAndReport(f, in, pol, simRes, res, info, log); err != nil {
 		return err
 	}
 	if res.TimedOut {
@@ -615,8 +620,9 @@ func (c *replayCommand) writeKV(ctx context.Context, f *replayFlags, plan *repla
 }
 
 // checkPlanner asks the planner for its status: held jobs need one, and
-// its policy should be the simulated one. It returns the planner's policy.
-func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log hclog.Logger) (string, error) {
+// its policy should be the simulated one. It returns the status, nil
+// where no planner answers and jobs are not held.
+func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log hclog.Logger) (*plannerapi.Status, error) {
 	client := plannerClient(ctx, f.planner, f.plannerToken)
 	addr := client.Address
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -624,14 +630,14 @@ func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log h
 	st, err := client.Status(sctx)
 	var auth *plannerapi.AuthError
 	if errors.As(err, &auth) {
-		return "", plannerError(err)
+		return nil, plannerError(err)
 	}
 	if err != nil {
 		if f.held {
-			return "", fmt.Errorf("no caravan planner answers at %s (-planner): held jobs would never start; start one with `caravan planner run`, or pass -held=false: %w", addr, err)
+			return nil, fmt.Errorf("no caravan planner answers at %s (-planner): held jobs would never start; start one with `caravan planner run`, or pass -held=false: %w", addr, err)
 		}
 		log.Warn("no caravan planner answers; jobs run in Nomad's own order", "planner", addr, "error", err)
-		return "", nil
+		return nil, nil
 	}
 	if expandPolicy(st.Policy) != expandPolicy(pol.Name) {
 		log.Warn("the planner runs another policy than the simulator; the live side is the planner's", "planner", st.Policy, "sim", pol.Name)
@@ -653,7 +659,7 @@ func checkPlanner(ctx context.Context, f *replayFlags, pol *policy.Policy, log h
 		log.Info("the planner counts attained service in real GPU-seconds: for the simulator's floor its planning.predict_floor should be 1s ÷ the time scale",
 			"predict_floor", (time.Duration(policy.DefaultPredictFloor / f.timeScale * float64(time.Second))).String())
 	}
-	return st.Policy, nil
+	return st, nil
 }
 
 func expandPolicy(name string) string {

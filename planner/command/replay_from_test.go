@@ -55,6 +55,9 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 		Decided:  [][]float64{{0.5, 43}, {10.2}, nil},
 		Stops:    []float64{40}, StopDelays: []float64{1}, AbortDelays: []float64{30},
 		Wall: 3 * 1e9, MaxLag: 2e6,
+		// planning.interval 0.02 s at time scale 10: job 0's round, 0.5
+		// after its arrival, came too late to be the arrival's.
+		RoundEvery: 0.2,
 	}
 	if f.lanes > 1 {
 		res.SharedSpeed = sharedSpeed(f.lanes)
@@ -71,7 +74,7 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 	var out, errb bytes.Buffer
 	c := &replayCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errb}}
 	must.NoError(t, c.measureAndReport(&f, in, pol, ideal, res,
-		replayInfo{Run: "abc123", PlannerPolicy: "las", WritesPerJob: 1.5}, hclog.NewNullLogger()))
+		replayInfo{Run: "abc123", PlannerPolicy: "las", PlannerInterval: 0.02, WritesPerJob: 1.5}, hclog.NewNullLogger()))
 	return dir, out.String()
 }
 
@@ -88,6 +91,8 @@ func TestReplayFromReportsASavedRunAgain(t *testing.T) {
 	must.StrContains(t, got, `"abort_latency_measured_on": 1,`)
 	must.StrContains(t, got, `"live_stops": [`+"\n"+`        40`+"\n")
 	must.StrContains(t, got, `"round_measured_on": 2,`, must.Sprint("the rounds that released jobs 0 and 1"))
+	must.StrContains(t, got, `"planner_interval_s": 0.02,`)
+	must.StrContains(t, got, `"late_rounds": 1`, must.Sprint("the interval read back bounds the rounds' waits"))
 
 	// A timeline written before each job's stops were kept gives them
 	// from the run's stops and the job's tasks.

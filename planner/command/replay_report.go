@@ -35,6 +35,10 @@ type replayInfo struct {
 	// -gangs), not as workers on their own courses.
 	Gangs         bool   `json:"gangs"`
 	PlannerPolicy string `json:"planner_policy,omitempty"`
+	// PlannerInterval is the planner's planning.interval in seconds (0:
+	// not known): a start whose round came later than this after its
+	// event, in trace seconds, answered something else.
+	PlannerInterval float64 `json:"planner_interval_s,omitempty"`
 	// WritesPerJob is the mean of each job's last Nomad job version: the
 	// writes that changed the job after its submission.
 	WritesPerJob float64 `json:"planner_writes_per_job"`

@@ -30,6 +30,9 @@ type Status struct {
 	Rounds     int64      `json:"rounds"`
 	LastRound  *Round     `json:"last_round,omitempty"`
 	Policy     string     `json:"policy"`
+	// Interval is planning.interval: the planner plans at least this
+	// often, whether or not anything happened.
+	Interval time.Duration `json:"interval_ns,omitempty"`
 }
 
 // Preemption mirrors Nomad's PreemptionConfig.

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/caravan-gpu/caravan/planner/sim"
@@ -27,12 +28,14 @@ type Live struct {
 	// IndependentWorkers says a gang's tasks each ran their own course
 	// from their own start (JobOptions.IndependentWorkers).
 	IndependentWorkers bool
+	// RoundEvery is Result.RoundEvery.
+	RoundEvery float64
 }
 
 // Live is the run as its costs are measured on.
 func (r *Result) Live() Live {
 	return Live{Jobs: r.Sim, Tasks: r.Tasks, Stops: r.Stops, Releases: r.Releases, Holds: r.Holds, Decided: r.Decided,
-		SharedSpeed: r.SharedSpeed, IndependentWorkers: r.IndependentWorkers}
+		SharedSpeed: r.SharedSpeed, IndependentWorkers: r.IndependentWorkers, RoundEvery: r.RoundEvery}
 }
 
 // decided is the round that decided the i-th job's release at release:
@@ -451,9 +454,22 @@ type StartParts struct {
 	CompletionWait  float64 `json:"completion_wait_s"`
 	ArrivalWaits    int     `json:"arrival_waits"`
 	CompletionWaits int     `json:"completion_waits"`
-	Nomad           float64 `json:"nomad_s"`
-	Client          float64 `json:"client_s"`
-	MeasuredOn      int     `json:"measured_on"`
+	// RoundWait is the mean of those waits over every start, whatever it
+	// answered, over RoundWaits starts: what each round is charged where
+	// the two kinds are not told apart. LateRounds counts the starts left
+	// out of all three: their round came more than Live.RoundEvery after
+	// their latest event, so the planner had planned since it, and what
+	// released them was a later reason the replay does not see (a
+	// policy's wake as a job's service crossed a cut), not the event. In
+	// a 2D-Gittins run on Philly 6c71a0, a start released by a wake 123
+	// trace s after a completion made the completions' mean wait 43 s
+	// where the other two waited 2 and 3.
+	RoundWait  float64 `json:"round_wait_s"`
+	RoundWaits int     `json:"round_waits"`
+	LateRounds int     `json:"late_rounds,omitempty"`
+	Nomad      float64 `json:"nomad_s"`
+	Client     float64 `json:"client_s"`
+	MeasuredOn int     `json:"measured_on"`
 	// ClientsBusy is the share of the run during which some task was
 	// placed and not yet started, and ClientsPerStart the trace seconds
 	// per task start meanwhile: whether the clients' starts were a queue,
@@ -529,16 +545,26 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	// The waits by what the start answered (eventArrival...), over
 	// every start and over those whose round is known.
 	var plannerBy, roundBy [3][]float64
+	plannerLate, roundLate := 0, 0
+	// byKind files a wait under what its start answered, unless its
+	// round came too late to be that event's.
+	byKind := func(waits *[3][]float64, late *int, kind int, wait float64) {
+		if l.RoundEvery > 0 && wait > l.RoundEvery {
+			*late++
+			return
+		}
+		waits[kind] = append(waits[kind], wait)
+	}
 	for _, s := range l.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
 			continue
 		}
 		planner = append(planner, s.release-s.answered)
-		plannerBy[s.answeredBy] = append(plannerBy[s.answeredBy], s.release-s.answered)
+		byKind(&plannerBy, &plannerLate, s.answeredBy, s.release-s.answered)
 		if s.roundKnown {
 			round = append(round, s.round-s.roundAnswered)
 			write = append(write, s.release-max(s.round, s.answered))
-			roundBy[s.roundAnsweredBy] = append(roundBy[s.roundAnsweredBy], s.round-s.roundAnswered)
+			byKind(&roundBy, &roundLate, s.roundAnsweredBy, s.round-s.roundAnswered)
 		}
 		nomad = append(nomad, s.placed-s.release)
 		if !s.stopWait {
@@ -551,13 +577,15 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	}
 	p := &StartParts{Planner: Mean(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
 		NomadUnblocked: Mean(unblocked)}
-	waits := plannerBy
+	waits, late := plannerBy, plannerLate
 	if len(round) > 0 {
 		p.Round, p.Write, p.RoundMeasuredOn = Mean(round), Mean(write), len(round)
-		waits = roundBy
+		waits, late = roundBy, roundLate
 	}
 	p.ArrivalWait, p.ArrivalWaits = Mean(waits[eventArrival]), len(waits[eventArrival])
 	p.CompletionWait, p.CompletionWaits = Mean(waits[eventCompletion]), len(waits[eventCompletion])
+	all := slices.Concat(waits[:]...)
+	p.RoundWait, p.RoundWaits, p.LateRounds = Mean(all), len(all), late
 	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(l.Tasks)
 	if ts := startedTasks(l.Tasks, l.IndependentWorkers); len(ts) > 0 {
 		var queueErr, sharedErr float64

@@ -656,3 +656,37 @@ func TestACompletionsLongerWaitIsChargedAsItsLag(t *testing.T) {
 	must.Eq(t, 10, p.ArrivalWaits)
 	must.Eq(t, 9, p.CompletionWaits, must.Sprint("b0's latest event before its round at 45 is the stop at 42"))
 }
+
+// The planner plans at least every interval, so a start whose round came
+// more than an interval after its latest event was released by a later
+// reason (a policy's wake) and tells nothing of the event's wait: it
+// counts in no kind's wait, and the rounds are charged the rest. Unknown
+// interval, every start counts.
+func TestARoundLongAfterItsEventIsNotItsWait(t *testing.T) {
+	ideal, r := tenLoneJobs(3, 4)
+	for i := range r.Releases {
+		r.Decided = append(r.Decided, []float64{r.Sim.Jobs[i].Arrival + 1})
+	}
+	// The last job waits for a wake 80 s after its arrival.
+	last := len(r.Decided) - 1
+	at := r.Sim.Jobs[last].Arrival
+	r.Decided[last], r.Releases[last] = []float64{at + 80}, []float64{at + 82}
+	r.Tasks[last] = []TaskRun{{Placed: at + 83, Start: at + 87, End: at + 137}}
+	r.Sim.Jobs[last].Start, r.Sim.Jobs[last].Finish = at+87, at+137
+	measure := func() Costs {
+		return r.MeasureCosts(ideal, Costs{StartLatency: -1, RoundDelay: -1, CompletionLag: -1, StartSpread: -1, GangSpread: -1,
+			RunOverhead: -1, StopLatency: -1, AbortLatency: -1, Shared: true})
+	}
+	r.RoundEvery = 60
+	c := measure()
+	must.Eq(t, 1, c.Parts.LateRounds)
+	must.Eq(t, 9, c.Parts.RoundWaits)
+	must.Eq(t, 1.0, c.Parts.RoundWait)
+	must.Eq(t, 1.0, c.RoundDelay)
+	must.Eq(t, (9*1.0+80)/10, c.Parts.Round, must.Sprint("Round still reads every start's wait"))
+
+	r.RoundEvery = 0
+	c = measure()
+	must.Eq(t, 0, c.Parts.LateRounds)
+	must.Eq(t, (9*1.0+80)/10, c.RoundDelay)
+}

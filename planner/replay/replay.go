@@ -268,6 +268,10 @@ type Result struct {
 	// IndependentWorkers is JobOptions.IndependentWorkers: a gang's tasks
 	// ran each its own course.
 	IndependentWorkers bool
+	// RoundEvery is the planner's planning.interval in trace seconds: it
+	// plans at least this often, so a round that came later than this
+	// after an event was not that event's. 0 where it is not known.
+	RoundEvery float64
 }
 
 // TaskRun is when one task ran, in trace seconds, when Nomad placed its

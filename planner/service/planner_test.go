@@ -174,6 +174,14 @@ func TestFollowerDoesNotWrite(t *testing.T) {
 	must.Len(t, 1, p.Queue().Jobs, must.Sprint("a follower still serves the queue"))
 }
 
+// The status says how often the planner plans at least: a replay bounds
+// the wait for an event's round by it.
+func TestStatusSaysThePlanningInterval(t *testing.T) {
+	p, err := New(settings(t, "planning {\n  interval = \"3s\"\n}\n"), nomadxtest.New(), nil, nil)
+	must.NoError(t, err)
+	must.Eq(t, 3*time.Second, p.Status().Interval)
+}
+
 func TestPreemptionCheckWarns(t *testing.T) {
 	fake := nomadxtest.New()
 	p, err := New(settings(t, ``), fake, nil, nil)

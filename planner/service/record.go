@@ -149,7 +149,8 @@ func (p *Planner) Status() plannerapi.Status {
 	defer p.mu.Unlock()
 	s := plannerapi.Status{ID: p.cfg.ID, Version: p.version, Leader: p.leader, LeaderAddr: p.leaderVal,
 		NomadAddr: p.nomadAddr, Consul: p.consul != nil, Preemption: p.preempt,
-		Warnings: append([]string(nil), p.warnings...), Rounds: p.rounds, Policy: p.policy.Name}
+		Warnings: append([]string(nil), p.warnings...), Rounds: p.rounds, Policy: p.policy.Name,
+		Interval: p.cfg.Interval}
 	if p.lastRound != nil {
 		r := *p.lastRound
 		s.LastRound = &r
