@@ -120,6 +120,7 @@ func TestReplayFromReportsASavedRunAgain(t *testing.T) {
 	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-start-latency", "7", "-start-spread", "0")
 	must.Eq(t, exitOK, code, must.Sprint(stderr))
 	must.StrContains(t, got, "the simulation with each start's latency within ±30% of it, 15 draws: median ")
+	must.StrContains(t, got, "starts released by a round more than the planner's interval (0.02 s) after their latest event, so for a reason the replay does not see (a policy's wake), and counted in no round's delay: 1\n")
 	code, got, stderr = runReplay(t, "-from", dir, "-trace", tr, "-cluster", "n1g4", "-policy", "las", "-json", "-start-latency", "7", "-start-jitter", "0")
 	must.Eq(t, exitOK, code, must.Sprint(stderr))
 	must.StrNotContains(t, got, "sim_avg_jct_start_jitter")

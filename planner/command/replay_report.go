@@ -214,6 +214,10 @@ func renderReplay(rep replayReport) string {
 			fmt.Fprintf(&b, "the planner's part, where its rounds were read (means of %d starts): %.1f s waiting for the round that decided, %.1f s from its reading Nomad to the release\n",
 				p.RoundMeasuredOn, p.Round, p.Write)
 		}
+		if p.LateRounds > 0 {
+			fmt.Fprintf(&b, "starts released by a round more than the planner's interval (%g s) after their latest event, so for a reason the replay does not see (a policy's wake), and counted in no round's delay: %d\n",
+				rep.Replay.PlannerInterval, p.LateRounds)
+		}
 		fmt.Fprintf(&b, "tasks waited on the clients to start %.0f%% of the run, which started one every %.1f trace seconds meanwhile\n",
 			100*p.ClientsBusy, p.ClientsPerStart)
 		fmt.Fprintf(&b, "the clients' queue, fitted on %d tasks: each starts %.1f s after its placement, %.1f s after the task before it at the soonest\n",
