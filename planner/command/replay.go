@@ -347,7 +347,6 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		}
 		f.timeScale, f.held, f.gangs = info.TimeScale, info.Held, info.Gangs
 		res.SharedSpeed = sharedSpeed(f.lanes)
-		res.RoundEvery = info.PlannerInterval * info.TimeScale
 		return c.measureAndReport(f, in, pol, simRes, res, replayInfo{Run: info.Run, PlannerPolicy: info.PlannerPolicy,
 			PlannerInterval: info.PlannerInterval, WritesPerJob: info.WritesPerJob}, log)
 	}
@@ -427,7 +426,6 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	info := replayInfo{Run: run, WritesPerJob: res.AvgWrites()}
 	if planner != nil {
 		info.PlannerPolicy, info.PlannerInterval = planner.Policy, planner.Interval.Seconds()
-		res.RoundEvery = info.PlannerInterval * f.timeScale
 	}
 	if err := c.measureAndReport(f, in, pol, simRes, res, info, log); err != nil {
 		return err
@@ -444,6 +442,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 // reports both; info holds what the report takes from the replay itself.
 func (c *replayCommand) measureAndReport(f *replayFlags, in *traceInputs, pol *policy.Policy, ideal *sim.Result,
 	res *replay.Result, info replayInfo, log hclog.Logger) error {
+	res.RoundEvery = info.PlannerInterval * f.timeScale
 	costs := res.MeasureCosts(ideal, replay.Costs{StartLatency: f.startLatency, RoundDelay: f.roundDelay, CompletionLag: f.completionLag, StartSpread: f.startSpread,
 		GangSpread: f.gangSpread, RunOverhead: f.runOverhead, StopLatency: f.stopLatency, UnblockLatency: f.unblockLatency, AbortLatency: f.abortLatency,
 		Shared: f.startModel == "shared"})

@@ -55,9 +55,6 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 		Decided:  [][]float64{{0.5, 43}, {10.2}, nil},
 		Stops:    []float64{40}, StopDelays: []float64{1}, AbortDelays: []float64{30},
 		Wall: 3 * 1e9, MaxLag: 2e6,
-		// planning.interval 0.02 s at time scale 10: job 0's round, 0.5
-		// after its arrival, came too late to be the arrival's.
-		RoundEvery: 0.2,
 	}
 	if f.lanes > 1 {
 		res.SharedSpeed = sharedSpeed(f.lanes)
@@ -73,6 +70,8 @@ func savedReplay(t *testing.T, tr string, traceFlags ...string) (string, string)
 	f.startModel, f.startJitter = defaultStartModel, defaultStartJitter
 	var out, errb bytes.Buffer
 	c := &replayCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errb}}
+	// planning.interval 0.02 s at time scale 10: job 0's round, 0.5 after
+	// its arrival, came too late to be the arrival's.
 	must.NoError(t, c.measureAndReport(&f, in, pol, ideal, res,
 		replayInfo{Run: "abc123", PlannerPolicy: "las", PlannerInterval: 0.02, WritesPerJob: 1.5}, hclog.NewNullLogger()))
 	return dir, out.String()

@@ -542,29 +542,18 @@ func (p *StartParts) StartLatency(shared bool) float64 {
 // startParts); nil when Nomad kept no release or placement time.
 func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	var planner, round, write, nomad, unblocked, client []float64
-	// The waits by what the start answered (eventArrival...), over
-	// every start and over those whose round is known.
-	var plannerBy, roundBy [3][]float64
-	plannerLate, roundLate := 0, 0
-	// byKind files a wait under what its start answered, unless its
-	// round came too late to be that event's.
-	byKind := func(waits *[3][]float64, late *int, kind int, wait float64) {
-		if l.RoundEvery > 0 && wait > l.RoundEvery {
-			*late++
-			return
-		}
-		waits[kind] = append(waits[kind], wait)
-	}
+	// What each start in planner and in round answered (eventArrival...).
+	var plannerKind, roundKind []int
 	for _, s := range l.liveStarts(ideal) {
 		if !s.released || s.placed <= 0 || s.placed < s.release || s.start < s.placed {
 			continue
 		}
 		planner = append(planner, s.release-s.answered)
-		byKind(&plannerBy, &plannerLate, s.answeredBy, s.release-s.answered)
+		plannerKind = append(plannerKind, s.answeredBy)
 		if s.roundKnown {
 			round = append(round, s.round-s.roundAnswered)
+			roundKind = append(roundKind, s.roundAnsweredBy)
 			write = append(write, s.release-max(s.round, s.answered))
-			byKind(&roundBy, &roundLate, s.roundAnsweredBy, s.round-s.roundAnswered)
 		}
 		nomad = append(nomad, s.placed-s.release)
 		if !s.stopWait {
@@ -577,15 +566,25 @@ func (l Live) StartParts(ideal *sim.Result) *StartParts {
 	}
 	p := &StartParts{Planner: Mean(planner), Nomad: Median(nomad), Client: Median(client), MeasuredOn: len(planner),
 		NomadUnblocked: Mean(unblocked)}
-	waits, late := plannerBy, plannerLate
+	waits, kinds := planner, plannerKind
 	if len(round) > 0 {
 		p.Round, p.Write, p.RoundMeasuredOn = Mean(round), Mean(write), len(round)
-		waits, late = roundBy, roundLate
+		waits, kinds = round, roundKind
 	}
-	p.ArrivalWait, p.ArrivalWaits = Mean(waits[eventArrival]), len(waits[eventArrival])
-	p.CompletionWait, p.CompletionWaits = Mean(waits[eventCompletion]), len(waits[eventCompletion])
-	all := slices.Concat(waits[:]...)
-	p.RoundWait, p.RoundWaits, p.LateRounds = Mean(all), len(all), late
+	// Each wait under what its start answered, unless its round came too
+	// late to be that event's.
+	var byKind [3][]float64
+	for k, w := range waits {
+		if l.RoundEvery > 0 && w > l.RoundEvery {
+			p.LateRounds++
+			continue
+		}
+		byKind[kinds[k]] = append(byKind[kinds[k]], w)
+	}
+	p.ArrivalWait, p.ArrivalWaits = Mean(byKind[eventArrival]), len(byKind[eventArrival])
+	p.CompletionWait, p.CompletionWaits = Mean(byKind[eventCompletion]), len(byKind[eventCompletion])
+	counted := slices.Concat(byKind[:]...)
+	p.RoundWait, p.RoundWaits = Mean(counted), len(counted)
 	p.ClientsBusy, p.ClientsPerStart = ClientsBusy(l.Tasks)
 	if ts := startedTasks(l.Tasks, l.IndependentWorkers); len(ts) > 0 {
 		var queueErr, sharedErr float64

@@ -90,15 +90,15 @@ func (r *Result) MeasureCosts(ideal *sim.Result, given Costs) Costs {
 	if c.StartLatency < 0 {
 		if fitted {
 			c.StartLatency, c.Starts = c.Parts.StartLatency(c.Shared), c.Parts.MeasuredOn
-			switch {
-			case c.RoundDelay >= 0:
-			case c.Parts.RoundMeasuredOn > 0:
-				// The round's wait delays the decision; its reads and
-				// writes delay the start after it.
-				c.StartLatency += c.Parts.Write - c.Parts.Planner
-				c.chargeRoundWait()
-			default:
-				c.StartLatency -= c.Parts.Planner
+			if c.RoundDelay < 0 {
+				// The planner's part leaves the start latency for the
+				// rounds; where they were read, the round's reads and
+				// writes stay in it, as they delay the start after it.
+				if c.Parts.RoundMeasuredOn > 0 {
+					c.StartLatency += c.Parts.Write - c.Parts.Planner
+				} else {
+					c.StartLatency -= c.Parts.Planner
+				}
 				c.chargeRoundWait()
 			}
 		} else {
