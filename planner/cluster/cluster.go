@@ -497,6 +497,32 @@ func GPUTasks(job *api.Job) int {
 	return total
 }
 
+// GPUTaskResources is what the job's GPU tasks hold each, as its spec has
+// it now: the first GPU task's CPU (MHz), reserved cores and memory (MB),
+// since the planner sizes every GPU task alike. All 0 for nil or none.
+func GPUTaskResources(job *api.Job) (cpuMHz, cores, memoryMB int) {
+	if job == nil {
+		return 0, 0, 0
+	}
+	for _, tg := range job.TaskGroups {
+		for _, t := range tg.Tasks {
+			if len(GPURequests(t)) == 0 || t.Resources == nil {
+				continue
+			}
+			r := t.Resources
+			return derefInt(r.CPU), derefInt(r.Cores), derefInt(r.MemoryMB)
+		}
+	}
+	return 0, 0, 0
+}
+
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
 // GPUAllocs counts the allocations of a job that hold GPUs when all of it
 // runs: the counts of its task groups that ask for a GPU. 0 for nil.
 func GPUAllocs(job *api.Job) int {

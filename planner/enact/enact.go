@@ -20,6 +20,11 @@
 //	                  place at once, so two jobs trading models would
 //	                  never move. Held, the two stop first, then start on
 //	                  the GPUs each other freed.
+//	running, Migrate  on its own model (Synergy's: it is re-sized, or its
+//	                  lease moves it): a running task keeps the CPU and
+//	                  memory it started with, so the same: hold it, and
+//	                  once it has stopped the decision of that round
+//	                  starts it with what the policy gives it then.
 //
 // Every job also gets its band's priority, so that Nomad's eval broker
 // dequeues released jobs in band order.
@@ -113,6 +118,14 @@ type Job struct {
 	// Model is the GPU model the job's live allocations run on ("" when
 	// none runs, or they run on several).
 	Model string
+	// TaskCPU (MHz) and TaskMemoryMB are what each of its GPU tasks holds
+	// now, and Nodes the Nomad nodes its live allocations run on.
+	TaskCPU, TaskMemoryMB int
+	Nodes                 []string
+	// Restarting says the planner held the running job to restart it (a
+	// Migrate change) and its allocations have not stopped yet: its hold
+	// is kept until they have, whatever the policy decides meanwhile.
+	Restarting bool
 }
 
 // Change is one write to a job.
@@ -152,12 +165,12 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) Phases {
 		}
 		want := target.Target{Priority: policy.NomadPriority(d.Band), Hold: !d.Run}
 		c := Change{Job: i, Key: j.Key, Target: want}
-		moving := d.Run && d.Migrate && j.Live && j.Model != "" && d.GPUModel != "" && j.Model != d.GPUModel
+		restarts := d.Run && d.Migrate && j.Live && restartChanges(inv, j, d)
 		switch {
-		case moving && !j.Held:
+		case restarts && !j.Held:
 			c.Action, c.Target.Hold = Migrate, true
-		case moving:
-			// Held to move: wait for its allocations to stop.
+		case j.Live && j.Held && (restarts || j.Restarting):
+			// Held to restart: wait for its allocations to stop.
 			continue
 		case !d.Run && j.Live:
 			c.Action = Preempt
@@ -186,6 +199,29 @@ func Plan(inv Inventory, jobs []Job, decisions []policy.Decision) Phases {
 		}
 	}
 	return Phases{Stops: stops, Rest: rest}
+}
+
+// restartChanges says a running job's restart would change something Nomad
+// sees: its GPU model, the size of its tasks, or its nodes. A decision on
+// its own model that changes none of them (a stale one, or a move to other
+// GPUs of the nodes it is on, which Nomad does not pin) leaves it be.
+func restartChanges(inv Inventory, j Job, d policy.Decision) bool {
+	if j.Model != "" && d.GPUModel != "" && j.Model != d.GPUModel {
+		return true
+	}
+	pl := placement(inv, j, d)
+	if pl.CPU > 0 && pl.CPU != j.TaskCPU || pl.MemoryMB > 0 && pl.MemoryMB != j.TaskMemoryMB {
+		return true
+	}
+	if len(pl.Nodes) == 0 || len(j.Nodes) == 0 {
+		return false
+	}
+	for _, n := range pl.Nodes {
+		if !slices.Contains(j.Nodes, n) {
+			return true
+		}
+	}
+	return len(pl.Nodes) != len(j.Nodes)
 }
 
 // Give returns the change that hands a job the planner no longer manages

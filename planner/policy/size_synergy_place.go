@@ -2,6 +2,7 @@ package policy
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 )
@@ -19,12 +20,15 @@ import (
 //     does not fit, then shrinks the jobs above their share on the servers
 //     with free GPUs down to it, so a job with GPUs always runs.
 //
-// As in the reference, every round sizes every job anew; running jobs keep
-// their GPUs and, under an order that does not preempt, are sized before
-// the jobs that start. With a lease, as the reference runs it, a running
+// A running task's CPU and memory change only when it restarts, so a
+// running job keeps what it started with (Job.CPUs, Job.MemoryGB) and,
+// under an order that does not preempt, is sized before the jobs that
+// start. Its size changes only by a restart (Decision.Migrate): when TUNE
+// shrinks it for a job that starts, when what it holds no longer fits, or
+// at its lease's end. With a lease, as the reference runs it, a running
 // job whose lease has ended gives its GPUs back and is placed again in
-// rank order with the jobs that start: it may move (Decision.Migrate, on
-// the same model), or, under GREEDY, wait. A job's speedup is its profiled
+// rank order with the jobs that start: it may move or be re-sized (a
+// restart), or, under GREEDY, wait. A job's speedup is its profiled
 // throughput at what it got over that at its proportional share, 0 with no
 // CPU. Lane jobs are not sized.
 type synergySizer struct {
@@ -104,6 +108,10 @@ type synAlloc struct {
 	grid  *sensGrid
 	parts []synPart
 	held  []Slot // the GPUs it held before its lease ended
+	// keep is what a running job holds per GPU now, tried first; set when
+	// keeps, for a running job of known size whose lease goes on.
+	keep  synShare
+	keeps bool
 }
 
 func (a *synAlloc) onNodes() int { return len(a.parts) }
@@ -221,6 +229,10 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 				d.Reason = r.join(d.Reason, "; its lease ended: placed again on other GPUs")
 			}
 		case j.State == Running && d.Run:
+			if (j.CPUs > 0 || j.MemoryGB > 0) && !d.Migrate {
+				g := float64(a.g)
+				a.keep, a.keeps = synShare{cpu: j.CPUs / g, mem: j.MemoryGB / g}, true
+			}
 			ok := rd.size(a, d, -1)
 			switch {
 			case ok:
@@ -276,8 +288,30 @@ func (z synergySizer) Size(s *Snapshot, r *Result, preemptive, blocking bool) {
 				d.Speedup = a.grid.at(cpu, mem) / base
 			}
 		}
+		rd.restartIfResized(a, d, r)
 	}
 }
+
+// restartIfResized marks a running job whose CPU or memory the round
+// changed as a restart, since a running task keeps what it started with;
+// one that keeps them gets exactly what it holds.
+func (rd *synRound) restartIfResized(a *synAlloc, d *Decision, r *Result) {
+	j := &rd.s.Jobs[a.job]
+	if j.State != Running || j.CPUs <= 0 && j.MemoryGB <= 0 {
+		return
+	}
+	if sameSize(d.CPUs, j.CPUs) && sameSize(d.MemoryGB, j.MemoryGB) {
+		d.CPUs, d.MemoryGB = j.CPUs, j.MemoryGB
+		return
+	}
+	if !d.Migrate {
+		d.Migrate = true
+		d.Reason = r.join(d.Reason, fmt.Sprintf("; re-sized from %.2f CPUs and %.1f GB to %.2f and %.1f: restarts", j.CPUs, j.MemoryGB, d.CPUs, d.MemoryGB))
+	}
+}
+
+// sameSize says two sizes differ by no more than rounding.
+func sameSize(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(1, math.Abs(b)) }
 
 // sameSlots says a and b hold the same GPUs, in any order.
 func sameSlots(a, b []Slot) bool {
@@ -371,6 +405,9 @@ func (rd *synRound) size(a *synAlloc, d *Decision, m int) bool {
 			return rd.fitFixed(a, parts, sh)
 		}
 		return rd.place(a, d, m, sh)
+	}
+	if a.keeps && try(a.keep) {
+		return true
 	}
 	if try(demand) {
 		return true

@@ -432,3 +432,56 @@ func TestSynergySizesAMigrationOnItsNewModel(t *testing.T) {
 		must.Eq(t, []Slot{{Node: 0, GPU: 0, Lane: -1}}, d.Slots, must.Sprint(d.Reason))
 	}
 }
+
+// A running task keeps the CPU and memory it started with: its size
+// changes only by a restart (Decision.Migrate). One node of 2 GPUs and 8
+// cores (4 per GPU); cpu job A runs on GPU 0.
+//   - A holds 6 cores and B arrives: GREEDY keeps A and skips B; TUNE
+//     shrinks A to its share for B, a restart.
+//   - A holds 3 cores (it started squeezed) and nothing waits: it keeps
+//     them, where before this it grew to 6 in place. At its lease's end
+//     it is placed again, on its own GPU, at 6 cores: a restart.
+func TestSynergyRunningJobRestartsToChangeSize(t *testing.T) {
+	running := func(cpus float64) Job {
+		a := synergyJob("A", 0, 1, "cpu")
+		a.State, a.GPUModel, a.Placement = Running, "V100", []Slot{{Node: 0, GPU: 0, Lane: -1}}
+		a.CPUs, a.MemoryGB = cpus, 125
+		return a
+	}
+	for _, tc := range []struct {
+		policy  string
+		lease   float64
+		now     float64
+		cpus    float64
+		pending bool
+		want    map[string]sized
+		restart bool
+	}{
+		{"fjf+count+synergy-greedy", 0, 10, 6, true, map[string]sized{"A": {true, 6, 1.5}, "B": {false, 0, 1}}, false},
+		{"fjf+count+synergy-tune", 0, 10, 6, true, map[string]sized{"A": {true, 4, 1}, "B": {true, 4, 1}}, true},
+		{"fjf+count+synergy-tune", 0, 10, 3, false, map[string]sized{"A": {true, 3, 0.75}}, false},
+		{"fjf+count+synergy-greedy", 0, 10, 3, false, map[string]sized{"A": {true, 3, 0.75}}, false},
+		{"fjf+count+synergy-tune", 300, 100, 3, false, map[string]sized{"A": {true, 3, 0.75}}, false},
+		{"fjf+count+synergy-tune", 300, 300, 3, false, map[string]sized{"A": {true, 6, 1.5}}, true},
+	} {
+		t.Run(fmt.Sprint(tc.policy, "/", tc.cpus, "/", tc.now), func(t *testing.T) {
+			s := &Snapshot{Now: tc.now, Nodes: []Node{synergyNode(2, 8)}}
+			s.Jobs = []Job{running(tc.cpus)}
+			if tc.pending {
+				s.Jobs = append(s.Jobs, synergyJob("B", 5, 1, "cpu"))
+			}
+			r := plan(t, tc.policy, Config{Sensitivity: synergyTable(t), SynergyLease: tc.lease}, s)
+			must.Eq(t, tc.want, sizes(s, r))
+			d := r.Decisions[0]
+			must.Eq(t, tc.restart, d.Migrate, must.Sprint(d.Reason))
+			must.Eq(t, []Slot{{Node: 0, GPU: 0, Lane: -1}}, d.Slots)
+			if tc.restart && tc.lease == 0 {
+				must.StrContains(t, d.Reason, "re-sized from 6.00 CPUs")
+			}
+			if !tc.restart {
+				must.Eq(t, tc.cpus, d.CPUs, must.Sprint("kept exactly"))
+				must.Eq(t, 125, d.MemoryGB)
+			}
+		})
+	}
+}

@@ -127,6 +127,12 @@ type Job struct {
 	// Placed is when a running job took its current GPUs (it started or
 	// moved), on Now's clock. Synergy's lease reads it; 0 if unknown.
 	Placed float64
+	// CPUs and MemoryGB are the host resources a running job holds now, as
+	// it started with them (0: unknown, or not sized). A running task's
+	// resources change only when it restarts, so Synergy's sizer keeps
+	// them and marks any change as a restart (Decision.Migrate).
+	CPUs     float64
+	MemoryGB float64
 
 	// Throughput is optional work rate per GPU model (any unit, e.g.
 	// steps/s for the job's GPU count). Heterogeneity-aware steps use it;
@@ -232,9 +238,9 @@ type Decision struct {
 	// Promoted tells the caller to reset the job's Attained, Executed and
 	// Wait: the starvation knob moved it back to the top queue.
 	Promoted bool
-	// Migrate says a running job moves to GPUModel: the caller stops it
-	// and starts it there (see Migration), or, Synergy's lease, to the
-	// other GPUs of its model in Slots.
+	// Migrate says a running job restarts: it moves to GPUModel (see
+	// Migration), or, Synergy's, to the GPUs in Slots or with the new
+	// CPUs and MemoryGB. The caller stops it and starts it again so.
 	Migrate bool
 	// Renewed says a running job's lease ended and it was placed again:
 	// the caller sets its Placed to Now, whether it moved or not.

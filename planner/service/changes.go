@@ -46,13 +46,17 @@ func settled(now time.Time, j *cluster.Job) bool {
 
 // targets runs the change layer on the policy's decisions, and lists each
 // job's decision in rank order with its change, if any.
-func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result) ([]target, enact.Phases) {
+// restarting lists the jobs held to restart (see enact.Job.Restarting).
+func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result, restarting map[string]bool) ([]target, enact.Phases) {
 	inv := inventory(state)
 	jobs := make([]enact.Job, len(index))
 	for i, j := range index {
+		cpu, _, mem := cluster.GPUTaskResources(j.Spec)
+		live := j.Running()
 		jobs[i] = enact.Job{Key: j.Key(), Namespace: j.Namespace, ID: j.ID, Priority: j.Priority,
-			Live: j.Running(), Held: j.Held, Settled: settled(state.Time, j), Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
-			Tasks: cluster.GPUTasks(j.Spec), Model: j.LiveModel()}
+			Live: live, Held: j.Held, Settled: settled(state.Time, j), Finishing: j.Finishing(), UserModel: rewrite.UserModel(j.Spec),
+			Tasks: cluster.GPUTasks(j.Spec), Model: j.LiveModel(), TaskCPU: cpu, TaskMemoryMB: mem, Nodes: liveNodes(j),
+			Restarting: live && j.Held && restarting[j.Key()]}
 	}
 	phases := enact.Plan(inv, jobs, r.Decisions)
 	byJob := make(map[int]*enact.Change, phases.Len())
@@ -68,6 +72,17 @@ func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.
 			decision: r.Decisions[i], job: j, change: byJob[i]})
 	}
 	return out, phases
+}
+
+// liveNodes lists the nodes of a job's live allocations, each once.
+func liveNodes(j *cluster.Job) []string {
+	var nodes []string
+	for _, a := range j.Allocs {
+		if a.Live() && a.NodeID != "" && !slices.Contains(nodes, a.NodeID) {
+			nodes = append(nodes, a.NodeID)
+		}
+	}
+	return nodes
 }
 
 // released lists the jobs the planner changed but no longer manages, each
@@ -114,11 +129,20 @@ func inventory(state *cluster.State) enact.Inventory {
 			inv.Offers[g.Model] = o
 			smaller(g.Model, c)
 		}
-		if n.CPUCores > 0 && inv.MHzPerCore == 0 {
-			inv.MHzPerCore = float64(n.CPUMHz) / float64(n.CPUCores)
+	}
+	inv.MHzPerCore = mhzPerCore(state.Nodes)
+	return inv
+}
+
+// mhzPerCore converts between the sizer's cores and Nomad's MHz: that of
+// the first GPU node that reports its cores.
+func mhzPerCore(nodes []*cluster.Node) float64 {
+	for _, n := range nodes {
+		if len(n.GPUs) > 0 && n.CPUCores > 0 {
+			return float64(n.CPUMHz) / float64(n.CPUCores)
 		}
 	}
-	return inv
+	return 0
 }
 
 // nodeDevices is, per physical GPU of the node in the Snapshot's order

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/enact"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/rewrite"
@@ -37,6 +38,8 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 		if d.Renewed {
 			m.renewedAt = snap.Now
 		}
+		// Held to restart, until its allocations have stopped.
+		m.restarting = old != nil && old.restarting && t.job.Held && t.job.Running()
 		if d.Promoted {
 			m.attainedBase, m.executedBase, m.waitFrom = t.job.Attained, t.job.Executed, snap.Now
 		}
@@ -51,6 +54,7 @@ func (p *Planner) remember(state *cluster.State, snap *policy.Snapshot, index []
 			}
 			if res.Outcome == rewrite.Written {
 				round.Writes++
+				m.restarting = m.restarting || t.change.Action == enact.Migrate
 				priority = t.wantPriority()
 				p.log.Info("decision applied", "job", t.key, "action", t.change.Action, "priority", priority,
 					"changes", strings.Join(res.Change, ", "), "reason", d.Reason)

@@ -72,6 +72,12 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	p.mu.Lock()
 	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, sizes: p.sizes, finished: p.finished})
 	result, replanned := p.plan(snap)
+	restarting := map[string]bool{}
+	for key, m := range p.memory {
+		if m.restarting {
+			restarting[key] = true
+		}
+	}
 	p.mu.Unlock()
 	if replanned {
 		p.metrics.plans.Inc()
@@ -79,7 +85,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	round.Planned = replanned
 	round.Bound = result.Bound
 
-	targets, phases := p.targets(state, index, result)
+	targets, phases := p.targets(state, index, result, restarting)
 	phases.Rest = append(phases.Rest, p.released(stubs)...)
 	round.Jobs = len(index)
 	p.metrics.managed.WithLabelValues("running").Set(float64(countState(snap, policy.Running)))

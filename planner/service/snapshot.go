@@ -23,6 +23,9 @@ type memory struct {
 	// renewedAt is when a round last renewed the job where it ran
 	// (Decision.Renewed), 0 when never: it took its GPUs again then.
 	renewedAt float64
+	// restarting says the planner held the running job to restart it and
+	// its allocations have not stopped yet (enact.Job.Restarting).
+	restarting bool
 }
 
 // snapshotInput is the part of the planner's state that goes into a policy
@@ -41,6 +44,7 @@ type snapshotInput struct {
 func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) {
 	st := in.state
 	snap = &policy.Snapshot{Now: unix(st.Time)}
+	perCore := mhzPerCore(st.Nodes)
 	// where maps node ID and device instance ID to the policy's GPU and
 	// lane, so that running jobs carry their placement: without it the
 	// policy counts every lane job as a whole GPU of its own.
@@ -84,6 +88,7 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		}
 		if j.Running() {
 			pj.State = policy.Running
+			pj.CPUs, pj.MemoryGB = heldResources(j, perCore)
 			pj.Placed = placedAt(j, snap.Now)
 			if m != nil {
 				pj.Placed = max(pj.Placed, m.renewedAt)
@@ -229,4 +234,20 @@ func lastRunEnd(j *cluster.Job) float64 {
 		}
 	}
 	return end
+}
+
+// heldResources is the CPU (cores) and memory (GB) a running job's GPU
+// tasks hold together, as its spec has them: Synergy's sizer keeps them
+// until the job restarts. Cores count as they are; MHz turn into cores at
+// perCore, and count as unknown (0) without it.
+func heldResources(j *cluster.Job, perCore float64) (cpus, memoryGB float64) {
+	mhz, cores, mem := cluster.GPUTaskResources(j.Spec)
+	tasks := float64(cluster.GPUTasks(j.Spec))
+	switch {
+	case cores > 0:
+		cpus = float64(cores) * tasks
+	case mhz > 0 && perCore > 0:
+		cpus = float64(mhz) / perCore * tasks
+	}
+	return cpus, float64(mem) / 1024 * tasks
 }

@@ -5,9 +5,14 @@ import (
 	"time"
 
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/enact"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
 	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/profile"
+	"github.com/caravan-gpu/caravan/planner/rewrite"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pointer"
 	"github.com/shoenig/test/must"
 )
 
@@ -115,4 +120,61 @@ func TestRenewalIsRemembered(t *testing.T) {
 	must.Eq(t, 9_360.0, p.memory[job.Key()].renewedAt)
 	round(9_400, false)
 	must.Eq(t, 9_360.0, p.memory[job.Key()].renewedAt)
+}
+
+// A running job carries what its GPU tasks hold, from its spec: MHz turn
+// into cores at the GPU nodes' rate, reserved cores count as they are.
+// Synergy's sizer keeps them until the job restarts.
+func TestSnapshotCarriesWhatARunningJobHolds(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	spec := func(count int, res *api.Resources) *api.Job {
+		return &api.Job{TaskGroups: []*api.TaskGroup{{Count: &count, Tasks: []*api.Task{
+			{Name: "side", Resources: &api.Resources{CPU: pointer.Of(500), MemoryMB: pointer.Of(256)}},
+			{Name: "train", Resources: res},
+		}}}}
+	}
+	gpu := func(r *api.Resources) *api.Resources {
+		r.Devices = []*api.RequestedDevice{{Name: "nvidia/gpu", Count: pointer.Of[uint64](1)}}
+		return r
+	}
+	running := []*cluster.Alloc{{ID: "a", ClientStatus: "running", DesiredStatus: "run", Started: now.Add(-time.Minute)}}
+	state := &cluster.State{Time: now,
+		Nodes: []*cluster.Node{{ID: "cpu-only", CPUMHz: 1000, CPUCores: 1}, {ID: "n", CPUMHz: 32000, CPUCores: 16, GPUs: []*cluster.GPUGroup{{Model: "V100"}}}},
+		Jobs: []*cluster.Job{
+			{Namespace: "default", ID: "mhz", GPUs: 2, Submitted: now.Add(-time.Hour), Allocs: running,
+				Spec: spec(2, gpu(&api.Resources{CPU: pointer.Of(6000), MemoryMB: pointer.Of(8192)}))},
+			{Namespace: "default", ID: "cores", GPUs: 1, Submitted: now.Add(-time.Hour), Allocs: running,
+				Spec: spec(1, gpu(&api.Resources{Cores: pointer.Of(5), MemoryMB: pointer.Of(1024)}))},
+			{Namespace: "default", ID: "waits", GPUs: 1, Submitted: now.Add(-time.Hour),
+				Spec: spec(1, gpu(&api.Resources{CPU: pointer.Of(6000), MemoryMB: pointer.Of(8192)}))},
+		}}
+	snap, _ := toSnapshot(snapshotInput{state: state, memory: map[string]*memory{}})
+	must.Eq(t, [2]float64{6, 16}, [2]float64{snap.Jobs[0].CPUs, snap.Jobs[0].MemoryGB})
+	must.Eq(t, [2]float64{5, 1}, [2]float64{snap.Jobs[1].CPUs, snap.Jobs[1].MemoryGB})
+	must.Eq(t, [2]float64{0, 0}, [2]float64{snap.Jobs[2].CPUs, snap.Jobs[2].MemoryGB})
+}
+
+// A job held to restart (a Migrate change written) stays restarting while
+// it is held and still runs, and not once its allocations have stopped.
+func TestRestartIsRememberedUntilItsStop(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	job := &cluster.Job{Namespace: "default", ID: "a", GPUs: 1, Submitted: now.Add(-time.Hour),
+		Allocs: []*cluster.Alloc{{ID: "x", ClientStatus: "running", DesiredStatus: "run", Started: now.Add(-time.Minute)}}}
+	p := &Planner{cfg: &Settings{Policy: "las"}, memory: map[string]*memory{}, records: map[string][]plannerapi.Record{},
+		log: hclog.NewNullLogger()}
+	round := func(change *enact.Change, res map[string]rewrite.Result) bool {
+		state := &cluster.State{Time: now, Jobs: []*cluster.Job{job}}
+		snap := &policy.Snapshot{Now: 1, Jobs: []policy.Job{{ID: "a", GPUs: 1, State: policy.Running}}}
+		d := policy.Decision{Job: 0, Run: true}
+		p.remember(state, snap, []*cluster.Job{job}, &policy.Result{Decisions: []policy.Decision{d}},
+			[]target{{key: job.Key(), namespace: "default", id: "a", decision: d, job: job, change: change}}, res, &plannerapi.Round{}, true)
+		return p.memory[job.Key()].restarting
+	}
+	written := map[string]rewrite.Result{job.Key(): {Outcome: rewrite.Written}}
+	must.False(t, round(&enact.Change{Action: enact.Preempt}, written))
+	must.True(t, round(&enact.Change{Action: enact.Migrate}, written))
+	job.Held = true
+	must.True(t, round(nil, nil), must.Sprint("held, still running"))
+	job.Allocs[0].ClientStatus, job.Allocs[0].DesiredStatus = "complete", "stop"
+	must.False(t, round(nil, nil), must.Sprint("stopped"))
 }

@@ -42,7 +42,8 @@ func (s *simulator) planRound() {
 		switch {
 		case js.State == policy.Running && !d.Run:
 			s.preempt(i)
-		case js.State == policy.Pending && d.Run, js.State == policy.Running && (d.Migrate || d.Speedup != js.speedup):
+		case js.State == policy.Pending && d.Run, js.State == policy.Running && d.Migrate:
+			// A running job's size and speedup change only by a restart.
 			changes = append(changes, k)
 		}
 	}
@@ -50,14 +51,10 @@ func (s *simulator) planRound() {
 		d := &r.Decisions[k]
 		i := s.active[k]
 		js := &s.jobs[i]
-		switch {
-		case js.State == policy.Pending:
+		if js.State == policy.Pending {
 			s.start(i, d)
-		case d.Migrate:
+		} else {
 			s.migrate(i, d)
-		default:
-			js.speedup = d.Speedup
-			s.reschedule(i)
 		}
 	}
 	s.changes = changes
@@ -155,6 +152,7 @@ func refreshJob(dst, src *policy.Job) {
 	dst.Attained, dst.Executed, dst.Wait = src.Attained, src.Executed, src.Wait
 	dst.PrevQueue, dst.PrevRank = src.PrevQueue, src.PrevRank
 	dst.Placed = src.Placed
+	dst.CPUs, dst.MemoryGB = src.CPUs, src.MemoryGB
 	if dst.GPUModel != src.GPUModel {
 		dst.GPUModel = src.GPUModel
 	}
@@ -220,6 +218,7 @@ func (s *simulator) start(i int, d *policy.Decision) {
 	js.Placement, js.Placed = d.Slots, s.now
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
+	js.CPUs, js.MemoryGB = d.CPUs, d.MemoryGB
 	s.pending--
 	if !js.started {
 		js.started, js.start = true, s.now
@@ -489,6 +488,7 @@ func (s *simulator) migrate(i int, d *policy.Decision) {
 	js.Placement, js.Placed = d.Slots, s.now
 	js.nodes = spannedNodes(d.Slots)
 	js.speedup = d.Speedup
+	js.CPUs, js.MemoryGB = d.CPUs, d.MemoryGB
 	js.migrations++
 	if s.cfg.StartsShared {
 		s.setupLeave(i)

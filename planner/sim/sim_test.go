@@ -544,12 +544,13 @@ func TestSynergySizingFinishesEveryJob(t *testing.T) {
 }
 
 // Synergy's lease in the simulator: two servers of 2 GPUs and 8 cores (4
-// per GPU). Flat jobs X (short) and Y take server 0; cpu jobs A and B then
-// share server 1, where TUNE holds both at their share. X finishes at 100
-// with nothing waiting. With a lease of 300 s, a round comes at 300 all
-// the same: A moves to X's GPU, where its 6 cores fit, paying the
-// migration cost once, B takes the 6 A left, and both finish sooner. With
-// no lease nothing moves.
+// per GPU). Flat jobs X (short) and Y take server 0; cpu job A takes 6
+// cores of server 1 at 10, and when B arrives at 20 TUNE shrinks A to its
+// share of 4 for B: a running task keeps what it started with, so A
+// restarts (30 s) to shrink. X finishes at 100 with nothing waiting. With
+// a lease of 300 s, a round comes at 300 all the same: A moves to X's
+// GPU, where its 6 cores fit, and B grows to the 6 A left, each a restart
+// paid once. With no lease A keeps its 4 cores.
 func TestSynergyLeaseMovesASqueezedJobWhenNothingWaits(t *testing.T) {
 	jobs := []trace.Job{
 		{ID: "X", Arrival: 0, GPUs: 1, Duration: 100, Model: "flat"},
@@ -560,14 +561,19 @@ func TestSynergyLeaseMovesASqueezedJobWhenNothingWaits(t *testing.T) {
 	run := func(lease float64) *Result { return runSynergyLease(t, jobs, lease) }
 	kept, leased := run(0), run(300)
 	for k, want := range []int{0, 0, 1, 0} {
-		must.Eq(t, 0, kept.Jobs[k].Migrations, must.Sprintf("no lease: job %s", jobs[k].ID))
+		must.Eq(t, want, kept.Jobs[k].Migrations, must.Sprintf("no lease: job %s", jobs[k].ID))
+	}
+	for k, want := range []int{0, 0, 2, 1} {
 		must.Eq(t, want, leased.Jobs[k].Migrations, must.Sprintf("lease: job %s", jobs[k].ID))
 	}
-	// A: 15 s of work by 20 at 1.5×, then 280 at 1×; from 300, 30 s to
-	// move and the rest at 1.5×. B: 280 at 1×, the rest at 1.5×.
-	must.Eq(t, 6005, kept.Jobs[2].Finish)
-	must.InDelta(t, 300+30+(6000-15-280)/1.5, leased.Jobs[2].Finish, 1e-6)
-	must.InDelta(t, 300+(6000-280)/1.5, leased.Jobs[3].Finish, 1e-6)
+	// A: 15 s of work by 20 at 1.5×, then a 30 s restart and the rest at
+	// 1×; with the lease, from 300 a 30 s move and the rest at 1.5×. B:
+	// at 1× from 20, and with the lease from 300 a 30 s restart and the
+	// rest at 1.5×.
+	must.InDelta(t, 20+30+6000-15, kept.Jobs[2].Finish, 1e-6)
+	must.InDelta(t, 20+6000, kept.Jobs[3].Finish, 1e-6)
+	must.InDelta(t, 300+30+(6000-15+30-280)/1.5, leased.Jobs[2].Finish, 1e-6)
+	must.InDelta(t, 300+30+(6000-280)/1.5, leased.Jobs[3].Finish, 1e-6)
 	must.Eq(t, kept.Jobs[1].Finish, leased.Jobs[1].Finish, must.Sprint("Y keeps its GPU"))
 }
 
