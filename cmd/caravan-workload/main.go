@@ -37,6 +37,7 @@ func main() {
 	gang := flag.String("gang-checkpoints", "", "FILE,...: the checkpoints of every worker of a synchronous gang, -checkpoint among them: resume from the least advanced and start only once all are up")
 	speeds := flag.String("speed", "", "MODEL=FACTOR,...: iterations are FACTOR times shorter on GPU model MODEL (from $CARAVAN_GPU_MODEL); other models take the smallest factor")
 	flag.StringVar(&c.GPUModel, "gpu-model", "", "GPU model for -speed (default: $CARAVAN_GPU_MODEL)")
+	hostSpeed := flag.String("host-speed", "", "JSON {\"core_mhz\": MHz, \"share\": [cores, GB], \"points\": [[cores, GB, throughput], ...]}: iterations are shorter by the profile's throughput at the task's NOMAD_CPU_LIMIT and NOMAD_MEMORY_LIMIT (per GPU) over that at share")
 	flag.Float64Var(&c.SharedSpeed, "shared-speed", 1, "share of its speed the run keeps for each other process on its GPU (simulated GPUs only; 1: none lost)")
 	flag.Parse()
 	c.Mode = workload.Mode(mode)
@@ -46,6 +47,10 @@ func main() {
 	var err error
 	if c.Speed, err = workload.ParseSpeeds(*speeds); err != nil {
 		fmt.Fprintln(os.Stderr, "caravan-workload: -speed:", err)
+		os.Exit(2)
+	}
+	if c.HostSpeed, err = workload.ParseHostSpeed(*hostSpeed); err != nil {
+		fmt.Fprintln(os.Stderr, "caravan-workload: -host-speed:", err)
 		os.Exit(2)
 	}
 

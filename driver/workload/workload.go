@@ -113,6 +113,11 @@ type Config struct {
 	// long. It is read at each iteration, from the simulated backend's
 	// records (SimStateDir); 0 or 1, or a real GPU, leaves the speed alone.
 	SharedSpeed float64
+	// HostSpeed, when set, scales the speed by what the task's CPU and
+	// memory allow (hostspeed.go); HostFactor is that scale, read from
+	// the env by FromEnv.
+	HostSpeed  *HostSpeed
+	HostFactor float64
 }
 
 // Progress is one JSON line of progress.
@@ -172,12 +177,31 @@ func (c *Config) FromEnv(env map[string]string) error {
 	if c.GPUModel == "" {
 		c.GPUModel = env[budget.ModelEnv]
 	}
+	if c.HostSpeed != nil {
+		cpu, mem, err := hostLimits(env)
+		if err != nil {
+			return err
+		}
+		if c.HostFactor, err = c.HostSpeed.Factor(cpu, mem); err != nil {
+			return err
+		}
+		if !(c.HostFactor > 0) {
+			return fmt.Errorf("host-speed: no training on %g MHz and %g MB (its profile's throughput there is 0)", cpu, mem)
+		}
+	}
 	return nil
 }
 
 // SpeedFactor is the factor of c.GPUModel: its entry in Speed, else the
-// smallest factor in Speed, else 1.
+// smallest factor in Speed, else 1; times HostFactor where HostSpeed is set.
 func (c Config) SpeedFactor() float64 {
+	if c.HostSpeed != nil && c.HostFactor > 0 {
+		return c.modelFactor() * c.HostFactor
+	}
+	return c.modelFactor()
+}
+
+func (c Config) modelFactor() float64 {
 	if len(c.Speed) == 0 {
 		return 1
 	}

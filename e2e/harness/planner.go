@@ -35,6 +35,8 @@ type PlannerOptions struct {
 	// PredictFloor is planning.predict_floor; the planner's default when
 	// 0.
 	PredictFloor time.Duration
+	// CoreMHz is planning.core_mhz; each node's own when 0.
+	CoreMHz float64
 	// JobSizes and JobSizesScale are planning.job_sizes and
 	// job_sizes_scale: 2D-Gittins' fixed size sample.
 	JobSizes      string
@@ -113,6 +115,9 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	if o.PredictFloor > 0 {
 		fmt.Fprintf(&b, "  predict_floor = %q\n", o.PredictFloor)
+	}
+	if o.CoreMHz > 0 {
+		fmt.Fprintf(&b, "  core_mhz = %g\n", o.CoreMHz)
 	}
 	if o.JobSizes != "" {
 		fmt.Fprintf(&b, "  job_sizes    = %q\n", o.JobSizes)

@@ -48,6 +48,7 @@ import (
 	"github.com/caravan-gpu/caravan/e2e/harness"
 	"github.com/caravan-gpu/caravan/planner/command"
 	"github.com/caravan-gpu/caravan/planner/policy"
+	plannerreplay "github.com/caravan-gpu/caravan/planner/replay"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
 
@@ -92,9 +93,12 @@ type options struct {
 	// rotationPeriod is -rotation-period, trace seconds.
 	rotationPeriod float64
 	jobSizes       string
-	profiles       bool // the trace needs throughput profiles (-throughputs)
-	clients        int  // Nomad client agents; 1 unless -clients
-	lanes          int  // -lanes: every GPU of the fleet cut into that many lanes
+	profiles       bool // the trace needs profiles (-throughputs, -sensitivity)
+	// coreMHz is -core-mhz where -sensitivity sizes jobs: each client
+	// then has its node's cores of that many MHz, and its memory.
+	coreMHz float64
+	clients int // Nomad client agents; 1 unless -clients
+	lanes   int // -lanes: every GPU of the fleet cut into that many lanes
 	// settle is -settle, the planner's planning.settle.
 	settle time.Duration
 }
@@ -234,7 +238,44 @@ func scanReplay(args []string) (options, error) {
 	}
 	o.jobSizes, _ = val("job-sizes")
 	_, o.profiles = val("throughputs")
+	if _, ok := val("sensitivity"); ok {
+		o.profiles, o.coreMHz = true, plannerreplay.DefaultCoreMHz
+		if v, ok := val("core-mhz"); ok {
+			if o.coreMHz, err = strconv.ParseFloat(v, 64); err != nil || !(o.coreMHz > 0) || math.IsInf(o.coreMHz, 0) {
+				return o, fmt.Errorf("flag -core-mhz: want a positive number of MHz, got %q", v)
+			}
+		}
+	}
 	return o, nil
+}
+
+// clientConfig is what each client holds besides its GPUs. Every
+// allocation asks a little CPU and memory, so a client holds one per GPU
+// whatever the machine has. Where jobs are sized (-sensitivity), each
+// client is one node of the spec with its cores, of coreMHz each, and its
+// memory, so that the planner's sizer sees the simulator's servers.
+func clientConfig(o options, gpus []int) (string, error) {
+	most := slices.Max(gpus)
+	cpu, mem := max(20000, 100*most), max(16384, 128*most)
+	if o.coreMHz > 0 {
+		nodes := specNodes(o.cluster)
+		if o.clients != len(nodes) {
+			return "", fmt.Errorf("flag -sensitivity: Synergy sizes each server, so each of the %d nodes of cluster %s needs a client of its own (-clients %d), got %d",
+				len(nodes), o.cluster.Name, len(nodes), o.clients)
+		}
+		var cpus, memGB float64
+		for _, g := range o.cluster.Groups {
+			if g.GPUs <= 0 {
+				continue
+			}
+			if cpus != 0 && (g.CPUs != cpus || g.MemoryGB != memGB) {
+				return "", fmt.Errorf("flag -sensitivity: the nodes of cluster %s differ in cores or memory; the clients share one configuration", o.cluster.Name)
+			}
+			cpus, memGB = g.CPUs, g.MemoryGB
+		}
+		cpu, mem = int(math.Round(cpus*o.coreMHz)), int(math.Round(memGB*1024))
+	}
+	return fmt.Sprintf("  cpu_total_compute = %d\n  memory_total_mb   = %d\n", cpu, mem), nil
 }
 
 func replay(ctx context.Context, args []string, o options) (int, error) {
@@ -260,12 +301,13 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	if o.lanes > 1 {
 		say("  every GPU cut into %d lanes", o.lanes)
 	}
-	most := slices.Max(gpus)
+	clientHCL, err := clientConfig(o, gpus)
+	if err != nil {
+		return 2, err
+	}
 	c, err := harness.Start(ctx, harness.Options{
-		Fleets: fleets,
-		// Every allocation asks a little CPU and memory; a client must
-		// hold one per GPU whatever the machine has.
-		ClientConfig: fmt.Sprintf("  cpu_total_compute = %d\n  memory_total_mb   = %d\n", max(20000, 100*most), max(16384, 128*most)),
+		Fleets:       fleets,
+		ClientConfig: clientHCL,
 		DeviceConfig: partition(o.lanes),
 		Logf:         func(f string, a ...any) { say("  "+f, a...) },
 	})
@@ -304,7 +346,8 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 	popts := harness.PlannerOptions{Policy: o.policy, QueueCuts: cuts, PromoteKnob: o.promoteKnob, Settle: o.settle,
 		MigrationCost:  time.Duration(o.migrationCost / o.timeScale * float64(time.Second)),
 		RotationPeriod: max(time.Duration(o.rotationPeriod/o.timeScale*float64(time.Second)), time.Millisecond),
-		PredictFloor:   max(time.Duration(policy.DefaultPredictFloor/o.timeScale*float64(time.Second)), time.Microsecond)}
+		PredictFloor:   max(time.Duration(policy.DefaultPredictFloor/o.timeScale*float64(time.Second)), time.Microsecond),
+		CoreMHz:        o.coreMHz}
 	if o.jobSizes != "" {
 		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
 		// -job-sizes gives it to the simulator: neither learns from

@@ -55,3 +55,38 @@ func TestThePlannerReadsTheSettle(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 0, off.Settle)
 }
+
+// With -sensitivity each client is one node of the spec: its cores of
+// -core-mhz each and its memory, so that the planner's sizer, reading
+// planning.core_mhz, sees the simulator's servers. It needs a client per
+// node; otherwise the clients hold one small allocation per GPU.
+func TestClientsHoldTheirNodesCoresWhereJobsAreSized(t *testing.T) {
+	base := []string{"-trace", "t.csv", "-cluster", "n4g4", "-policy", "fjf+count+synergy", "-time-scale", "10"}
+	for _, tc := range []struct {
+		extra   []string
+		coreMHz float64
+		want    string
+		fails   string
+	}{
+		{extra: nil, want: "  cpu_total_compute = 20000\n  memory_total_mb   = 16384\n"},
+		{extra: []string{"-sensitivity", "s.csv", "-clients", "4"}, coreMHz: 1000, want: "  cpu_total_compute = 40000\n  memory_total_mb   = 262144\n"},
+		{extra: []string{"-sensitivity", "s.csv", "-core-mhz", "500", "-clients", "4"}, coreMHz: 500, want: "  cpu_total_compute = 20000\n  memory_total_mb   = 262144\n"},
+		{extra: []string{"-sensitivity", "s.csv", "-clients", "2"}, coreMHz: 1000, fails: "needs a client of its own (-clients 4), got 2"},
+		{extra: []string{"-sensitivity", "s.csv", "-core-mhz", "0"}, fails: "flag -core-mhz"},
+	} {
+		o, _, err := scan(append(append([]string{}, base...), tc.extra...))
+		if err == nil {
+			must.Eq(t, tc.coreMHz, o.coreMHz)
+			var hcl string
+			hcl, err = clientConfig(o, []int{4, 4, 4, 4})
+			if err == nil {
+				must.Eq(t, tc.want, hcl, must.Sprint(tc.extra))
+				continue
+			}
+		}
+		if tc.fails == "" {
+			must.NoError(t, err, must.Sprint(tc.extra))
+		}
+		must.ErrorContains(t, err, tc.fails, must.Sprint(tc.extra))
+	}
+}

@@ -62,6 +62,13 @@ Trace and policy (as caravan sim):
   -throughputs FILE, -queue-cuts A,B, -promote-knob K, -fairness F,
   -jobs N, -load L, -seed S, -sizes SHAPE, -vc G, -max-duration S, -max-gpus N,
   -skip N, -take N
+  -sensitivity FILE    Synergy's sensitivity.csv, for a synergy sizer: each
+                       job gets a model from it (as caravan sim, by -seed),
+                       a profile named after the model with its
+                       sensitivity, and a workload as fast as its task's
+                       CPU and memory allow over the cluster's share
+  -core-mhz MHZ        with -sensitivity: the MHz of one profiled core, the
+                       planner's planning.core_mhz (default 1000)
   -lanes N, -lane-memory MB   the cluster's GPUs are cut into N lanes (the
                        simulator cuts every GPU so); each job's workload
                        then runs at 0.6 of its speed beside each partner
@@ -176,6 +183,7 @@ type replayFlags struct {
 	traceFlags
 	nomad                        nomadFlags
 	timeScale                    float64
+	coreMHz                      float64 // -core-mhz, with -sensitivity
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	roundDelay                   float64 // -1: measure on the live run
 	completionLag                float64 // -1: measure on the live run
@@ -237,6 +245,10 @@ func (f *replayFlags) check() error {
 		return usagef("flag -abort-latency must be a non-negative number of trace seconds")
 	case !(f.startJitter >= 0 && f.startJitter < 1):
 		return usagef("flag -start-jitter must be at least 0 and below 1 (a fraction of the start latency)")
+	case !(f.coreMHz > 0) || math.IsInf(f.coreMHz, 0):
+		return usagef("flag -core-mhz must be a positive number of MHz, got %g", f.coreMHz)
+	case f.sensitivity != "" && f.throughputs != "":
+		return usagef("flag -sensitivity: a replay job names one profile, so it takes -sensitivity or -throughputs, not both")
 	case f.workload == "" && !f.prepareOnly && f.from == "":
 		return usagef("flag -workload is required: the path of caravan-workload on the Nomad client nodes")
 	case f.workload != "" && !filepath.IsAbs(f.workload):
@@ -267,6 +279,8 @@ func (c *replayCommand) Run(args []string) int {
 	fs := newFlags("replay")
 	f.traceFlags.register(fs)
 	f.nomad.register(fs)
+	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
+	fs.Float64Var(&f.coreMHz, "core-mhz", replay.DefaultCoreMHz, "")
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.roundDelay, "round-delay", -1, "")
@@ -366,6 +380,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	}
 	plan, err := replay.Prepare(replay.Config{
 		Jobs: in.jobs, Cluster: in.cluster, Throughputs: in.tputs, Policy: pol.Name, Timeout: timeout, Log: log,
+		Sensitivity: in.cfg.Sensitivity, CoreMHz: f.coreMHz,
 		Progress: progress,
 		Job: replay.JobOptions{Prefix: "replay-" + run + "-", TimeScale: f.timeScale, Workload: f.workload,
 			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.cpu, MemoryMB: f.memory,

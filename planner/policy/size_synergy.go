@@ -20,6 +20,7 @@ type SensitivityRow struct {
 // Sensitivity is Synergy's per-model throughput over CPU and memory.
 type Sensitivity struct {
 	grids map[string]map[int]*sensGrid
+	rows  []SensitivityRow
 }
 
 type sensGrid struct {
@@ -42,7 +43,7 @@ func NewSensitivity(rows []SensitivityRow) (*Sensitivity, error) {
 		}
 		pts[key{r.Model, r.GPUs}] = append(pts[key{r.Model, r.GPUs}], r)
 	}
-	s := &Sensitivity{grids: map[string]map[int]*sensGrid{}}
+	s := &Sensitivity{grids: map[string]map[int]*sensGrid{}, rows: slices.Clone(rows)}
 	for k, rs := range pts {
 		g := &sensGrid{}
 		for _, r := range rs {
@@ -102,6 +103,34 @@ func (s *Sensitivity) Models() []string {
 		out = append(out, m)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Rows are model's profiled points, as given.
+func (s *Sensitivity) Rows(model string) []SensitivityRow {
+	var out []SensitivityRow
+	for _, r := range s.rows {
+		if r.Model == model {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Grid is the grid the sizer reads for model on gpus GPUs, every cell
+// filled: CPUs and GB per GPU, and the throughput there. None when the
+// model is unknown.
+func (s *Sensitivity) Grid(model string, gpus int) [][3]float64 {
+	g := s.grid(model, gpus)
+	if g == nil {
+		return nil
+	}
+	var out [][3]float64
+	for ci, c := range g.cpus {
+		for mi, m := range g.mems {
+			out = append(out, [3]float64{c, m, g.val[ci][mi]})
+		}
+	}
 	return out
 }
 

@@ -130,8 +130,11 @@ func (p Profile) Validate() error {
 		}
 	}
 	for i, pt := range p.Sensitivity {
-		if pt.GPUs <= 0 || pt.CPUsPerGPU <= 0 || pt.MemGBPerGPU <= 0 || pt.Throughput <= 0 {
-			return fmt.Errorf("sensitivity[%d]: gpus, cpus_per_gpu, mem_gb_per_gpu and throughput must all be positive", i)
+		// A throughput of 0 is a point where the model cannot train (its
+		// memory runs out there), as Synergy's table has them.
+		if pt.GPUs <= 0 || pt.CPUsPerGPU <= 0 || pt.MemGBPerGPU <= 0 || !(pt.Throughput >= 0) || math.IsInf(pt.Throughput, 0) ||
+			math.IsInf(pt.CPUsPerGPU, 0) || math.IsInf(pt.MemGBPerGPU, 0) {
+			return fmt.Errorf("sensitivity[%d]: gpus, cpus_per_gpu and mem_gb_per_gpu must be positive and throughput at least 0", i)
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/caravan-gpu/caravan/planner/cluster"
 	"github.com/caravan-gpu/caravan/planner/consulx"
 	"github.com/caravan-gpu/caravan/planner/plannerapi"
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/sim"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
@@ -33,6 +34,11 @@ type Config struct {
 	Jobs        []trace.Job
 	Cluster     trace.Cluster
 	Throughputs *trace.Throughputs
+	// Sensitivity, when set, is Synergy's table: each job of a model in
+	// it runs as fast as its task's CPU and memory allow, CoreMHz a core
+	// (SensitiveWork).
+	Sensitivity *policy.Sensitivity
+	CoreMHz     float64
 	// Policy names the live run in its results.
 	Policy string
 	Job    JobOptions
@@ -80,9 +86,22 @@ func Prepare(cfg Config) (*Plan, error) {
 	}
 	models := slices.Sorted(slices.Values(cfg.Cluster.Models()))
 	p := &Plan{cfg: cfg, IDs: JobIDs(cfg.Job.Prefix, cfg.Jobs), log: cfg.Log}
+	var share [2]float64
+	if cfg.Sensitivity != nil {
+		var err error
+		if share, err = ProportionalShare(cfg.Cluster); err != nil {
+			return nil, err
+		}
+		if !(cfg.CoreMHz > 0) {
+			return nil, fmt.Errorf("a replay with a sensitivity table needs the MHz of a core (got %g)", cfg.CoreMHz)
+		}
+	}
 	for _, j := range cfg.Jobs {
 		w, err := PlanWork(j, models, cfg.Throughputs, cfg.Job)
 		if err != nil {
+			return nil, err
+		}
+		if err := SensitiveWork(&w, j, models, cfg.Sensitivity, share, cfg.CoreMHz); err != nil {
 			return nil, err
 		}
 		p.Works = append(p.Works, w)
@@ -91,6 +110,31 @@ func Prepare(cfg Config) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// ProportionalShare is the cores and GB per GPU of the cluster's nodes, the
+// share at which a sensitivity table's throughput is 1: every node must
+// have the same, since a workload knows one share.
+func ProportionalShare(c trace.Cluster) ([2]float64, error) {
+	var share [2]float64
+	for i, g := range c.Groups {
+		if g.GPUs <= 0 {
+			continue
+		}
+		s := [2]float64{g.CPUs / float64(g.GPUs), g.MemoryGB / float64(g.GPUs)}
+		if !(s[0] > 0 && s[1] > 0) {
+			return share, fmt.Errorf("cluster %s: node group %d has no CPUs or memory to size jobs with", c.Name, i+1)
+		}
+		if share != ([2]float64{}) && s != share {
+			return share, fmt.Errorf("cluster %s: node groups hold %g cores and %g GB per GPU and %g and %g: a replay with a sensitivity table needs one share",
+				c.Name, share[0], share[1], s[0], s[1])
+		}
+		share = s
+	}
+	if share == ([2]float64{}) {
+		return share, fmt.Errorf("cluster %s has no GPU nodes", c.Name)
+	}
+	return share, nil
 }
 
 // WriteProfiles writes the throughput profiles the jobs name into Consul

@@ -14,6 +14,7 @@
 package replay
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/caravan-gpu/caravan/driver/workload"
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/profile"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
@@ -46,7 +48,10 @@ const MetaTraceID = "caravan.replay.trace_id"
 const (
 	DefaultIteration = 200 * time.Millisecond
 	DefaultCPU       = 20 // MHz per allocation
-	DefaultMemoryMB  = 64
+	// DefaultCoreMHz is a profiled core in Nomad's MHz, in a replay with
+	// a sensitivity table: the planner's planning.core_mhz there.
+	DefaultCoreMHz  = 1000
+	DefaultMemoryMB = 64
 	// minIteration keeps a zero-length job a valid workload run.
 	minIteration = time.Millisecond
 )
@@ -109,6 +114,11 @@ type Work struct {
 	// Profile names the throughput profile written for the job, "" without
 	// rates.
 	Profile string
+	// Sensitivity is, for a job of a Synergy model, the model's profiled
+	// points, written in its profile for the planner's sizer; Host makes
+	// its workload as fast as its task's CPU and memory allow.
+	Sensitivity []profile.SensitivityPoint
+	Host        *workload.HostSpeed
 }
 
 // PlanWork works out what caravan-workload runs for trace job j on a
@@ -170,7 +180,7 @@ func Profiles(works []Work) ([]profile.Profile, error) {
 		if w.Profile == "" {
 			continue
 		}
-		p := profile.Profile{Name: w.Profile, Throughput: w.Rates}
+		p := profile.Profile{Name: w.Profile, Throughput: w.Rates, Sensitivity: w.Sensitivity}
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("profile %s: %w", w.Profile, err)
 		}
@@ -246,6 +256,10 @@ func JobSpec(o JobOptions, id string, j trace.Job, w Work) *api.Job {
 	}
 	if o.SharedSpeed > 0 {
 		args = append(args, "-shared-speed", strconv.FormatFloat(o.SharedSpeed, 'g', -1, 64))
+	}
+	if w.Host != nil {
+		host, _ := json.Marshal(w.Host)
+		args = append(args, "-host-speed", string(host))
 	}
 	meta := map[string]string{
 		cluster.MetaPolicy:   "default",
@@ -333,3 +347,33 @@ func Fit(jobs []trace.Job, works []Work, c trace.Cluster) error {
 
 // ErrNoJobs is returned for an empty trace.
 var ErrNoJobs = errors.New("the trace has no jobs")
+
+// SensitiveWork makes w a Synergy job's: its profile is its model's (named
+// after the model, as the planner's sizer looks it up), throughput 1 on
+// every model of the cluster, with the model's sensitivity, and its
+// workload runs as fast as its task's CPU and memory allow relative to
+// share, the cores and GB per GPU of the cluster's proportional share, a
+// core worth coreMHz. A job with no model is left as it is.
+func SensitiveWork(w *Work, j trace.Job, models []string, sens *policy.Sensitivity, share [2]float64, coreMHz float64) error {
+	if sens == nil || j.Model == "" {
+		return nil
+	}
+	if len(w.Rates) > 0 {
+		return fmt.Errorf("trace job %s: a job with throughputs and a Synergy model names two profiles", j.ID)
+	}
+	grid := sens.Grid(j.Model, max(j.GPUs, 1))
+	if grid == nil {
+		return fmt.Errorf("trace job %s: model %q is not in the sensitivity table", j.ID, j.Model)
+	}
+	w.Profile = j.Model
+	w.Rates = map[string]float64{}
+	for _, m := range models {
+		w.Rates[m] = 1
+	}
+	w.Sensitivity = nil
+	for _, r := range sens.Rows(j.Model) {
+		w.Sensitivity = append(w.Sensitivity, profile.SensitivityPoint{GPUs: r.GPUs, CPUsPerGPU: r.CPUsPerGPU, MemGBPerGPU: r.MemGBPerGPU, Throughput: r.Throughput})
+	}
+	w.Host = &workload.HostSpeed{CoreMHz: coreMHz, Share: share, Points: grid}
+	return nil
+}

@@ -8,7 +8,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/caravan-gpu/caravan/driver/workload"
 	"github.com/caravan-gpu/caravan/planner/cluster"
+	"github.com/caravan-gpu/caravan/planner/policy"
 	"github.com/caravan-gpu/caravan/planner/trace"
 )
 
@@ -206,4 +208,49 @@ func TestFit(t *testing.T) {
 			must.ErrorContains(t, err, tc.wantErr)
 		})
 	}
+}
+
+// A Synergy job's replay: a profile named after its model with every
+// profiled point of it, throughput 1 on each model of the cluster, and a
+// workload told the grid its sizer reads and the cluster's share, which
+// it passes as -host-speed. A job without a model is left alone; one of a
+// model the table lacks, or with throughputs too, is an error.
+func TestSensitiveWork(t *testing.T) {
+	sens, err := policy.NewSensitivity([]policy.SensitivityRow{
+		{Model: "res18", GPUs: 1, CPUsPerGPU: 1, MemGBPerGPU: 62.5, Throughput: 0.5},
+		{Model: "res18", GPUs: 1, CPUsPerGPU: 6, MemGBPerGPU: 62.5, Throughput: 2},
+		{Model: "res18", GPUs: 2, CPUsPerGPU: 3, MemGBPerGPU: 62.5, Throughput: 1},
+		{Model: "bert", GPUs: 1, CPUsPerGPU: 3, MemGBPerGPU: 62.5, Throughput: 0},
+	})
+	must.NoError(t, err)
+	n4g4, err := trace.ParseShorthand("n4g4")
+	must.NoError(t, err)
+	share, err := ProportionalShare(n4g4)
+	must.NoError(t, err)
+	must.Eq(t, [2]float64{10, 64}, share)
+
+	var w Work
+	must.NoError(t, SensitiveWork(&w, trace.Job{ID: "a", GPUs: 1, Model: "res18"}, []string{"V100"}, sens, share, 1000))
+	must.Eq(t, "res18", w.Profile)
+	must.Eq(t, map[string]float64{"V100": 1}, w.Rates)
+	must.SliceLen(t, 3, w.Sensitivity)
+	must.Eq(t, &workload.HostSpeed{CoreMHz: 1000, Share: share, Points: [][3]float64{{1, 62.5, 0.5}, {6, 62.5, 2}}}, w.Host)
+	ps, err := Profiles([]Work{w})
+	must.NoError(t, err)
+	must.Eq(t, 3, len(ps[0].Sensitivity))
+	args := JobSpec(JobOptions{TimeScale: 1}, "replay-x-a", trace.Job{ID: "a", GPUs: 1}, w).TaskGroups[0].Tasks[0].Config["args"].([]string)
+	must.Eq(t, "-host-speed", args[len(args)-2])
+	h, err := workload.ParseHostSpeed(args[len(args)-1])
+	must.NoError(t, err)
+	must.Eq(t, w.Host, h)
+
+	var plain Work
+	must.NoError(t, SensitiveWork(&plain, trace.Job{ID: "b", GPUs: 1}, []string{"V100"}, sens, share, 1000))
+	must.Eq(t, Work{}, plain)
+	must.ErrorContains(t, SensitiveWork(&Work{}, trace.Job{ID: "c", Model: "vgg"}, []string{"V100"}, sens, share, 1000), `model "vgg" is not in the sensitivity table`)
+	must.ErrorContains(t, SensitiveWork(&Work{Rates: map[string]float64{"V100": 2}}, trace.Job{ID: "d", Model: "bert"}, []string{"V100"}, sens, share, 1000), "two profiles")
+
+	mixed := trace.Cluster{Name: "mixed", Groups: []trace.NodeGroup{{Count: 1, GPUModel: "V100", GPUs: 4, CPUs: 40, MemoryGB: 256}, {Count: 1, GPUModel: "K80", GPUs: 4, CPUs: 16, MemoryGB: 256}}}
+	_, err = ProportionalShare(mixed)
+	must.ErrorContains(t, err, "needs one share")
 }

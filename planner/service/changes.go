@@ -48,7 +48,7 @@ func settled(now time.Time, j *cluster.Job) bool {
 // job's decision in rank order with its change, if any.
 // restarting lists the jobs held to restart (see enact.Job.Restarting).
 func (p *Planner) targets(state *cluster.State, index []*cluster.Job, r *policy.Result, restarting map[string]bool) ([]target, enact.Phases) {
-	inv := inventory(state)
+	inv := inventory(state, p.cfg.CoreMHz)
 	jobs := make([]enact.Job, len(index))
 	for i, j := range index {
 		cpu, _, mem := cluster.GPUTaskResources(j.Spec)
@@ -101,8 +101,9 @@ func (p *Planner) released(stubs []*api.JobListStub) []enact.Change {
 	return out
 }
 
-// inventory is what the change layer needs to know of the cluster.
-func inventory(state *cluster.State) enact.Inventory {
+// inventory is what the change layer needs to know of the cluster; coreMHz
+// is planning.core_mhz.
+func inventory(state *cluster.State, coreMHz float64) enact.Inventory {
 	inv := enact.Inventory{Offers: map[string]enact.Offer{}, Smallest: map[string]enact.Capacity{}}
 	smaller := func(key string, c enact.Capacity) {
 		old, ok := inv.Smallest[key]
@@ -120,7 +121,7 @@ func inventory(state *cluster.State) enact.Inventory {
 		if len(n.GPUs) == 0 {
 			continue
 		}
-		c := enact.Capacity{CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024}
+		c := enact.Capacity{CPUs: nodeCores(n, coreMHz), MemoryGB: float64(n.MemoryMB) / 1024}
 		smaller("", c)
 		for _, g := range n.GPUs {
 			o := inv.Offers[g.Model]
@@ -130,13 +131,17 @@ func inventory(state *cluster.State) enact.Inventory {
 			smaller(g.Model, c)
 		}
 	}
-	inv.MHzPerCore = mhzPerCore(state.Nodes)
+	inv.MHzPerCore = mhzPerCore(state.Nodes, coreMHz)
 	return inv
 }
 
-// mhzPerCore converts between the sizer's cores and Nomad's MHz: that of
-// the first GPU node that reports its cores.
-func mhzPerCore(nodes []*cluster.Node) float64 {
+// mhzPerCore converts between the sizer's cores and Nomad's MHz:
+// planning.core_mhz when set, else that of the first GPU node that
+// reports its cores.
+func mhzPerCore(nodes []*cluster.Node, coreMHz float64) float64 {
+	if coreMHz > 0 {
+		return coreMHz
+	}
 	for _, n := range nodes {
 		if len(n.GPUs) > 0 && n.CPUCores > 0 {
 			return float64(n.CPUMHz) / float64(n.CPUCores)
@@ -199,4 +204,13 @@ func (p *Planner) apply(ctx context.Context, phases enact.Phases, specs map[stri
 			"jobs", stats.StopsPending, "waited", stats.StopWait)
 	}
 	return results
+}
+
+// nodeCores is a node's CPU in the sizer's cores: its bandwidth in cores
+// of planning.core_mhz when that is set, else the cores Nomad counts.
+func nodeCores(n *cluster.Node, coreMHz float64) float64 {
+	if coreMHz > 0 {
+		return float64(n.CPUMHz) / coreMHz
+	}
+	return float64(n.CPUCores)
 }

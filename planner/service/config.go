@@ -80,6 +80,10 @@ type PlanningBlock struct {
 	// PredictFloor is the default policy's floor, a duration of GPU
 	// service (policy.Config.PredictFloor).
 	PredictFloor string `hcl:"predict_floor,optional"`
+	// CoreMHz is what one core of a sensitivity profile is worth in
+	// Nomad's MHz, for Synergy's sizing; 0: each node's own, its CPU
+	// bandwidth over its cores.
+	CoreMHz float64 `hcl:"core_mhz,optional"`
 	// StopWait bounds how long a round that preempts waits for Nomad to
 	// mark the stopped allocations stopped before it writes its starts.
 	StopWait    string    `hcl:"stop_wait,optional"`
@@ -126,6 +130,9 @@ type Settings struct {
 	RotationPeriod time.Duration
 	// PredictFloor is predict's floor (policy.Config.PredictFloor).
 	PredictFloor time.Duration
+	// CoreMHz is planning.core_mhz: the MHz one profiled core stands for;
+	// 0: each node's bandwidth over its cores.
+	CoreMHz float64
 	// StopWait bounds a round's wait, after its preemptions, for Nomad to
 	// mark the stopped allocations stopped (rewrite.Writer.StopWait).
 	StopWait    time.Duration
@@ -296,6 +303,10 @@ func (p *PlanningBlock) apply(s *Settings, bad badField) error {
 	if s.RotationPeriod, err = duration(p.RotationPeriod, s.RotationPeriod); err != nil || s.RotationPeriod <= 0 {
 		return bad("planning.rotation_period", "must be a positive duration like \"6m\", got %q", p.RotationPeriod)
 	}
+	if p.CoreMHz < 0 || math.IsNaN(p.CoreMHz) || math.IsInf(p.CoreMHz, 0) {
+		return bad("planning.core_mhz", "must be a positive number of MHz (0: each node's own), got %g", p.CoreMHz)
+	}
+	s.CoreMHz = p.CoreMHz
 	if s.PredictFloor, err = duration(p.PredictFloor, s.PredictFloor); err != nil || s.PredictFloor <= 0 {
 		return bad("planning.predict_floor", "must be a positive duration like \"1s\", got %q", p.PredictFloor)
 	}

@@ -319,6 +319,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`planning { settle = "1m" }`:              "planning.settle",
 		`planning { stop_wait = "0s" }`:           "planning.stop_wait",
 		`planning { stop_wait = "a while" }`:      "planning.stop_wait",
+		`planning { core_mhz = -1 }`:              "planning.core_mhz",
+		`planning { core_mhz = "fast" }`:          "planner.hcl:1,24",
 	}
 	for src, want := range cases {
 		_, err := ParseConfig("planner.hcl", []byte(src))

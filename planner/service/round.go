@@ -70,7 +70,7 @@ func (p *Planner) round(ctx context.Context, round *plannerapi.Round) error {
 	p.noteCompletions(ctx, state, stubs, allocs, leader)
 
 	p.mu.Lock()
-	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, sizes: p.sizes, finished: p.finished})
+	snap, index := toSnapshot(snapshotInput{state: state, memory: p.memory, profiles: p.profiles, sizes: p.sizes, finished: p.finished, coreMHz: p.cfg.CoreMHz})
 	result, replanned := p.plan(snap)
 	restarting := map[string]bool{}
 	for key, m := range p.memory {

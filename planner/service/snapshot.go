@@ -36,6 +36,8 @@ type snapshotInput struct {
 	profiles map[string]profile.Profile
 	sizes    *policy.SizeDistribution
 	finished *policy.History
+	// coreMHz is planning.core_mhz.
+	coreMHz float64
 }
 
 // toSnapshot converts the live cluster state into the policy's Snapshot, the
@@ -44,7 +46,7 @@ type snapshotInput struct {
 func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) {
 	st := in.state
 	snap = &policy.Snapshot{Now: unix(st.Time)}
-	perCore := mhzPerCore(st.Nodes)
+	perCore := mhzPerCore(st.Nodes, in.coreMHz)
 	// where maps node ID and device instance ID to the policy's GPU and
 	// lane, so that running jobs carry their placement: without it the
 	// policy counts every lane job as a whole GPU of its own.
@@ -54,7 +56,7 @@ func toSnapshot(in snapshotInput) (snap *policy.Snapshot, index []*cluster.Job) 
 		for _, g := range n.GPUs {
 			groupModel[g.Name] = g.Model
 		}
-		pn := policy.Node{ID: n.ID, CPUs: float64(n.CPUCores), MemoryGB: float64(n.MemoryMB) / 1024, Healthy: n.Ready}
+		pn := policy.Node{ID: n.ID, CPUs: nodeCores(n, in.coreMHz), MemoryGB: float64(n.MemoryMB) / 1024, Healthy: n.Ready}
 		for _, g := range n.GPUs {
 			gpus, at := physicalGPUs(g)
 			for id, gl := range at {

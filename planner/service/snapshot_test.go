@@ -152,6 +152,14 @@ func TestSnapshotCarriesWhatARunningJobHolds(t *testing.T) {
 	must.Eq(t, [2]float64{6, 16}, [2]float64{snap.Jobs[0].CPUs, snap.Jobs[0].MemoryGB})
 	must.Eq(t, [2]float64{5, 1}, [2]float64{snap.Jobs[1].CPUs, snap.Jobs[1].MemoryGB})
 	must.Eq(t, [2]float64{0, 0}, [2]float64{snap.Jobs[2].CPUs, snap.Jobs[2].MemoryGB})
+	must.Eq(t, 16.0, snap.Nodes[1].CPUs)
+
+	// planning.core_mhz: a profiled core is worth 500 MHz here, so the
+	// node's 32,000 MHz are 64 cores, and 6,000 MHz a task 12.
+	snap, _ = toSnapshot(snapshotInput{state: state, memory: map[string]*memory{}, coreMHz: 500})
+	must.Eq(t, 64.0, snap.Nodes[1].CPUs)
+	must.Eq(t, 24.0, snap.Jobs[0].CPUs)
+	must.Eq(t, 5.0, snap.Jobs[1].CPUs)
 }
 
 // A job held to restart (a Migrate change written) stays restarting while
