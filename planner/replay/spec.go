@@ -353,17 +353,19 @@ var ErrNoJobs = errors.New("the trace has no jobs")
 // every model of the cluster, with the model's sensitivity, and its
 // workload runs as fast as its task's CPU and memory allow relative to
 // share, the cores and GB per GPU of the cluster's proportional share, a
-// core worth coreMHz. A job with no model is left as it is.
+// core worth coreMHz. A job with no model, or one the table lacks (the
+// sizer gives it the proportional share, at which it runs as fast), is
+// left as it is.
 func SensitiveWork(w *Work, j trace.Job, models []string, sens *policy.Sensitivity, share [2]float64, coreMHz float64) error {
 	if sens == nil || j.Model == "" {
 		return nil
 	}
-	if len(w.Rates) > 0 {
-		return fmt.Errorf("trace job %s: a job with throughputs and a Synergy model names two profiles", j.ID)
-	}
 	grid := sens.Grid(j.Model, max(j.GPUs, 1))
 	if grid == nil {
-		return fmt.Errorf("trace job %s: model %q is not in the sensitivity table", j.ID, j.Model)
+		return nil
+	}
+	if len(w.Rates) > 0 {
+		return fmt.Errorf("trace job %s: a job with throughputs and a Synergy model names two profiles", j.ID)
 	}
 	w.Profile = j.Model
 	w.Rates = map[string]float64{}

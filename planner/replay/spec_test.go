@@ -213,8 +213,9 @@ func TestFit(t *testing.T) {
 // A Synergy job's replay: a profile named after its model with every
 // profiled point of it, throughput 1 on each model of the cluster, and a
 // workload told the grid its sizer reads and the cluster's share, which
-// it passes as -host-speed. A job without a model is left alone; one of a
-// model the table lacks, or with throughputs too, is an error.
+// it passes as -host-speed. A job without a model, or of one the table
+// lacks, is left alone (sized at the share, it runs as fast); one with
+// throughputs too is an error.
 func TestSensitiveWork(t *testing.T) {
 	sens, err := policy.NewSensitivity([]policy.SensitivityRow{
 		{Model: "res18", GPUs: 1, CPUsPerGPU: 1, MemGBPerGPU: 62.5, Throughput: 0.5},
@@ -247,7 +248,8 @@ func TestSensitiveWork(t *testing.T) {
 	var plain Work
 	must.NoError(t, SensitiveWork(&plain, trace.Job{ID: "b", GPUs: 1}, []string{"V100"}, sens, share, 1000))
 	must.Eq(t, Work{}, plain)
-	must.ErrorContains(t, SensitiveWork(&Work{}, trace.Job{ID: "c", Model: "vgg"}, []string{"V100"}, sens, share, 1000), `model "vgg" is not in the sensitivity table`)
+	must.NoError(t, SensitiveWork(&plain, trace.Job{ID: "c", GPUs: 1, Model: "vgg19"}, []string{"V100"}, sens, share, 1000))
+	must.Eq(t, Work{}, plain)
 	must.ErrorContains(t, SensitiveWork(&Work{Rates: map[string]float64{"V100": 2}}, trace.Job{ID: "d", Model: "bert"}, []string{"V100"}, sens, share, 1000), "two profiles")
 
 	mixed := trace.Cluster{Name: "mixed", Groups: []trace.NodeGroup{{Count: 1, GPUModel: "V100", GPUs: 4, CPUs: 40, MemoryGB: 256}, {Count: 1, GPUModel: "K80", GPUs: 4, CPUs: 16, MemoryGB: 256}}}
