@@ -65,7 +65,7 @@ func readSavedReplay(dir string, in *traceInputs) (*replay.Result, replayInfo, e
 	for i, tj := range tl.Jobs {
 		var runs []replay.TaskRun
 		for _, t := range tj.Tasks {
-			runs = append(runs, replay.TaskRun{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU, Model: t.Model})
+			runs = append(runs, replay.TaskRun{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU, Model: t.Model, Speed: t.Speed})
 			end = max(end, t.End)
 		}
 		res.Tasks = append(res.Tasks, runs)

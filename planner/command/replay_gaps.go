@@ -269,6 +269,9 @@ type timelineTask struct {
 	// Model is the GPU model it ran on; absent where unknown, and in a
 	// timeline written before models were kept.
 	Model string `json:"model,omitempty"`
+	// Speed is how fast its CPU and memory let it train over the share,
+	// for a job sized by Synergy's table; absent otherwise.
+	Speed float64 `json:"speed,omitempty"`
 }
 
 type timelineJob struct {
@@ -300,7 +303,7 @@ func writeTimeline(path string, res *replay.Result) error {
 		}
 		if i < len(res.Tasks) {
 			for _, t := range res.Tasks[i] {
-				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU, Model: t.Model})
+				tj.Tasks = append(tj.Tasks, timelineTask{Placed: t.Placed, Start: t.Start, End: t.End, Node: t.Node, GPU: t.GPU, Model: t.Model, Speed: t.Speed})
 			}
 		}
 		if i < len(res.Releases) {

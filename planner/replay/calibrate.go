@@ -130,6 +130,11 @@ func (l Live) firstTasks(i int) []TaskRun {
 // average JCT as much as many that take a little longer. It also returns
 // how many jobs it saw.
 //
+// A task sized by Synergy's table (TaskRun.Speed) is measured against its
+// work at the speed its own CPU and memory allowed, since the live and
+// simulated runs may size a job differently (another moment, another
+// server's room); a job either side re-sized (a restart) is left out.
+//
 // A task on a lane is measured against its own live partners instead:
 // who shares a GPU depends on the moment each job starts, so the live
 // pairing differs from the simulated one, and the difference is not a
@@ -148,12 +153,18 @@ func (l Live) RunOverhead(ideal *sim.Result) (float64, int) {
 			continue
 		}
 		tasks := l.firstTasks(i)
+		if tasks[0].Speed > 0 && (s.Migrations > 0 || len(l.Tasks[i]) > len(tasks)) {
+			continue
+		}
 		_, joined, _ := startSpan(tasks)
 		longest := math.Inf(-1)
 		for _, t := range tasks {
 			want := s.Finish - s.Start
 			if t.GPU != "" && l.SharedSpeed > 0 {
 				want = sharedRunTime(t, partners[laneGPU{t.Node, t.GPU}], s.Isolated, l.SharedSpeed)
+			}
+			if t.Speed > 0 {
+				want = s.Isolated / t.Speed
 			}
 			from := joined
 			if l.IndependentWorkers {

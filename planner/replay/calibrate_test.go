@@ -177,6 +177,35 @@ func TestRunOverheadOnALaneCountsItsLivePartners(t *testing.T) {
 	must.Greater(t, 30, whole)
 }
 
+// A task Synergy's table sized is measured against its work at the speed
+// its own CPU and memory gave it: live, a (120 s of work) got 2× its
+// share and ran 63 s; the simulator gave it 1.5× (80 s). b got its share
+// both sides and ran 3 s longer live. c was re-sized in the simulation (a
+// restart), d restarted live: both are left out. Each ran 3 s longer.
+func TestRunOverheadOfASizedJobCountsItsOwnSpeed(t *testing.T) {
+	ideal := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Start: 0, Finish: 80, Isolated: 120, GPUModel: "V100"},
+		{ID: "b", GPUs: 1, Start: 0, Finish: 50, Isolated: 50, GPUModel: "V100"},
+		{ID: "c", GPUs: 1, Start: 0, Finish: 90, Isolated: 50, Migrations: 1, GPUModel: "V100"},
+		{ID: "d", GPUs: 1, Start: 0, Finish: 50, Isolated: 50, GPUModel: "V100"},
+	}}
+	live := &sim.Result{Jobs: []sim.JobResult{
+		{ID: "a", GPUs: 1, Start: 10, Finish: 73, GPUModel: "V100"},
+		{ID: "b", GPUs: 1, Start: 10, Finish: 63, GPUModel: "V100"},
+		{ID: "c", GPUs: 1, Start: 10, Finish: 30, GPUModel: "V100"},
+		{ID: "d", GPUs: 1, Start: 10, Finish: 200, GPUModel: "V100"},
+	}}
+	tasks := [][]TaskRun{
+		{{Start: 10, End: 73, Speed: 2}},
+		{{Start: 10, End: 63, Speed: 1}},
+		{{Start: 10, End: 30, Speed: 3}},
+		{{Start: 10, End: 40, Speed: 1}, {Start: 100, End: 200, Speed: 0.5}},
+	}
+	d, n := Live{Jobs: live, Tasks: tasks}.RunOverhead(ideal)
+	must.Eq(t, 2, n)
+	must.Eq(t, 3.0, d)
+}
+
 // Work on a lane runs at the pace its partners leave it, partner by
 // partner, and alone once they have gone.
 func TestSharedRunTime(t *testing.T) {

@@ -325,6 +325,9 @@ type TaskRun struct {
 	Start, End, Placed float64
 	Node, GPU          string
 	Model              string // the GPU model it ran on; "" when unknown
+	// Speed is how many times faster than at the share its CPU and memory
+	// let it train (Work.Host); 0 for a job not sized so.
+	Speed float64
 }
 
 // RanOn are the GPU models of runs, in order of start, a model given once
@@ -551,8 +554,11 @@ func (p *Plan) result(n Nomad, tr *tracker, clock Clock, subs *submissions, begi
 		res.StopDelays = append(res.StopDelays, stopDelays(clock, tr.history[i].Holds, o.Stops)...)
 		res.AbortDelays = append(res.AbortDelays, abortDelays(clock, tr.history[i].Holds, o.Aborts)...)
 		for _, r := range o.Runs {
-			res.Tasks[i] = append(res.Tasks[i], TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed),
-				Node: r.Node, GPU: r.GPU, Model: r.Model})
+			t := TaskRun{Start: clock.Trace(r.Start), End: clock.Trace(r.End), Placed: clock.Trace(r.Placed), Node: r.Node, GPU: r.GPU, Model: r.Model}
+			if h := p.Works[i].Host; h != nil && r.CPUMHz > 0 {
+				t.Speed, _ = h.Factor(r.CPUMHz, r.MemoryMB)
+			}
+			res.Tasks[i] = append(res.Tasks[i], t)
 		}
 		if severalModels {
 			res.Sim.Jobs[i].RanOn = RanOn(res.Tasks[i])

@@ -25,6 +25,8 @@ type Run struct {
 	// GPU is the physical GPU of the lane the allocation ran on; "" for
 	// a whole GPU.
 	GPU string
+	// CPUMHz and MemoryMB are what Nomad gave its task; 0 where unknown.
+	CPUMHz, MemoryMB float64
 }
 
 // Outcome is one job's course as Nomad recorded it, in real time.
@@ -92,6 +94,9 @@ func ReadOutcome(allocs []*api.AllocationListStub, count int, models map[string]
 				o.Start = start
 			}
 			r := Run{Start: start, End: end, Model: model, Placed: time.Unix(0, a.CreateTime), Node: a.NodeID, GPU: allocLaneGPU(a)}
+			if ar := a.AllocatedResources; ar != nil && ar.Tasks[TaskName] != nil {
+				r.CPUMHz, r.MemoryMB = float64(ar.Tasks[TaskName].Cpu.CpuShares), float64(ar.Tasks[TaskName].Memory.MemoryMB)
+			}
 			if r.End.IsZero() {
 				r.End = now
 			}

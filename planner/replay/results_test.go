@@ -213,6 +213,18 @@ func TestReadOutcomeCountsTheNodesOfTheFinishingRun(t *testing.T) {
 	must.Eq(t, 0, o.Nodes, must.Sprint("not finished"))
 }
 
+// A run keeps the CPU and memory Nomad gave its task, which a job sized
+// by Synergy's table trains at; a stub without them reads 0.
+func TestReadOutcomeKeepsWhatTheTaskWasGiven(t *testing.T) {
+	models := map[string]string{"GPU-v-0": "V100", "GPU-v-1": "V100"}
+	sized := alloc("a1", 0, "run", "complete", 1, 5, false, "GPU-v-0")
+	sized.AllocatedResources = &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+		TaskName: {Cpu: api.AllocatedCpuResources{CpuShares: 6000}, Memory: api.AllocatedMemoryResources{MemoryMB: 64000}}}}
+	o := ReadOutcome([]*api.AllocationListStub{sized, alloc("a2", 1, "run", "complete", 1, 5, false, "GPU-v-1")}, 2, models, at(100))
+	must.Eq(t, [2]float64{6000, 64000}, [2]float64{o.Runs[0].CPUMHz, o.Runs[0].MemoryMB})
+	must.Eq(t, [2]float64{0, 0}, [2]float64{o.Runs[1].CPUMHz, o.Runs[1].MemoryMB})
+}
+
 // A run on a lane keeps the lane's physical GPU, read from its instance
 // ID, and keeps the model its instance maps to; a run on a whole GPU keeps
 // no lane GPU.
