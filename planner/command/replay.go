@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -87,7 +88,10 @@ Replay:
                        once all have started (default true)
   -iteration D         real time of one workload iteration, the most a
                        preemption loses (default 200ms)
-  -cpu MHZ, -memory MB what each allocation asks for (default 20, 64)
+  -cpu MHZ, -memory MB what each allocation asks for (default 20, 64; with
+                       -sensitivity, the cluster's proportional share per
+                       GPU, so that a job the policy does not size runs at
+                       it, as simulated)
   -timeout D           stop waiting after D; jobs left are unfinished
                        (default: 3 × the simulated makespan ÷ S + 2m)
   -run ID              run ID in job IDs (default: random)
@@ -184,6 +188,7 @@ type replayFlags struct {
 	nomad                        nomadFlags
 	timeScale                    float64
 	coreMHz                      float64 // -core-mhz, with -sensitivity
+	cpuSet, memorySet            bool    // -cpu, -memory given, with -sensitivity
 	startLatency, runOverhead    float64 // -1: measure on the live run
 	roundDelay                   float64 // -1: measure on the live run
 	completionLag                float64 // -1: measure on the live run
@@ -317,6 +322,13 @@ func (c *replayCommand) Run(args []string) int {
 	if fs.NArg() > 0 {
 		return fail(c.ui, "replay", usagef("unexpected argument %q", fs.Arg(0)))
 	}
+	if f.sensitivity != "" {
+		// A job the policy does not size runs at its proportional share,
+		// as the simulator runs it: each task asks for it unless told.
+		fs.Visit(func(fl *flag.Flag) {
+			f.cpuSet, f.memorySet = f.cpuSet || fl.Name == "cpu", f.memorySet || fl.Name == "memory"
+		})
+	}
 	if err := f.check(); err != nil {
 		return fail(c.ui, "replay", err)
 	}
@@ -383,7 +395,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 		Sensitivity: in.cfg.Sensitivity, CoreMHz: f.coreMHz,
 		Progress: progress,
 		Job: replay.JobOptions{Prefix: "replay-" + run + "-", TimeScale: f.timeScale, Workload: f.workload,
-			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.cpu, MemoryMB: f.memory,
+			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.taskCPU(), MemoryMB: f.taskMemory(),
 			SharedSpeed: sharedSpeed(f.lanes), IndependentWorkers: !f.gangs},
 	})
 	if err != nil {
@@ -699,4 +711,22 @@ func randomRunID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// taskCPU is -cpu, or 0 where a sensitivity table sizes jobs and -cpu was
+// not given: each task then asks for the cluster's proportional share
+// (replay.Prepare).
+func (f *replayFlags) taskCPU() int {
+	if f.sensitivity != "" && !f.cpuSet {
+		return 0
+	}
+	return f.cpu
+}
+
+// taskMemory is -memory, as taskCPU is -cpu.
+func (f *replayFlags) taskMemory() int {
+	if f.sensitivity != "" && !f.memorySet {
+		return 0
+	}
+	return f.memory
 }

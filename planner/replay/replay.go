@@ -95,6 +95,14 @@ func Prepare(cfg Config) (*Plan, error) {
 		if !(cfg.CoreMHz > 0) {
 			return nil, fmt.Errorf("a replay with a sensitivity table needs the MHz of a core (got %g)", cfg.CoreMHz)
 		}
+		// A job the policy does not size runs at the proportional share,
+		// as the simulator runs it, and its workload at speed 1 there.
+		if p.cfg.Job.CPU == 0 {
+			p.cfg.Job.CPU = int(math.Round(share[0] * cfg.CoreMHz))
+		}
+		if p.cfg.Job.MemoryMB == 0 {
+			p.cfg.Job.MemoryMB = int(math.Round(share[1] * 1024))
+		}
 	}
 	for _, j := range cfg.Jobs {
 		w, err := PlanWork(j, models, cfg.Throughputs, cfg.Job)

@@ -256,3 +256,26 @@ func TestSensitiveWork(t *testing.T) {
 	_, err = ProportionalShare(mixed)
 	must.ErrorContains(t, err, "needs one share")
 }
+
+// With a sensitivity table, a task asks for its proportional share unless
+// told otherwise, so that a job the policy does not size runs at speed 1
+// there, as the simulator runs it: n4g4's 10 cores and 64 GB per GPU at
+// 1,000 MHz a core.
+func TestSizedReplayTasksAskForTheShare(t *testing.T) {
+	sens, err := policy.NewSensitivity([]policy.SensitivityRow{{Model: "res18", GPUs: 1, CPUsPerGPU: 3, MemGBPerGPU: 62.5, Throughput: 1}})
+	must.NoError(t, err)
+	n4g4, err := trace.ParseShorthand("n4g4")
+	must.NoError(t, err)
+	jobs := []trace.Job{{ID: "a", GPUs: 1, Duration: 10, Model: "res18"}}
+	for _, tc := range []struct {
+		cpu, mem         int
+		wantCPU, wantMem int
+	}{{0, 0, 10000, 65536}, {500, 0, 500, 65536}} {
+		p, err := Prepare(Config{Jobs: jobs, Cluster: n4g4, Sensitivity: sens, CoreMHz: 1000, Job: JobOptions{TimeScale: 1, CPU: tc.cpu, MemoryMB: tc.mem}})
+		must.NoError(t, err)
+		res := JobSpec(p.cfg.Job, "replay-x-a", jobs[0], p.Works[0]).TaskGroups[0].Tasks[0].Resources
+		must.Eq(t, [2]int{tc.wantCPU, tc.wantMem}, [2]int{*res.CPU, *res.MemoryMB})
+	}
+	_, err = Prepare(Config{Jobs: jobs, Cluster: n4g4, Sensitivity: sens, Job: JobOptions{TimeScale: 1}})
+	must.ErrorContains(t, err, "MHz of a core")
+}
