@@ -58,6 +58,12 @@ planning {
   # min_interval), so that a burst of submissions is planned together.
   settle       = "0s"
 
+  # Synergy's sizing (a +synergy step): the MHz one profiled core is worth
+  # (default: each node's own) and the lease after which running jobs are
+  # placed and sized again, a restart where that changes (default: none).
+  # core_mhz      = 2500
+  # synergy_lease = "5m"
+
   # Each write is a job register: one Raft entry and one evaluation.
   max_writes_per_second = 250
   write_burst           = 100

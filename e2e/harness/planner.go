@@ -37,6 +37,8 @@ type PlannerOptions struct {
 	PredictFloor time.Duration
 	// CoreMHz is planning.core_mhz; each node's own when 0.
 	CoreMHz float64
+	// SynergyLease is planning.synergy_lease; none when 0.
+	SynergyLease time.Duration
 	// JobSizes and JobSizesScale are planning.job_sizes and
 	// job_sizes_scale: 2D-Gittins' fixed size sample.
 	JobSizes      string
@@ -118,6 +120,9 @@ func (o PlannerOptions) Config(addr string) string {
 	}
 	if o.CoreMHz > 0 {
 		fmt.Fprintf(&b, "  core_mhz = %g\n", o.CoreMHz)
+	}
+	if o.SynergyLease > 0 {
+		fmt.Fprintf(&b, "  synergy_lease = %q\n", o.SynergyLease)
 	}
 	if o.JobSizes != "" {
 		fmt.Fprintf(&b, "  job_sizes    = %q\n", o.JobSizes)

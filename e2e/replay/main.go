@@ -94,6 +94,8 @@ type options struct {
 	rotationPeriod float64
 	jobSizes       string
 	profiles       bool // the trace needs profiles (-throughputs, -sensitivity)
+	// synergyLease is -synergy-lease, trace seconds; 0: none.
+	synergyLease float64
 	// coreMHz is -core-mhz where -sensitivity sizes jobs: each client
 	// then has its node's cores of that many MHz, and its memory.
 	coreMHz float64
@@ -238,6 +240,11 @@ func scanReplay(args []string) (options, error) {
 	}
 	o.jobSizes, _ = val("job-sizes")
 	_, o.profiles = val("throughputs")
+	if v, ok := val("synergy-lease"); ok {
+		if o.synergyLease, err = strconv.ParseFloat(v, 64); err != nil || o.synergyLease < 0 || math.IsInf(o.synergyLease, 0) {
+			return o, fmt.Errorf("flag -synergy-lease: want trace seconds, got %q", v)
+		}
+	}
 	if _, ok := val("sensitivity"); ok {
 		o.profiles, o.coreMHz = true, plannerreplay.DefaultCoreMHz
 		if v, ok := val("core-mhz"); ok {
@@ -347,7 +354,8 @@ func replay(ctx context.Context, args []string, o options) (int, error) {
 		MigrationCost:  time.Duration(o.migrationCost / o.timeScale * float64(time.Second)),
 		RotationPeriod: max(time.Duration(o.rotationPeriod/o.timeScale*float64(time.Second)), time.Millisecond),
 		PredictFloor:   max(time.Duration(policy.DefaultPredictFloor/o.timeScale*float64(time.Second)), time.Microsecond),
-		CoreMHz:        o.coreMHz}
+		CoreMHz:        o.coreMHz,
+		SynergyLease:   plannerLease(o)}
 	if o.jobSizes != "" {
 		// 2D-Gittins' fixed sample, in real GPU-seconds, as caravan sim
 		// -job-sizes gives it to the simulator: neither learns from
@@ -506,3 +514,9 @@ func fleetSummary(c trace.Cluster) string {
 }
 
 func say(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+
+// plannerLease is -synergy-lease in real time, the planner's
+// planning.synergy_lease; 0 for none.
+func plannerLease(o options) time.Duration {
+	return time.Duration(o.synergyLease / o.timeScale * float64(time.Second))
+}

@@ -90,3 +90,15 @@ func TestClientsHoldTheirNodesCoresWhereJobsAreSized(t *testing.T) {
 		must.ErrorContains(t, err, tc.fails, must.Sprint(tc.extra))
 	}
 }
+
+// -synergy-lease reaches the planner as planning.synergy_lease, in real
+// time: 300 trace seconds at time scale 30 are 10 s.
+func TestTheLeaseReachesThePlannerInRealTime(t *testing.T) {
+	base := []string{"-trace", "t.csv", "-cluster", "n4g4", "-policy", "fjf+count+synergy", "-time-scale", "30", "-clients", "4", "-sensitivity", "s.csv"}
+	o, _, err := scan(append(append([]string{}, base...), "-synergy-lease", "300"))
+	must.NoError(t, err)
+	must.Eq(t, 300.0, o.synergyLease)
+	must.StrContains(t, harness.PlannerOptions{SynergyLease: plannerLease(o)}.Config("127.0.0.1:1"), `synergy_lease = "10s"`)
+	_, _, err = scan(append(append([]string{}, base...), "-synergy-lease", "soon"))
+	must.ErrorContains(t, err, "flag -synergy-lease")
+}

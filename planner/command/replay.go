@@ -70,6 +70,9 @@ Trace and policy (as caravan sim):
                        CPU and memory allow over the cluster's share
   -core-mhz MHZ        with -sensitivity: the MHz of one profiled core, the
                        planner's planning.core_mhz (default 1000)
+  -synergy-lease S     Synergy's lease in trace seconds (caravan sim
+                       -synergy-lease); the planner's planning.synergy_lease
+                       must be S ÷ the time scale
   -lanes N, -lane-memory MB   the cluster's GPUs are cut into N lanes (the
                        simulator cuts every GPU so); each job's workload
                        then runs at 0.6 of its speed beside each partner
@@ -252,6 +255,10 @@ func (f *replayFlags) check() error {
 		return usagef("flag -start-jitter must be at least 0 and below 1 (a fraction of the start latency)")
 	case !(f.coreMHz > 0) || math.IsInf(f.coreMHz, 0):
 		return usagef("flag -core-mhz must be a positive number of MHz, got %g", f.coreMHz)
+	case !seconds(f.synergyLease) || f.synergyLease > 0 && f.synergyLease < 1:
+		return usagef("flag -synergy-lease must be 0 (none) or at least 1 trace second")
+	case f.synergyLease > 0 && f.sensitivity == "":
+		return usagef("flag -synergy-lease is Synergy's: it needs -sensitivity and a synergy sizer")
 	case f.sensitivity != "" && f.throughputs != "":
 		return usagef("flag -sensitivity: a replay job names one profile, so it takes -sensitivity or -throughputs, not both")
 	case f.workload == "" && !f.prepareOnly && f.from == "":
@@ -286,6 +293,7 @@ func (c *replayCommand) Run(args []string) int {
 	f.nomad.register(fs)
 	fs.StringVar(&f.sensitivity, "sensitivity", "", "")
 	fs.Float64Var(&f.coreMHz, "core-mhz", replay.DefaultCoreMHz, "")
+	fs.Float64Var(&f.synergyLease, "synergy-lease", 0, "")
 	fs.Float64Var(&f.timeScale, "time-scale", 0, "")
 	fs.Float64Var(&f.startLatency, "start-latency", -1, "")
 	fs.Float64Var(&f.roundDelay, "round-delay", -1, "")
@@ -392,7 +400,7 @@ func (c *replayCommand) run(ctx context.Context, f *replayFlags) error {
 	}
 	plan, err := replay.Prepare(replay.Config{
 		Jobs: in.jobs, Cluster: in.cluster, Throughputs: in.tputs, Policy: pol.Name, Timeout: timeout, Log: log,
-		Sensitivity: in.cfg.Sensitivity, CoreMHz: f.coreMHz,
+		Sensitivity: in.cfg.Sensitivity, CoreMHz: f.coreMHz, Align: time.Duration(f.synergyLease / f.timeScale * float64(time.Second)),
 		Progress: progress,
 		Job: replay.JobOptions{Prefix: "replay-" + run + "-", TimeScale: f.timeScale, Workload: f.workload,
 			CheckpointDir: f.checkpointDir, Held: f.held, Iteration: f.iteration, CPU: f.taskCPU(), MemoryMB: f.taskMemory(),

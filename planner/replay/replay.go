@@ -39,6 +39,11 @@ type Config struct {
 	// (SensitiveWork).
 	Sensitivity *policy.Sensitivity
 	CoreMHz     float64
+	// Align, when set, puts trace second 0 on a multiple of it on the
+	// Unix clock: the planner's Synergy leases end at multiples of the
+	// lease there, and so line up with the simulator's, which end at
+	// multiples of it from trace second 0.
+	Align time.Duration
 	// Policy names the live run in its results.
 	Policy string
 	Job    JobOptions
@@ -452,7 +457,7 @@ func (p *Plan) Run(ctx context.Context, n Nomad) (*Result, error) {
 		index[id] = i
 	}
 	begin := time.Now()
-	clock := Clock{T0: begin.Add(500 * time.Millisecond), Scale: opts.TimeScale}
+	clock := Clock{T0: StartAt(begin.Add(500*time.Millisecond), cfg.Align), Scale: opts.TimeScale}
 	subs := &submissions{at: make([]time.Time, total)}
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
@@ -702,4 +707,16 @@ func groupSummary(stub *api.JobListStub) api.TaskGroupSummary {
 		return api.TaskGroupSummary{}
 	}
 	return stub.JobSummary.Summary[GroupName]
+}
+
+// StartAt is the first instant from t on that is a multiple of align on
+// the Unix clock; t itself when align is 0.
+func StartAt(t time.Time, align time.Duration) time.Time {
+	if align <= 0 {
+		return t
+	}
+	if rem := time.Duration(t.UnixNano() % int64(align)); rem > 0 {
+		return t.Add(align - rem)
+	}
+	return t
 }

@@ -359,3 +359,12 @@ func TestWriteProfilesAndSeedHistory(t *testing.T) {
 	must.NoError(t, SeedHistory(context.Background(), kv, []float64{100, 250}, 50))
 	must.Eq(t, `[2,5]`, string(kv.kv[consulx.HistoryKey]))
 }
+
+// Trace second 0 goes on the next multiple of the lease on the Unix clock,
+// where the planner's leases end; with no lease, at once.
+func TestStartAtLinesUpWithTheLease(t *testing.T) {
+	at := time.Unix(1000, 250_000_000)
+	must.Eq(t, time.Unix(1010, 0), StartAt(at, 10*time.Second))
+	must.Eq(t, time.Unix(1000, 0), StartAt(time.Unix(1000, 0), 10*time.Second))
+	must.Eq(t, at, StartAt(at, 0))
+}

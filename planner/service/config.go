@@ -84,6 +84,9 @@ type PlanningBlock struct {
 	// Nomad's MHz, for Synergy's sizing; 0: each node's own, its CPU
 	// bandwidth over its cores.
 	CoreMHz float64 `hcl:"core_mhz,optional"`
+	// SynergyLease is Synergy's lease, a duration: at each multiple of it
+	// the sizer places every running job again; "" or "0s": none.
+	SynergyLease string `hcl:"synergy_lease,optional"`
 	// StopWait bounds how long a round that preempts waits for Nomad to
 	// mark the stopped allocations stopped before it writes its starts.
 	StopWait    string    `hcl:"stop_wait,optional"`
@@ -133,6 +136,9 @@ type Settings struct {
 	// CoreMHz is planning.core_mhz: the MHz one profiled core stands for;
 	// 0: each node's bandwidth over its cores.
 	CoreMHz float64
+	// SynergyLease is planning.synergy_lease (policy.Config.SynergyLease);
+	// 0: none.
+	SynergyLease time.Duration
 	// StopWait bounds a round's wait, after its preemptions, for Nomad to
 	// mark the stopped allocations stopped (rewrite.Writer.StopWait).
 	StopWait    time.Duration
@@ -307,6 +313,12 @@ func (p *PlanningBlock) apply(s *Settings, bad badField) error {
 		return bad("planning.core_mhz", "must be a positive number of MHz (0: each node's own), got %g", p.CoreMHz)
 	}
 	s.CoreMHz = p.CoreMHz
+	if s.SynergyLease, err = duration(p.SynergyLease, 0); err != nil || s.SynergyLease != 0 && s.SynergyLease < time.Second {
+		return bad("planning.synergy_lease", "must be 0 (none) or a duration of at least a second like \"5m\", got %q", p.SynergyLease)
+	}
+	if _, sized := withoutSizer(s.Policy); s.SynergyLease > 0 && !sized {
+		return bad("planning.synergy_lease", "policy %q has no synergy sizer to keep a lease", s.Policy)
+	}
 	if s.PredictFloor, err = duration(p.PredictFloor, s.PredictFloor); err != nil || s.PredictFloor <= 0 {
 		return bad("planning.predict_floor", "must be a positive duration like \"1s\", got %q", p.PredictFloor)
 	}

@@ -298,36 +298,45 @@ func TestHTTPAPI(t *testing.T) {
 
 func TestConfigErrorsNameTheField(t *testing.T) {
 	cases := map[string]string{
-		`planning { policy = "bogus" }`:           "planning.policy",
-		`planning { migration_cost = "0s" }`:      "planning.migration_cost",
-		`planning { rotation_period = "0s" }`:     "planning.rotation_period",
-		`planning { rotation_period = "often" }`:  "planning.rotation_period",
-		`planning { predict_floor = "0s" }`:       "planning.predict_floor",
-		`planning { predict_floor = "a little" }`: "planning.predict_floor",
-		`planning { interval = "soon" }`:          "planning.interval",
-		`planning { queue_cuts = [10, 5] }`:       "planning.queue_cuts",
-		`http { address = "nope" }`:               "http.address",
-		`log_level = "loud"`:                      "log_level",
-		`consul { check_interval = "-1s" }`:       "consul.check_interval",
-		`nomad { unreachable_after = "never" }`:   "nomad.unreachable_after",
-		`planing { }`:                             "Unsupported block type",
-		`planning { policy = 3 `:                  "planner.hcl:1",
-		`planning { max_writes_per_second = -1 }`: "planning.max_writes_per_second",
-		`planning { job_sizes = "/nonexistent" }`: "planning.job_sizes",
-		`planning { job_sizes_scale = 0.5 }`:      "planning.job_sizes_scale",
-		`planning { settle = "-1s" }`:             "planning.settle",
-		`planning { settle = "1m" }`:              "planning.settle",
-		`planning { stop_wait = "0s" }`:           "planning.stop_wait",
-		`planning { stop_wait = "a while" }`:      "planning.stop_wait",
-		`planning { core_mhz = -1 }`:              "planning.core_mhz",
-		`planning { core_mhz = "fast" }`:          "planner.hcl:1,24",
+		`planning { policy = "bogus" }`:                                              "planning.policy",
+		`planning { migration_cost = "0s" }`:                                         "planning.migration_cost",
+		`planning { rotation_period = "0s" }`:                                        "planning.rotation_period",
+		`planning { rotation_period = "often" }`:                                     "planning.rotation_period",
+		`planning { predict_floor = "0s" }`:                                          "planning.predict_floor",
+		`planning { predict_floor = "a little" }`:                                    "planning.predict_floor",
+		`planning { interval = "soon" }`:                                             "planning.interval",
+		`planning { queue_cuts = [10, 5] }`:                                          "planning.queue_cuts",
+		`http { address = "nope" }`:                                                  "http.address",
+		`log_level = "loud"`:                                                         "log_level",
+		`consul { check_interval = "-1s" }`:                                          "consul.check_interval",
+		`nomad { unreachable_after = "never" }`:                                      "nomad.unreachable_after",
+		`planing { }`:                                                                "Unsupported block type",
+		`planning { policy = 3 `:                                                     "planner.hcl:1",
+		`planning { max_writes_per_second = -1 }`:                                    "planning.max_writes_per_second",
+		`planning { job_sizes = "/nonexistent" }`:                                    "planning.job_sizes",
+		`planning { job_sizes_scale = 0.5 }`:                                         "planning.job_sizes_scale",
+		`planning { settle = "-1s" }`:                                                "planning.settle",
+		`planning { settle = "1m" }`:                                                 "planning.settle",
+		`planning { stop_wait = "0s" }`:                                              "planning.stop_wait",
+		`planning { stop_wait = "a while" }`:                                         "planning.stop_wait",
+		`planning { core_mhz = -1 }`:                                                 "planning.core_mhz",
+		`planning { synergy_lease = "5m" }`:                                          "planning.synergy_lease: policy \"predict\" has no synergy sizer",
+		"planning {\n policy = \"fjf+count+synergy\"\n synergy_lease = \"500ms\"\n}": "planning.synergy_lease",
+		"planning {\n policy = \"fjf+count+synergy\"\n synergy_lease = \"often\"\n}": "planning.synergy_lease",
+		`planning { core_mhz = "fast" }`:                                             "planner.hcl:1,24",
 	}
 	for src, want := range cases {
 		_, err := ParseConfig("planner.hcl", []byte(src))
 		must.ErrorContains(t, err, want, must.Sprintf("config %s", src))
 	}
-	s, err := ParseConfig("planner.hcl", []byte(``))
+	s, err := ParseConfig("planner.hcl", []byte("planning {\n policy = \"fjf+count+synergy\"\n synergy_lease = \"5m\"\n}"))
 	must.NoError(t, err)
+	cfg, err := policyConfig(s, nil)
+	must.NoError(t, err)
+	must.Eq(t, 300.0, cfg.SynergyLease)
+	s, err = ParseConfig("planner.hcl", []byte(``))
+	must.NoError(t, err)
+	must.Eq(t, time.Duration(0), s.SynergyLease)
 	must.Eq(t, "predict", s.Policy)
 	must.Eq(t, DefaultHTTPAddr, s.HTTPAddr)
 	must.Eq(t, time.Duration(0), s.Settle, must.Sprint("settle is off unless asked for"))

@@ -13,7 +13,8 @@ import (
 // planner's settings and the profiles in Consul.
 func policyConfig(s *Settings, profiles map[string]profile.Profile) (policy.Config, error) {
 	cfg := policy.Config{QueueCuts: s.QueueCuts, PromoteKnob: s.PromoteKnob, JobSizes: s.JobSizes,
-		MigrationCost: s.MigrationCost.Seconds(), RotationPeriod: s.RotationPeriod.Seconds(), PredictFloor: s.PredictFloor.Seconds()}
+		MigrationCost: s.MigrationCost.Seconds(), RotationPeriod: s.RotationPeriod.Seconds(), PredictFloor: s.PredictFloor.Seconds(),
+		SynergyLease: s.SynergyLease.Seconds()}
 	var rows []policy.SensitivityRow
 	names := make([]string, 0, len(profiles))
 	for n := range profiles {
